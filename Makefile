@@ -1,0 +1,40 @@
+# The two commands a fresh machine needs: `make run` (demo on SQLite, web + cluster) and
+# `make test` (whole suite on PostgreSQL, then ruff and mypy).
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PG_URL ?= postgres://postgres@127.0.0.1:5432/agentruns
+PYTEST_ARGS ?=
+
+.PHONY: run test install postgres lint bench bench-peers
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[dev]"
+	touch $@
+
+install: $(VENV)/.installed
+
+run: install
+	env -u DATABASE_URL $(PY) manage.py migrate --noinput -v0
+	env -u DATABASE_URL $(PY) manage.py demo_data
+	env -u DATABASE_URL $(PY) manage.py serve
+
+postgres:
+	@pg_isready -q -h 127.0.0.1 -p 5432 || \
+	  pg_ctlcluster --skip-systemctl-redirect $$(ls /etc/postgresql | sort -n | tail -1) main start
+	@for i in $$(seq 1 60); do pg_isready -q -h 127.0.0.1 -p 5432 && exit 0; sleep 0.5; done; \
+	  echo "PostgreSQL did not come up on 127.0.0.1:5432" >&2; exit 1
+
+test: install postgres
+	DATABASE_URL=$(PG_URL) $(PY) -m pytest $(PYTEST_ARGS)
+	$(MAKE) lint
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	DATABASE_URL=$(PG_URL) $(VENV)/bin/mypy .
+
+bench: install postgres
+	DATABASE_URL=$(PG_URL) $(PY) manage.py bench

@@ -1,0 +1,227 @@
+"""CRUD for the catalog (staff only) and the configuration readout (CG-10)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers, viewsets
+from rest_framework.decorators import action
+from rest_framework.permissions import IsAdminUser
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from agentruns.models import Configuration, Provider, Skill, Snippet
+from agentruns.selectors import configuration_readout
+from agentruns.services.catalog import configuration_set_sources
+
+
+class ProviderSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Provider
+        fields = [
+            "slug",
+            "name",
+            "kind",
+            "base_url",
+            "api_key_env",
+            "trust_zone",
+            "timeout_seconds",
+            "max_retries",
+            "active",
+            "created_at",
+            "updated_at",
+        ]
+        read_only_fields = ["created_at", "updated_at"]
+
+
+class SnippetSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Snippet
+        fields = ["id", "slug", "name", "text", "data_class", "active", "created_at", "updated_at"]
+        read_only_fields = ["id", "created_at", "updated_at"]
+
+
+class SkillSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Skill
+        fields = [
+            "id",
+            "slug",
+            "name",
+            "instructions",
+            "data_class",
+            "active",
+            "created_at",
+            "updated_at",
+        ]
+        read_only_fields = ["id", "created_at", "updated_at"]
+
+
+def slugs_to_ids(model: Any, slugs: list[str]) -> list[int]:
+    found = dict(model.objects.filter(slug__in=slugs).values_list("slug", "pk"))
+    missing = [slug for slug in slugs if slug not in found]
+    if missing:
+        raise serializers.ValidationError(f"Unknown: {', '.join(missing)}.")
+    return [found[slug] for slug in slugs]
+
+
+class ModeSerializer(serializers.Serializer):
+    tools = serializers.ListField(child=serializers.CharField(max_length=100), default=list)
+    deferred = serializers.ListField(child=serializers.CharField(max_length=100), default=list)
+
+
+class ConfigurationSerializer(serializers.ModelSerializer):
+    provider = serializers.SlugRelatedField(
+        slug_field="slug", queryset=Provider.objects.all(), allow_null=True, required=False
+    )
+    # Ordered slugs; written here, read back by to_representation.
+    snippets = serializers.ListField(child=serializers.SlugField(), required=False, write_only=True)
+    skills = serializers.ListField(child=serializers.SlugField(), required=False, write_only=True)
+    fallbacks = serializers.ListField(
+        child=serializers.SlugField(), required=False, write_only=True
+    )
+    allowed_tools = serializers.ListField(
+        child=serializers.CharField(max_length=100), required=False
+    )
+    approval_exempt_tools = serializers.ListField(
+        child=serializers.CharField(max_length=100), required=False
+    )
+    modes = serializers.DictField(child=ModeSerializer(), required=False)
+
+    class Meta:
+        model = Configuration
+        fields = [
+            "slug",
+            "name",
+            "provider",
+            "model",
+            "system_prompt",
+            "system_prompt_data_class",
+            "snippets",
+            "skills",
+            "fallbacks",
+            "allowed_tools",
+            "approval_exempt_tools",
+            "max_tool_calls",
+            "approval_timeout_seconds",
+            "context_budget_tokens",
+            "require_second_approver",
+            "modes",
+            "script",
+            "active",
+            "created_at",
+            "updated_at",
+        ]
+        read_only_fields = ["created_at", "updated_at"]
+
+    def to_representation(self, instance: Configuration) -> dict:
+        data = super().to_representation(instance)
+        data["snippets"] = [
+            row.snippet.slug for row in instance.configurationsnippet_set.select_related("snippet")
+        ]
+        data["skills"] = [
+            row.skill.slug for row in instance.configurationskill_set.select_related("skill")
+        ]
+        data["fallbacks"] = [
+            row.fallback.slug for row in instance.fallback_links.select_related("fallback")
+        ]
+        return data
+
+    def validate_snippets(self, value: list[str]) -> list[int]:
+        return slugs_to_ids(Snippet, value)
+
+    def validate_skills(self, value: list[str]) -> list[int]:
+        return slugs_to_ids(Skill, value)
+
+    def validate_fallbacks(self, value: list[str]) -> list[int]:
+        return slugs_to_ids(Configuration, value)
+
+    def _save(self, instance: Configuration | None, data: dict) -> Configuration:
+        lists = {
+            "snippet_ids": data.pop("snippets", None),
+            "skill_ids": data.pop("skills", None),
+            "fallback_ids": data.pop("fallbacks", None),
+        }
+        with transaction.atomic():
+            if instance is None:
+                instance = Configuration.objects.create(**data)
+            else:
+                for key, value in data.items():
+                    setattr(instance, key, value)
+                instance.save()
+            configuration_set_sources(configuration=instance, **lists)
+        return instance
+
+    def create(self, validated_data: dict) -> Configuration:
+        return self._save(None, validated_data)
+
+    def update(self, instance: Configuration, validated_data: dict) -> Configuration:
+        return self._save(instance, validated_data)
+
+
+class ProviderViewSet(viewsets.ModelViewSet):
+    queryset = Provider.objects.all()
+    serializer_class = ProviderSerializer
+    permission_classes = [IsAdminUser]
+    lookup_field = "slug"
+
+
+class SnippetViewSet(viewsets.ModelViewSet):
+    queryset = Snippet.objects.all()
+    serializer_class = SnippetSerializer
+    permission_classes = [IsAdminUser]
+
+
+class SkillViewSet(viewsets.ModelViewSet):
+    queryset = Skill.objects.all()
+    serializer_class = SkillSerializer
+    permission_classes = [IsAdminUser]
+
+
+class ForcedSetSerializer(serializers.Serializer):
+    forced_snippets = serializers.ListField(child=serializers.IntegerField(), default=list)
+    forced_skills = serializers.ListField(child=serializers.IntegerField(), default=list)
+
+
+def id_list(raw: str | None) -> list[int]:
+    try:
+        return [int(part) for part in (raw or "").split(",") if part.strip()]
+    except ValueError as exc:
+        raise serializers.ValidationError(
+            {"forced": ["Give ids as comma-separated integers."]}
+        ) from exc
+
+
+class ConfigurationViewSet(viewsets.ModelViewSet):
+    queryset = Configuration.objects.select_related("provider")
+    serializer_class = ConfigurationSerializer
+    permission_classes = [IsAdminUser]
+    lookup_field = "slug"
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("forced_snippets", str, description="Comma-separated snippet ids"),
+            OpenApiParameter("forced_skills", str, description="Comma-separated skill ids"),
+        ],
+        request=ForcedSetSerializer,
+        responses={200: dict},
+    )
+    @action(detail=True, methods=["get", "post"])
+    def readout(self, request: Request, slug: str | None = None) -> Response:
+        """What this configuration (plus a forced set) would send, and the gate's verdict."""
+        if request.method == "POST":
+            body = ForcedSetSerializer(data=request.data)
+            body.is_valid(raise_exception=True)
+            snippets, skills = (
+                body.validated_data["forced_snippets"],
+                body.validated_data["forced_skills"],
+            )
+        else:
+            snippets = id_list(request.query_params.get("forced_snippets"))
+            skills = id_list(request.query_params.get("forced_skills"))
+        data = configuration_readout(
+            configuration=self.get_object(), forced_snippet_ids=snippets, forced_skill_ids=skills
+        )
+        return Response(data)

@@ -1,0 +1,12 @@
+from django.urls import include, path
+from rest_framework.routers import DefaultRouter
+
+from agentruns.api import catalog
+
+router = DefaultRouter()
+router.register("providers", catalog.ProviderViewSet)
+router.register("configurations", catalog.ConfigurationViewSet)
+router.register("snippets", catalog.SnippetViewSet)
+router.register("skills", catalog.SkillViewSet)
+
+urlpatterns = [path("", include(router.urls))]

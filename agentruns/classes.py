@@ -1,0 +1,75 @@
+"""Data classes and trust zones (TZ-1..TZ-3): plain values, no database.
+
+Stored values are parsed here and nowhere else, so an unknown class is *undeclared*
+(TZ-1) and an unknown zone is the strictest zone (TZ-3) everywhere alike.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class DataClass(IntEnum):
+    """TZ-1: one total order, least to most sensitive."""
+
+    PUBLIC = 1
+    INTERNAL = 2
+    CONFIDENTIAL = 3
+    RESTRICTED = 4
+    SECRET = 5
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+
+class Zone(IntEnum):
+    """TZ-2: most to least trusted; the value orders them by trust (higher = less)."""
+
+    LOCAL = 1
+    PRIVATE_HOSTED = 2
+    EXTERNAL_EU = 3
+    EXTERNAL_GLOBAL = 4
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+    @property
+    def ceiling(self) -> DataClass:
+        return CEILINGS[self]
+
+    def permits(self, data_class: DataClass) -> bool:
+        return data_class <= self.ceiling
+
+
+CEILINGS = {
+    Zone.LOCAL: DataClass.SECRET,
+    Zone.PRIVATE_HOSTED: DataClass.RESTRICTED,
+    Zone.EXTERNAL_EU: DataClass.CONFIDENTIAL,
+    Zone.EXTERNAL_GLOBAL: DataClass.INTERNAL,
+}
+
+STRICTEST_ZONE = Zone.EXTERNAL_GLOBAL
+DATA_CLASS_CHOICES = [(c.label, c.label) for c in DataClass]
+ZONE_CHOICES = [(z.label, z.label.replace("_", " ")) for z in Zone]
+
+
+def parse_class(raw: str | None) -> DataClass | None:
+    """TZ-1: an empty or unknown stored value is undeclared (None)."""
+    try:
+        return DataClass[(raw or "").strip().upper()]
+    except KeyError:
+        return None
+
+
+def parse_zone(raw: str | None) -> Zone:
+    """TZ-3: an empty or unknown zone is the strictest one."""
+    try:
+        return Zone[(raw or "").strip().upper()]
+    except KeyError:
+        return STRICTEST_ZONE
+
+
+def least_trusted(zones: list[Zone]) -> Zone:
+    return max(zones)

@@ -1,0 +1,154 @@
+"""The demo catalog: providers in several zones, classified sources, fallbacks.
+
+Scripted providers make every demo configuration runnable offline; the OpenAI, Anthropic
+and Ollama providers show how a real endpoint is declared.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentruns.models import Configuration, Provider, Skill, Snippet
+from agentruns.services.catalog import configuration_set_sources
+
+PROVIDERS = [
+    dict(slug="local-scripted", name="Scripted, on this host", kind="scripted", trust_zone="local"),
+    dict(slug="eu-scripted", name="Scripted, EU-hosted", kind="scripted", trust_zone="external_eu"),
+    dict(
+        slug="global-scripted",
+        name="Scripted, anywhere",
+        kind="scripted",
+        trust_zone="external_global",
+    ),
+    dict(
+        slug="openai",
+        name="OpenAI",
+        kind="openai",
+        base_url="https://api.openai.com/v1",
+        api_key_env="OPENAI_API_KEY",
+        trust_zone="external_global",
+    ),
+    dict(
+        slug="anthropic",
+        name="Anthropic",
+        kind="anthropic",
+        base_url="https://api.anthropic.com",
+        api_key_env="ANTHROPIC_API_KEY",
+        trust_zone="external_eu",
+    ),
+    dict(
+        slug="ollama",
+        name="Ollama on this host",
+        kind="openai",
+        base_url="http://127.0.0.1:11434/v1",
+        api_key_env="",
+        trust_zone="local",
+    ),
+]
+
+SNIPPETS = [
+    ("style-guide", "House style", "public", "Answer briefly and cite the ticket number."),
+    ("support-playbook", "Support playbook", "internal", "Escalate outages to on-call."),
+    ("incident-report", "Incident report 2026-11", "confidential", "Root cause: a stale cache."),
+    ("customer-pii", "Customer records excerpt", "restricted", "Customer 4411: J. Doe, Berlin."),
+    ("merger-plans", "Merger plans", "secret", "Project Falcon closes in Q1."),
+    ("changelog", "Changelog", "", "v2.3 adds bulk export."),
+]
+
+SKILLS = [
+    ("summarise", "Summarise", "public", "Summarise the conversation in three bullets."),
+    ("triage", "Triage", "internal", "Classify the request as bug, question or outage."),
+    ("forensics", "Forensics", "confidential", "Correlate the incident timeline with deploys."),
+]
+
+CONFIGURATIONS: list[dict[str, Any]] = [
+    dict(
+        slug="helpdesk",
+        name="Helpdesk (global provider)",
+        provider="global-scripted",
+        model="scripted-1",
+        system_prompt="You are the helpdesk assistant.",
+        system_prompt_data_class="internal",
+        snippets=["style-guide", "support-playbook"],
+        skills=["triage"],
+        allowed_tools=["clock.now", "notes.read"],
+    ),
+    dict(
+        slug="incident-desk",
+        name="Incident desk (EU provider, global fallback)",
+        provider="eu-scripted",
+        model="scripted-1",
+        system_prompt="You investigate incidents.",
+        system_prompt_data_class="internal",
+        snippets=["incident-report"],
+        skills=["forensics"],
+        fallbacks=["helpdesk"],
+        allowed_tools=["clock.now", "notes"],
+    ),
+    dict(
+        slug="secure-desk",
+        name="Secure desk (local provider)",
+        provider="local-scripted",
+        model="scripted-1",
+        system_prompt="You handle restricted material.",
+        system_prompt_data_class="confidential",
+        snippets=["merger-plans", "customer-pii"],
+        skills=["summarise"],
+        allowed_tools=["clock.now", "notes"],
+    ),
+    dict(
+        slug="openai-assistant",
+        name="OpenAI assistant (Anthropic fallback)",
+        provider="openai",
+        model="gpt-4o-mini",
+        system_prompt="You are a helpful assistant.",
+        snippets=["style-guide"],
+        fallbacks=["anthropic-assistant"],
+        allowed_tools=["clock.now", "notes"],
+    ),
+    dict(
+        slug="anthropic-assistant",
+        name="Anthropic assistant",
+        provider="anthropic",
+        model="claude-sonnet-4-5",
+        system_prompt="You are a helpful assistant.",
+        snippets=["style-guide"],
+        allowed_tools=["clock.now", "notes"],
+    ),
+    dict(
+        slug="local-llm",
+        name="Local model via Ollama",
+        provider="ollama",
+        model="llama3.1",
+        system_prompt="You are a helpful assistant.",
+        snippets=["support-playbook"],
+        allowed_tools=["clock.now"],
+    ),
+]
+
+
+def load_demo_data() -> None:
+    for spec in PROVIDERS:
+        Provider.objects.update_or_create(slug=spec["slug"], defaults=spec)
+    for slug, name, data_class, text in SNIPPETS:
+        Snippet.objects.update_or_create(
+            slug=slug, defaults={"name": name, "data_class": data_class, "text": text}
+        )
+    for slug, name, data_class, text in SKILLS:
+        Skill.objects.update_or_create(
+            slug=slug, defaults={"name": name, "data_class": data_class, "instructions": text}
+        )
+    # Two passes: fallbacks may name configurations defined later in the list.
+    for spec in CONFIGURATIONS:
+        fields: dict[str, Any] = {
+            k: v for k, v in spec.items() if k not in {"snippets", "skills", "fallbacks"}
+        }
+        fields["provider"] = Provider.objects.get(slug=spec["provider"])
+        Configuration.objects.update_or_create(slug=spec["slug"], defaults=fields)
+    for spec in CONFIGURATIONS:
+        configuration_set_sources(
+            configuration=Configuration.objects.get(slug=spec["slug"]),
+            snippet_ids=[Snippet.objects.get(slug=s).pk for s in spec.get("snippets", [])],
+            skill_ids=[Skill.objects.get(slug=s).pk for s in spec.get("skills", [])],
+            fallback_ids=[Configuration.objects.get(slug=s).pk for s in spec.get("fallbacks", [])],
+        )

@@ -1,0 +1,103 @@
+"""Typed errors with the spec's stable codes. The API maps codes to HTTP statuses once
+(agentruns.api.errors); services raise these and never think about HTTP."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class AgentrunsError(Exception):
+    code = "error"
+
+    def __init__(self, detail: str = "", **fields: Any) -> None:
+        super().__init__(detail or self.code)
+        self.detail = detail or self.code
+        self.fields = fields
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"code": self.code, "detail": self.detail, **self.fields}
+
+
+class InvalidRequest(AgentrunsError):
+    """Bad input the caller can fix; `fields` holds per-field errors."""
+
+    code = "invalid"
+
+
+class NotFound(AgentrunsError):
+    code = "not_found"
+
+
+class Conflict(AgentrunsError):
+    code = "conflict"
+
+
+class ContextRefused(AgentrunsError):
+    """CG-7, CG-8: the structured fields travel with the message."""
+
+    code = "context_refused"
+
+
+class Fenced(AgentrunsError):
+    """CLU-2: this worker's lease was taken; it must stop without writing."""
+
+    code = "fenced"
+
+
+class CorruptHistory(AgentrunsError):
+    """LOOP-7: the assembled context breaks the pairing invariant."""
+
+    code = "corrupt_history"
+
+
+class ProviderFailed(AgentrunsError):
+    code = "provider_error"
+
+
+# HITL-3, in the order the resume service checks them.
+class ResumeError(AgentrunsError):
+    pass
+
+
+class NotPermitted(ResumeError):
+    code = "not_permitted"
+
+
+class NotAwaiting(ResumeError):
+    code = "not_awaiting"
+
+
+class CorrelationMismatch(ResumeError):
+    code = "correlation_mismatch"
+
+
+class RunMismatch(ResumeError):
+    code = "run_mismatch"
+
+
+class SnapshotMismatch(ResumeError):
+    code = "snapshot_mismatch"
+
+
+class CatalogMismatch(ResumeError):
+    code = "catalog_mismatch"
+
+
+class Expired(ResumeError):
+    code = "expired"
+
+
+class ResultKindMismatch(ResumeError):
+    code = "result_kind_mismatch"
+
+
+class CallMismatch(ResumeError):
+    code = "call_mismatch"
+
+
+class InvalidInput(ResumeError):
+    code = "invalid_input"
+
+
+class SelfApproval(ResumeError):
+    code = "self_approval"

@@ -1,0 +1,67 @@
+"""Asserting a decision: one audit row, then raise (enforce) or log (observe) — CG-4..CG-6."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from django.conf import settings
+
+from agentruns.errors import ContextRefused
+from agentruns.gate.core import (
+    ConfigView,
+    Decision,
+    Enforcement,
+    Source,
+    decide,
+    parse_enforcement,
+    refusal_fields,
+    refusal_message,
+)
+from agentruns.models import GateAudit
+
+logger = logging.getLogger(__name__)
+
+
+def current_enforcement() -> Enforcement:
+    return parse_enforcement(settings.AGENTRUNS_DATA_CLASS_ENFORCEMENT)
+
+
+@dataclass(frozen=True)
+class Asserted:
+    decision: Decision
+    mode: Enforcement
+
+    @property
+    def observed_refusal(self) -> bool:
+        return self.decision.refused and self.mode is Enforcement.OBSERVE
+
+
+def audit_row(decision: Decision, mode: Enforcement, run_id: int | None) -> GateAudit:
+    source = decision.source
+    return GateAudit(
+        verdict=decision.verdict.value,
+        mode=GateAudit.Mode.OBSERVED if mode is Enforcement.OBSERVE else GateAudit.Mode.ENFORCED,
+        configuration=decision.configuration,
+        run_id=run_id,
+        zone=decision.zone.label if decision.zone else "",
+        ceiling=decision.ceiling.label if decision.ceiling else "",
+        source_kind=source.kind if source else "",
+        source_name=source.name if source else "",
+        data_class=decision.data_class.label if decision.data_class else "",
+        forced=bool(source and source.forced),
+    )
+
+
+def context_assert(
+    *, config: ConfigView, sources: Sequence[Source], run_id: int | None = None
+) -> Asserted:
+    decision = decide(config, sources)
+    mode = current_enforcement()
+    audit_row(decision, mode, run_id).save()
+    if decision.refused:
+        if mode is Enforcement.ENFORCE:
+            raise ContextRefused(refusal_message(decision), **refusal_fields(decision))
+        logger.warning("context refusal observed: %s", refusal_message(decision))
+    return Asserted(decision, mode)

@@ -1,0 +1,198 @@
+"""Pure context-gate decisions (CG-1..CG-7, TZ-4, FS-1, FS-2). No I/O, no Django."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from agentruns.classes import DataClass, Zone, least_trusted, parse_class, parse_zone
+
+SYSTEM_PROMPT = "system_prompt"
+SNIPPET = "snippet"
+SKILL = "skill"
+
+
+@dataclass(frozen=True)
+class Source:
+    """One piece of context a send carries. `text` is never read by the gate."""
+
+    kind: str
+    id: int
+    name: str
+    declared: str = ""
+    text: str = field(default="", repr=False, compare=False)
+    title: str = ""
+    forced: bool = False
+
+    @property
+    def data_class(self) -> DataClass | None:
+        return parse_class(self.declared)
+
+    @property
+    def identity(self) -> tuple[str, int]:
+        return (self.kind, self.id)
+
+    def describe(self) -> str:
+        return f'{self.kind.replace("_", " ")} "{self.name}"'
+
+
+@dataclass(frozen=True)
+class Link:
+    """One configuration the dispatcher may attempt: the primary or a fallback (TZ-4)."""
+
+    slug: str
+    model: str = ""
+    provider_slug: str | None = None
+    provider_kind: str = ""
+    provider_zone: str | None = None  # raw stored value; None = no provider
+    base_url: str = ""
+    api_key_env: str = ""
+    timeout_seconds: float = 60.0
+    max_retries: int = 2
+    script: dict | None = None
+    dispatchable: bool = True
+
+    @property
+    def zone(self) -> Zone:
+        return parse_zone(self.provider_zone)
+
+
+@dataclass(frozen=True)
+class ConfigView:
+    """A configuration as plain values, with its own active sources in CG-1 order."""
+
+    id: int
+    slug: str
+    name: str
+    primary: Link
+    fallbacks: tuple[Link, ...] = ()
+    system_prompt: str = ""
+    system_prompt_class: str = ""
+    snippets: tuple[Source, ...] = ()
+    skills: tuple[Source, ...] = ()
+
+    @property
+    def chain(self) -> tuple[Link, ...]:
+        """Every configuration the walk sees; the dispatcher attempts only these."""
+        return (self.primary, *self.fallbacks)
+
+
+def compose_sources(
+    config: ConfigView,
+    forced_snippets: Sequence[Source] | None = None,
+    forced_skills: Sequence[Source] | None = None,
+) -> tuple[Source, ...]:
+    """CG-1: the fixed order; a forced source the configuration carries is listed once."""
+    listed: list[Source] = []
+    if config.system_prompt.strip():
+        listed.append(
+            Source(
+                kind=SYSTEM_PROMPT,
+                id=config.id,
+                name=config.slug,
+                title=config.name,
+                declared=config.system_prompt_class,
+                text=config.system_prompt,
+            )
+        )
+    listed.extend(config.snippets)
+    listed.extend(config.skills)
+    seen = {source.identity for source in listed}
+    for forced in (*(forced_snippets or ()), *(forced_skills or ())):
+        if forced.identity not in seen:
+            seen.add(forced.identity)
+            listed.append(forced)
+    return tuple(listed)
+
+
+def effective_source(sources: Sequence[Source]) -> Source | None:
+    """CG-3: the strictest declared source; on a tie the later one; undeclared never wins."""
+    winner: Source | None = None
+    for source in sources:
+        declared = source.data_class
+        if declared is None:
+            continue
+        if winner is None or declared >= winner.data_class:  # type: ignore[operator]
+            winner = source
+    return winner
+
+
+def reachable_zone(config: ConfigView) -> Zone:
+    """TZ-4: the least trusted zone of the provider and each fallback, one level deep."""
+    return least_trusted([link.zone for link in config.chain])
+
+
+class Verdict(StrEnum):
+    UNDECLARED = "undeclared"
+    PERMITTED = "permitted"
+    REFUSED = "refused"
+
+
+class Enforcement(StrEnum):
+    OBSERVE = "observe"
+    ENFORCE = "enforce"
+
+
+def parse_enforcement(raw: str | None) -> Enforcement:
+    """CG-5: fail closed; only the exact word `observe` observes."""
+    if raw is not None and raw.strip().lower() == "observe":
+        return Enforcement.OBSERVE
+    return Enforcement.ENFORCE
+
+
+@dataclass(frozen=True)
+class Decision:
+    verdict: Verdict
+    configuration: str
+    source: Source | None = None
+    zone: Zone | None = None
+
+    @property
+    def data_class(self) -> DataClass | None:
+        return self.source.data_class if self.source else None
+
+    @property
+    def ceiling(self) -> DataClass | None:
+        return self.zone.ceiling if self.zone else None
+
+    @property
+    def refused(self) -> bool:
+        return self.verdict is Verdict.REFUSED
+
+
+def decide(config: ConfigView, sources: Sequence[Source]) -> Decision:
+    """CG-4: a value, never a side effect. Nothing declared means no zone is looked up."""
+    source = effective_source(sources)
+    if source is None:
+        return Decision(Verdict.UNDECLARED, config.slug)
+    zone = reachable_zone(config)
+    assert source.data_class is not None
+    verdict = Verdict.PERMITTED if zone.permits(source.data_class) else Verdict.REFUSED
+    return Decision(verdict, config.slug, source, zone)
+
+
+def refusal_fields(decision: Decision) -> dict:
+    """CG-7's structured fields, as a refused run's failure carries them (CG-8)."""
+    assert decision.source and decision.zone and decision.data_class
+    return {
+        "configuration": decision.configuration,
+        "zone": decision.zone.label,
+        "ceiling": decision.zone.ceiling.label,
+        "source_kind": decision.source.kind,
+        "source_name": decision.source.name,
+        "data_class": decision.data_class.label,
+        "forced": decision.source.forced,
+    }
+
+
+def refusal_message(decision: Decision) -> str:
+    """CG-7: names configuration, zone, ceiling, the deciding source and its class only."""
+    f = refusal_fields(decision)
+    source = decision.source.describe()  # type: ignore[union-attr]
+    return (
+        f'Configuration "{f["configuration"]}" may not send this context: {source} is '
+        f"declared {f['data_class']}, above the ceiling {f['ceiling']} of the reachable "
+        f"zone {f['zone']}. Remedies: raise the provider's trust zone (or of the fallback "
+        f"that lowers it), remove {source} from the context, or correct its data class."
+    )

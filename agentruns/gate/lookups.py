@@ -1,0 +1,150 @@
+"""Database → plain gate values. Composition sees only active sources (FS-4); a resume
+sees every source that still exists (RG-2)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from agentruns.gate.core import SKILL, SNIPPET, ConfigView, Link, Source
+from agentruns.models import (
+    Configuration,
+    ConfigurationFallback,
+    ConfigurationSkill,
+    ConfigurationSnippet,
+    Skill,
+    Snippet,
+)
+
+DEACTIVATED = "deactivated"
+GONE = "gone"
+
+
+@dataclass(frozen=True)
+class Dropped:
+    """FS-4: a forced source composition left out, and why."""
+
+    kind: str
+    id: int
+    name: str
+    reason: str
+
+    def as_dict(self) -> dict:
+        return {"kind": self.kind, "id": self.id, "name": self.name, "reason": self.reason}
+
+
+def snippet_source(snippet: Snippet, *, forced: bool = False) -> Source:
+    return Source(
+        kind=SNIPPET,
+        id=snippet.pk,
+        name=snippet.slug,
+        title=snippet.name,
+        declared=snippet.data_class,
+        text=snippet.text,
+        forced=forced,
+    )
+
+
+def skill_source(skill: Skill, *, forced: bool = False) -> Source:
+    return Source(
+        kind=SKILL,
+        id=skill.pk,
+        name=skill.slug,
+        title=skill.name,
+        declared=skill.data_class,
+        text=skill.instructions,
+        forced=forced,
+    )
+
+
+def link_for(configuration: Configuration) -> Link:
+    provider = configuration.provider
+    return Link(
+        slug=configuration.slug,
+        model=configuration.model,
+        provider_slug=provider.slug if provider else None,
+        provider_kind=provider.kind if provider else "",
+        provider_zone=provider.trust_zone if provider else None,
+        base_url=provider.base_url if provider else "",
+        api_key_env=provider.api_key_env if provider else "",
+        timeout_seconds=provider.timeout_seconds if provider else 60.0,
+        max_retries=provider.max_retries if provider else 0,
+        script=configuration.script or None,
+        dispatchable=bool(configuration.active and provider and provider.active),
+    )
+
+
+def config_view(configuration: Configuration) -> ConfigView:
+    """The configuration as the gate, the readout and the runtime see it, in 3 queries."""
+    snippets = ConfigurationSnippet.objects.filter(
+        configuration=configuration, snippet__active=True
+    ).select_related("snippet")
+    skills = ConfigurationSkill.objects.filter(
+        configuration=configuration, skill__active=True
+    ).select_related("skill")
+    fallbacks = ConfigurationFallback.objects.filter(configuration=configuration).select_related(
+        "fallback__provider"
+    )
+    return ConfigView(
+        id=configuration.pk,
+        slug=configuration.slug,
+        name=configuration.name,
+        primary=link_for(configuration),
+        fallbacks=tuple(link_for(row.fallback) for row in fallbacks),
+        system_prompt=configuration.system_prompt,
+        system_prompt_class=configuration.system_prompt_data_class,
+        snippets=tuple(snippet_source(row.snippet) for row in snippets),
+        skills=tuple(skill_source(row.skill) for row in skills),
+    )
+
+
+def _ordered(ids: Iterable[int] | None) -> list[int]:
+    seen: dict[int, None] = {}
+    for raw in ids or ():
+        seen.setdefault(int(raw), None)
+    return list(seen)
+
+
+def forced_for_composition(
+    snippet_ids: Iterable[int] | None, skill_ids: Iterable[int] | None
+) -> tuple[list[Source], list[Source], list[Dropped]]:
+    """FS-4: only active sources are injected; the rest are reported with a reason."""
+    dropped: list[Dropped] = []
+    snippets = _load(Snippet, _ordered(snippet_ids), SNIPPET, dropped, active_only=True)
+    skills = _load(Skill, _ordered(skill_ids), SKILL, dropped, active_only=True)
+    return snippets, skills, dropped
+
+
+def forced_for_resume(
+    snippet_ids: Iterable[int] | None, skill_ids: Iterable[int] | None
+) -> tuple[list[Source], list[Source]]:
+    """RG-2: existence, not activity. A deleted source contributes nothing."""
+    ignored: list[Dropped] = []
+    snippets = _load(Snippet, _ordered(snippet_ids), SNIPPET, ignored, active_only=False)
+    skills = _load(Skill, _ordered(skill_ids), SKILL, ignored, active_only=False)
+    return snippets, skills
+
+
+def _load(
+    model: type[Snippet] | type[Skill],
+    ids: list[int],
+    kind: str,
+    dropped: list[Dropped],
+    *,
+    active_only: bool,
+) -> list[Source]:
+    if not ids:
+        return []
+    rows = {row.pk: row for row in model.objects.filter(pk__in=ids)}
+    sources: list[Source] = []
+    for pk in ids:
+        row = rows.get(pk)
+        if row is None:
+            dropped.append(Dropped(kind, pk, "", GONE))
+        elif active_only and not row.active:
+            dropped.append(Dropped(kind, pk, row.slug, DEACTIVATED))
+        elif isinstance(row, Snippet):
+            sources.append(snippet_source(row, forced=True))
+        else:
+            sources.append(skill_source(row, forced=True))
+    return sources

@@ -1,0 +1,248 @@
+"""What operators configure: providers, configurations, snippets and skills."""
+
+from __future__ import annotations
+
+import re
+
+from django.core.exceptions import ValidationError
+from django.core.validators import MinValueValidator
+from django.db import models
+
+from agentruns.classes import DATA_CLASS_CHOICES, ZONE_CHOICES, Zone
+
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+
+
+def validate_env_name(value: str) -> None:
+    """SEC-1: a provider names where its key lives; a pasted key is refused, not stored."""
+    if value and not ENV_NAME.match(value):
+        raise ValidationError(
+            "Enter the name of an environment variable (letters, digits, underscores), "
+            "never the key itself."
+        )
+
+
+class Provider(models.Model):
+    class Kind(models.TextChoices):
+        OPENAI = "openai", "OpenAI-compatible"
+        ANTHROPIC = "anthropic", "Anthropic"
+        SCRIPTED = "scripted", "Scripted (deterministic)"
+
+    slug = models.SlugField(unique=True)
+    name = models.CharField(max_length=200)
+    kind = models.CharField(max_length=20, choices=Kind.choices, default=Kind.OPENAI)
+    base_url = models.URLField(
+        blank=True, help_text="Blank uses the SDK's default endpoint (OpenAI or Anthropic)."
+    )
+    api_key_env = models.CharField(
+        "API key environment variable",
+        max_length=128,
+        blank=True,
+        validators=[validate_env_name],
+        help_text="The NAME of the environment variable holding the key (SEC-1).",
+    )
+    timeout_seconds = models.FloatField(default=60.0, validators=[MinValueValidator(0.1)])
+    max_retries = models.PositiveSmallIntegerField(
+        default=2, help_text="Retries the SDK makes itself before a fallback is tried."
+    )
+    trust_zone = models.CharField(
+        max_length=32,
+        choices=ZONE_CHOICES,
+        default=Zone.EXTERNAL_GLOBAL.label,
+        blank=True,
+        help_text="Where this provider may take data (TZ-3). Empty means external global.",
+    )
+    active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["slug"]
+
+    def __str__(self) -> str:
+        return self.slug
+
+
+class Classified(models.Model):
+    slug = models.SlugField(unique=True)
+    name = models.CharField(max_length=200)
+    data_class = models.CharField(
+        max_length=32,
+        choices=DATA_CLASS_CHOICES,
+        blank=True,
+        help_text="How sensitive the text is (TZ-1). Blank means undeclared.",
+    )
+    active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        abstract = True
+        ordering = ["slug"]
+
+    def __str__(self) -> str:
+        return self.slug
+
+
+class Snippet(Classified):
+    text = models.TextField()
+
+
+class Skill(Classified):
+    instructions = models.TextField()
+
+
+class Configuration(models.Model):
+    slug = models.SlugField(unique=True)
+    name = models.CharField(max_length=200)
+    provider = models.ForeignKey(
+        Provider, null=True, blank=True, on_delete=models.SET_NULL, related_name="configurations"
+    )
+    model = models.CharField(max_length=200, blank=True)
+    system_prompt = models.TextField(blank=True)
+    system_prompt_data_class = models.CharField(
+        max_length=32, choices=DATA_CLASS_CHOICES, blank=True
+    )
+    snippets = models.ManyToManyField(Snippet, through="ConfigurationSnippet", blank=True)
+    skills = models.ManyToManyField(Skill, through="ConfigurationSkill", blank=True)
+    fallbacks = models.ManyToManyField(
+        "self",
+        through="ConfigurationFallback",
+        through_fields=("configuration", "fallback"),
+        symmetrical=False,
+        blank=True,
+        related_name="fallback_for",
+    )
+    allowed_tools = models.JSONField(
+        default=list, blank=True, help_text="Tool names or groups this configuration grants."
+    )
+    approval_exempt_tools = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Write tools that run without approval (TOOL-5). Empty: all need approval.",
+    )
+    modes = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text='{"agent": {"tools": [...], "deferred": [...]}}; the first is the default.',
+    )
+    max_tool_calls = models.PositiveIntegerField(default=10)
+    approval_timeout_seconds = models.PositiveIntegerField(default=24 * 3600)
+    context_budget_tokens = models.PositiveIntegerField(default=32000)
+    require_second_approver = models.BooleanField(default=False)
+    script = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text='Turns a scripted provider plays back: {"turns": [...]}.',
+    )
+    active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["slug"]
+
+    def __str__(self) -> str:
+        return self.slug
+
+
+class Ordered(models.Model):
+    position = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        abstract = True
+        ordering = ["position", "id"]
+
+
+class ConfigurationSnippet(Ordered):
+    configuration = models.ForeignKey(Configuration, on_delete=models.CASCADE)
+    snippet = models.ForeignKey(Snippet, on_delete=models.CASCADE)
+
+    class Meta(Ordered.Meta):
+        constraints = [
+            models.UniqueConstraint(
+                fields=["configuration", "snippet"], name="configuration_snippet_once"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.configuration_id} → snippet {self.snippet_id}"
+
+
+class ConfigurationSkill(Ordered):
+    configuration = models.ForeignKey(Configuration, on_delete=models.CASCADE)
+    skill = models.ForeignKey(Skill, on_delete=models.CASCADE)
+
+    class Meta(Ordered.Meta):
+        constraints = [
+            models.UniqueConstraint(
+                fields=["configuration", "skill"], name="configuration_skill_once"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.configuration_id} → skill {self.skill_id}"
+
+
+class ConfigurationFallback(Ordered):
+    configuration = models.ForeignKey(
+        Configuration, on_delete=models.CASCADE, related_name="fallback_links"
+    )
+    fallback = models.ForeignKey(
+        Configuration, on_delete=models.CASCADE, related_name="fallback_of_links"
+    )
+
+    class Meta(Ordered.Meta):
+        constraints = [
+            models.UniqueConstraint(
+                fields=["configuration", "fallback"], name="configuration_fallback_once"
+            ),
+            models.CheckConstraint(
+                condition=~models.Q(configuration=models.F("fallback")),
+                name="configuration_not_own_fallback",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.configuration_id} → fallback {self.fallback_id}"
+
+
+class CatalogGeneration(models.Model):
+    """One counter bumped by every catalog write, so the runtime can cache a configuration
+    and still gate against the live one (CG-9) with a single-row read."""
+
+    value = models.BigIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"catalog generation {self.value}"
+
+    @classmethod
+    def bump(cls) -> None:
+        if not cls.objects.filter(pk=1).update(value=models.F("value") + 1):
+            cls.objects.get_or_create(pk=1)
+
+
+class GateAudit(models.Model):
+    """One row per asserted gate decision (CG-4). Holds names and classes, never text."""
+
+    class Mode(models.TextChoices):
+        ENFORCED = "enforced"
+        OBSERVED = "observed"
+
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    verdict = models.CharField(max_length=16)
+    mode = models.CharField(max_length=16, choices=Mode.choices)
+    configuration = models.CharField(max_length=50, db_index=True)
+    run_id = models.BigIntegerField(null=True, blank=True, db_index=True)
+    zone = models.CharField(max_length=32, blank=True)
+    ceiling = models.CharField(max_length=32, blank=True)
+    source_kind = models.CharField(max_length=32, blank=True)
+    source_name = models.CharField(max_length=200, blank=True)
+    data_class = models.CharField(max_length=32, blank=True)
+    forced = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["-id"]
+
+    def __str__(self) -> str:
+        return f"{self.configuration}: {self.verdict} ({self.mode})"

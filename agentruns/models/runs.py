@@ -1,0 +1,245 @@
+"""What happens: threads, runs, their append-only log, checkpoints, invocations, tickets."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+from agentruns.models.catalog import Configuration
+
+
+class Thread(models.Model):
+    """LOOP-1: a conversation. Its log is the authority on what happened (LOOP-3)."""
+
+    configuration = models.ForeignKey(Configuration, on_delete=models.PROTECT)
+    mode = models.CharField(max_length=64, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"thread {self.pk}"
+
+
+class Run(models.Model):
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        AWAITING = "awaiting"
+        COMPLETED = "completed"
+        FAILED = "failed"
+        CANCELLED = "cancelled"
+
+    TERMINAL = (Status.COMPLETED, Status.FAILED, Status.CANCELLED)
+
+    thread = models.ForeignKey(Thread, on_delete=models.CASCADE, related_name="runs")
+    configuration = models.ForeignKey(Configuration, on_delete=models.PROTECT)
+    input = models.TextField()
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="agent_runs",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    # RG-1, RG-3: the forced set by id; NULL means a row written before these existed.
+    forced_snippet_ids = models.JSONField(null=True, blank=True)
+    forced_skill_ids = models.JSONField(null=True, blank=True)
+    final_reply = models.TextField(blank=True)
+    failure = models.JSONField(null=True, blank=True)
+    # CLU-2: the lease. Every runtime write is fenced by `epoch`.
+    epoch = models.PositiveIntegerField(default=0)
+    lease_owner = models.CharField(max_length=200, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    cancel_requested = models.BooleanField(default=False)
+    wake_task_id = models.CharField(max_length=64, blank=True)
+    wake_enqueued_at = models.DateTimeField(null=True, blank=True)
+    # CLU-5
+    idempotency_key = models.CharField(max_length=200, null=True, blank=True)
+    request_digest = models.CharField(max_length=64, blank=True)
+    # Caches of the log, refreshed when a run parks or ends.
+    steps = models.PositiveIntegerField(default=0)
+    tool_calls_used = models.PositiveIntegerField(default=0)
+    last_sequence = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["thread"],
+                condition=models.Q(status__in=["queued", "running", "awaiting"]),
+                name="one_live_run_per_thread",
+            ),
+            models.UniqueConstraint(
+                fields=["created_by", "idempotency_key"],
+                condition=models.Q(idempotency_key__isnull=False),
+                name="run_idempotency_key_once",
+            ),
+        ]
+        indexes = [models.Index(fields=["status", "lease_expires_at"], name="run_status_lease")]
+        permissions = [
+            ("use_playground", "Can use the tool playground"),
+            ("approve_run", "Can approve tool calls and answer questions of runs"),
+            ("view_all_runs", "Can view every run"),
+        ]
+
+    def __str__(self) -> str:
+        return f"run {self.pk} ({self.status})"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in self.TERMINAL
+
+
+class Event(models.Model):
+    """LOOP-3: append-only; the runtime never updates or deletes a row."""
+
+    thread = models.ForeignKey(Thread, on_delete=models.CASCADE, related_name="events")
+    run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.CASCADE)
+    sequence = models.PositiveIntegerField()
+    type = models.CharField(max_length=40)
+    payload = models.JSONField(default=dict)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["thread", "sequence"]
+        constraints = [
+            models.UniqueConstraint(fields=["thread", "sequence"], name="event_sequence_once")
+        ]
+        indexes = [models.Index(fields=["run", "sequence"], name="event_run_sequence")]
+
+    def __str__(self) -> str:
+        return f"{self.thread_id}#{self.sequence} {self.type}"
+
+
+class Checkpoint(models.Model):
+    """LOOP-8, LOOP-9: a cache of the folded run state up to `last_sequence`; no history."""
+
+    class Kind(models.TextChoices):
+        MODEL_RESPONSE = "model_response"
+        TOOL_PENDING = "tool_pending"
+        TOOL_COMPLETED = "tool_completed"
+        SUSPENSION = "suspension"
+        TERMINAL = "terminal"
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="checkpoints")
+    kind = models.CharField(max_length=20, choices=Kind.choices)
+    last_sequence = models.PositiveIntegerField()
+    state = models.JSONField()
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["run", "id"]
+        indexes = [models.Index(fields=["run", "-id"], name="checkpoint_latest")]
+
+    def __str__(self) -> str:
+        return f"run {self.run_id} {self.kind} @{self.last_sequence}"
+
+
+class ToolInvocation(models.Model):
+    """TOOL-3: written authorised before execution and completed after."""
+
+    class Status(models.TextChoices):
+        AUTHORISED = "authorised"
+        AWAITING_APPROVAL = "awaiting_approval"
+        EXECUTING = "executing"
+        COMPLETED = "completed"
+        FAILED = "failed"
+        UNCERTAIN = "uncertain"
+        DENIED = "denied"
+        EXPIRED = "expired"
+        NOT_PERMITTED = "not_permitted"
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="invocations")
+    step = models.PositiveIntegerField()
+    call_id = models.CharField(max_length=200)
+    tool = models.CharField(max_length=100)
+    tool_version = models.CharField(max_length=20)
+    arguments = models.JSONField(default=dict)
+    arguments_digest = models.CharField(max_length=64)
+    idempotency_key = models.CharField(max_length=64, unique=True)
+    status = models.CharField(max_length=20, choices=Status.choices)
+    effect_sent_at = models.DateTimeField(null=True, blank=True)
+    result = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    completed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["run", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.tool} {self.call_id} ({self.status})"
+
+
+class Ticket(models.Model):
+    """HITL-2: what a parked run waits for. Never holds a credential."""
+
+    class Kind(models.TextChoices):
+        TOOL_PERMISSION = "tool_permission"
+        REMOTE_INPUT = "remote_input"
+        PAUSE = "pause"
+
+    class Status(models.TextChoices):
+        ACTIVE = "active"
+        ANSWERED = "answered"
+        EXPIRED = "expired"
+        VOID = "void"
+
+    correlation_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="tickets")
+    thread = models.ForeignKey(Thread, on_delete=models.CASCADE)
+    snapshot_id = models.CharField(max_length=64)
+    catalog_fingerprint = models.CharField(max_length=64)
+    deadline = models.DateTimeField(null=True, blank=True)
+    kind = models.CharField(max_length=20, choices=Kind.choices)
+    call_id = models.CharField(max_length=200, blank=True)
+    tool = models.CharField(max_length=100, blank=True)
+    arguments = models.JSONField(null=True, blank=True)
+    arguments_digest = models.CharField(max_length=64, blank=True)
+    question = models.TextField(blank=True)
+    schema = models.JSONField(null=True, blank=True)
+    status = models.CharField(max_length=12, choices=Status.choices, default=Status.ACTIVE)
+    created_at = models.DateTimeField(auto_now_add=True)
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    resolved_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    resolution = models.JSONField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["run"],
+                condition=models.Q(status="active"),
+                name="one_active_ticket_per_run",
+            )
+        ]
+        indexes = [models.Index(fields=["status", "deadline"], name="ticket_status_deadline")]
+
+    def __str__(self) -> str:
+        return f"ticket {self.correlation_id} ({self.kind}, {self.status})"
+
+
+class Note(models.Model):
+    """Written by the `notes.write` tool in the transaction that records its result."""
+
+    title = models.CharField(max_length=200, db_index=True)
+    body = models.TextField()
+    run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL)
+    call_id = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-id"]
+
+    def __str__(self) -> str:
+        return self.title

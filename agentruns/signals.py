@@ -1,0 +1,35 @@
+"""Every catalog write bumps one counter so executors notice live changes (CG-9)."""
+
+from django.db.models.signals import m2m_changed, post_delete, post_save
+
+from agentruns.models import (
+    CatalogGeneration,
+    Configuration,
+    ConfigurationFallback,
+    ConfigurationSkill,
+    ConfigurationSnippet,
+    Provider,
+    Skill,
+    Snippet,
+)
+
+CATALOG_MODELS = (
+    Provider,
+    Configuration,
+    Snippet,
+    Skill,
+    ConfigurationSnippet,
+    ConfigurationSkill,
+    ConfigurationFallback,
+)
+
+
+def bump_generation(**_: object) -> None:
+    CatalogGeneration.bump()
+
+
+for model in CATALOG_MODELS:
+    post_save.connect(bump_generation, sender=model, dispatch_uid=f"gen-save-{model.__name__}")
+    post_delete.connect(bump_generation, sender=model, dispatch_uid=f"gen-del-{model.__name__}")
+for through in (ConfigurationSnippet, ConfigurationSkill, ConfigurationFallback):
+    m2m_changed.connect(bump_generation, sender=through, dispatch_uid=f"gen-m2m-{through.__name__}")

@@ -1,0 +1,211 @@
+"""Settings come from the environment; every default is safe for a local demo.
+
+`DATABASE_URL` selects PostgreSQL (or any backend dj-database-url knows); without it the
+embedded SQLite file under `var/` is used.
+"""
+
+import os
+from pathlib import Path
+
+import dj_database_url
+from django.core.management.utils import get_random_secret_key
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(os.environ.get("AGENTRUNS_VAR_DIR", BASE_DIR / "var"))
+
+
+def env_bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    return raw.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name, "").strip()
+    return int(raw) if raw else default
+
+
+def env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name, "").strip()
+    return float(raw) if raw else default
+
+
+def env_list(name: str, default: str = "") -> list[str]:
+    return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
+
+
+def persisted_secret_key() -> str:
+    """The web server and the cluster must share a key (task payloads are signed with it),
+    so without SECRET_KEY in the environment one is generated once under var/."""
+    path = VAR_DIR / "secret_key"
+    if not path.exists():
+        VAR_DIR.mkdir(parents=True, exist_ok=True)
+        path.write_text(get_random_secret_key())
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+DEBUG = env_bool("DEBUG", False)
+SECRET_KEY = os.environ.get("SECRET_KEY") or persisted_secret_key()
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver")
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS")
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "django_q",
+    "agentruns",
+    "playground",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+WSGI_APPLICATION = "config.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+
+def database_settings() -> dict:
+    url = os.environ.get("DATABASE_URL", "").strip()
+    if not url:
+        VAR_DIR.mkdir(parents=True, exist_ok=True)
+        return {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": VAR_DIR / "agentruns.sqlite3",
+            "OPTIONS": {
+                # Web, cluster and executor threads share one file: wait for the writer
+                # instead of failing, and take the write lock up front to avoid upgrades
+                # that deadlock.
+                "timeout": 30,
+                "transaction_mode": "IMMEDIATE",
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            },
+        }
+    db: dict = dict(dj_database_url.parse(url, conn_max_age=0))
+    if db["ENGINE"] == "django.db.backends.postgresql":
+        db.setdefault("OPTIONS", {})
+        # Web processes keep one connection per thread; the cluster's executor switches
+        # its own process to a pool (agentruns.cluster.driver).
+        db["CONN_MAX_AGE"] = None
+        db["CONN_HEALTH_CHECKS"] = True
+        db["TEST"] = {"NAME": os.environ.get("TEST_DATABASE_NAME") or None}
+    return db
+
+
+DATABASES = {"default": database_settings()}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+LOGIN_URL = "/admin/login/"
+LOGIN_REDIRECT_URL = "/"
+
+DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("AGENTRUNS_MAX_BODY_BYTES", 1_048_576)
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.SessionAuthentication",
+        "rest_framework.authentication.TokenAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "agentruns.api.errors.exception_handler",
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "PAGE_SIZE": 100,
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "agentruns API",
+    "DESCRIPTION": "Run LLM agents safely: gated context, durable tool loops, approvals.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+}
+
+# --- agentruns -------------------------------------------------------------------------
+
+# CG-5: read raw; the gate parses it fail-closed on every decision.
+AGENTRUNS_DATA_CLASS_ENFORCEMENT = os.environ.get("AGENTRUNS_DATA_CLASS_ENFORCEMENT")
+AGENTRUNS_HTTP_ALLOWED_HOSTS = env_list("AGENTRUNS_HTTP_ALLOWED_HOSTS")
+AGENTRUNS_LEASE_SECONDS = env_float("AGENTRUNS_LEASE_SECONDS", 30.0)
+AGENTRUNS_MAX_ATTEMPTS = env_int("AGENTRUNS_MAX_ATTEMPTS", 3)
+AGENTRUNS_MAX_TURNS = env_int("AGENTRUNS_MAX_TURNS", 50)
+AGENTRUNS_DB_POOL_MAX = env_int("AGENTRUNS_DB_POOL_MAX", 12)
+AGENTRUNS_EXECUTOR_THREADS = env_int(
+    "AGENTRUNS_EXECUTOR_THREADS",
+    256 if DATABASES["default"]["ENGINE"].endswith("postgresql") else 4,
+)
+# Only the test suite turns these on: fault injection points and test-only tools.
+AGENTRUNS_FAULTS = os.environ.get("AGENTRUNS_FAULTS", "")
+AGENTRUNS_TEST_TOOLS = env_bool("AGENTRUNS_TEST_TOOLS", False)
+
+Q_CLUSTER = {
+    "name": "agentruns",
+    "orm": "default",  # CLU-4: the wake-up commits in the same transaction as the run row.
+    "workers": env_int("AGENTRUNS_Q_WORKERS", 2),
+    # A wake-up only claims a run and hands it to the worker's executor threads, so it
+    # finishes in milliseconds; `retry` must exceed `timeout` or tasks are handed out twice.
+    "timeout": 60,
+    "retry": 90,
+    "max_attempts": 1,
+    "recycle": 1_000_000_000,  # recycling a worker would cut its in-flight runs short.
+    "poll": env_float("AGENTRUNS_Q_POLL", 0.05),
+    "save_limit": -1,
+    "ack_failures": True,
+    "catch_up": False,
+    "label": "Task queue",
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "WARNING")},
+    "loggers": {
+        "agentruns": {"level": os.environ.get("AGENTRUNS_LOG_LEVEL", "INFO")},
+        "django_q": {"level": os.environ.get("Q_LOG_LEVEL", "WARNING")},
+    },
+}

@@ -1,0 +1,33 @@
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth.models import Permission
+from rest_framework.test import APIClient
+
+
+@pytest.fixture
+def staff(django_user_model):
+    return django_user_model.objects.create_user("staff", password="pw", is_staff=True)
+
+
+@pytest.fixture
+def member(django_user_model):
+    return django_user_model.objects.create_user("member", password="pw")
+
+
+@pytest.fixture
+def api(staff) -> APIClient:
+    client = APIClient()
+    client.force_authenticate(staff)
+    return client
+
+
+def grant(user, *codenames: str):
+    user.user_permissions.add(
+        *Permission.objects.filter(content_type__app_label="agentruns", codename__in=codenames)
+    )
+    # Django caches permissions on the instance.
+    for attr in ("_perm_cache", "_user_perm_cache"):
+        if hasattr(user, attr):
+            delattr(user, attr)
+    return user
