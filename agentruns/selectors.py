@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
+
+from django.db.models import QuerySet
 
 from agentruns.gate.audit import current_enforcement
 from agentruns.gate.core import compose_sources
 from agentruns.gate.lookups import config_view, forced_for_composition
 from agentruns.gate.readout import readout
-from agentruns.models import Configuration
+from agentruns.models import Configuration, Run
 
 
 def configuration_readout(
@@ -23,3 +26,28 @@ def configuration_readout(
     data = readout(view, compose_sources(view, snippets, skills), current_enforcement())
     data["dropped"] = [item.as_dict() for item in dropped]
     return data
+
+
+def sees_all_runs(user: Any) -> bool:
+    return bool(
+        user.is_authenticated
+        and (user.has_perm("agentruns.view_all_runs") or user.has_perm("agentruns.approve_run"))
+    )
+
+
+def visible_runs(user: Any) -> QuerySet[Run]:
+    """SEC-2: a user sees the runs they started, unless they may see all."""
+    runs = Run.objects.select_related("configuration", "thread", "created_by")
+    if sees_all_runs(user):
+        return runs
+    if not user.is_authenticated:
+        return runs.none()
+    return runs.filter(created_by=user)
+
+
+def can_act_on_run(user: Any, run: Run) -> bool:
+    """The initiator, or an approver, may cancel or answer a run."""
+    return bool(
+        user.is_authenticated
+        and (run.created_by_id == user.pk or user.has_perm("agentruns.approve_run"))
+    )

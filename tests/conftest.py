@@ -31,3 +31,14 @@ def grant(user, *codenames: str):
         if hasattr(user, attr):
             delattr(user, attr)
     return user
+
+
+def _register_test_tools() -> None:
+    # The suite's own tools (TOOL-4's uncertain case, blocking and failing tools); child
+    # processes get them through AGENTRUNS_TEST_TOOLS=1.
+    from agentruns.tools.testing_tools import register_test_tools
+
+    register_test_tools()
+
+
+_register_test_tools()

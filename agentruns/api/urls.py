@@ -1,12 +1,14 @@
 from django.urls import include, path
 from rest_framework.routers import DefaultRouter
 
-from agentruns.api import catalog
+from agentruns.api import catalog, runs
 
 router = DefaultRouter()
 router.register("providers", catalog.ProviderViewSet)
 router.register("configurations", catalog.ConfigurationViewSet)
 router.register("snippets", catalog.SnippetViewSet)
 router.register("skills", catalog.SkillViewSet)
+router.register("runs", runs.RunViewSet, basename="run")
+router.register("notes", runs.NoteViewSet, basename="note")
 
 urlpatterns = [path("", include(router.urls))]

@@ -52,6 +52,8 @@ class Run(models.Model):
     # RG-1, RG-3: the forced set by id; NULL means a row written before these existed.
     forced_snippet_ids = models.JSONField(null=True, blank=True)
     forced_skill_ids = models.JSONField(null=True, blank=True)
+    # FS-4: set once the forced set was composed (inactive and deleted sources dropped).
+    composed_at = models.DateTimeField(null=True, blank=True)
     final_reply = models.TextField(blank=True)
     failure = models.JSONField(null=True, blank=True)
     # CLU-2: the lease. Every runtime write is fenced by `epoch`.

@@ -1,0 +1,192 @@
+"""Runs, their events, tickets and notes over HTTP (§11). Views only translate; services
+decide."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import Count
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import mixins, serializers, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from agentruns.gate.audit import current_enforcement
+from agentruns.gate.core import compose_sources
+from agentruns.gate.lookups import config_view, forced_for_resume
+from agentruns.gate.readout import readout
+from agentruns.models import Event, Note, Run, Ticket
+from agentruns.selectors import visible_runs
+from agentruns.services.runs import Submission, run_cancel, run_dry, run_submit
+
+
+class SubmitSerializer(serializers.Serializer):
+    configuration = serializers.SlugField()
+    input = serializers.CharField(trim_whitespace=False, allow_blank=True)
+    thread = serializers.IntegerField(required=False, allow_null=True, min_value=1)
+    mode = serializers.CharField(required=False, allow_null=True, max_length=64)
+    forced_snippets = serializers.ListField(
+        child=serializers.IntegerField(min_value=1), default=list, max_length=50
+    )
+    forced_skills = serializers.ListField(
+        child=serializers.IntegerField(min_value=1), default=list, max_length=50
+    )
+    dry_run = serializers.BooleanField(default=False)
+
+
+def ticket_dict(ticket: Ticket | None) -> dict[str, Any] | None:
+    if ticket is None:
+        return None
+    return {
+        "correlation_id": str(ticket.correlation_id),
+        "run": ticket.run_id,
+        "thread": ticket.thread_id,
+        "snapshot_id": ticket.snapshot_id,
+        "catalog_fingerprint": ticket.catalog_fingerprint,
+        "deadline": ticket.deadline,
+        "status": ticket.status,
+        "target": {
+            "kind": ticket.kind,
+            "call_id": ticket.call_id,
+            "tool": ticket.tool,
+            "arguments": ticket.arguments,
+            "arguments_digest": ticket.arguments_digest,
+            "question": ticket.question,
+            "schema": ticket.schema,
+        },
+    }
+
+
+def run_readout(run: Run) -> dict[str, Any]:
+    """CG-10 for a run: the live configuration plus the run's forced set (RG-2)."""
+    view = config_view(run.configuration)
+    snippets, skills = forced_for_resume(run.forced_snippet_ids, run.forced_skill_ids)
+    return readout(view, compose_sources(view, snippets, skills), current_enforcement())
+
+
+def run_dict(run: Run, *, detail: bool = True) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "id": run.pk,
+        "thread": run.thread_id,
+        "status": run.status,
+        "configuration": run.configuration.slug,
+        "input": run.input,
+        "final_reply": run.final_reply,
+        "failure": run.failure,
+        "created_by": run.created_by.get_username() if run.created_by else None,
+        "created_at": run.created_at,
+        "updated_at": run.updated_at,
+        "forced_snippets": run.forced_snippet_ids or [],
+        "forced_skills": run.forced_skill_ids or [],
+    }
+    if detail:
+        active = run.tickets.filter(status=Ticket.Status.ACTIVE).first()
+        data["ticket"] = ticket_dict(active)
+        data["readout"] = run_readout(run)
+        counts = dict(
+            Event.objects.filter(run=run).values_list("type").annotate(n=Count("id"))
+        )
+        data["counters"] = {
+            "events": sum(counts.values()),
+            "model_turns": counts.get("message.assistant", 0),
+            "tool_results": counts.get("tool.result", 0),
+            "tool_calls_used": run.tool_calls_used,
+            "attempts": run.attempts,
+        }
+        data["uncertain_calls"] = list(
+            run.invocations.filter(status="uncertain").values("call_id", "tool", "arguments")
+        )
+    return data
+
+
+def event_dict(event: Event) -> dict[str, Any]:
+    return {
+        "sequence": event.sequence,
+        "type": event.type,
+        "payload": event.payload,
+        "created_at": event.created_at,
+    }
+
+
+class RunViewSet(viewsets.GenericViewSet):
+    serializer_class = SubmitSerializer
+
+    def get_queryset(self) -> Any:
+        runs = visible_runs(self.request.user)
+        for name in ("status", "thread"):
+            value = self.request.query_params.get(name)
+            if value:
+                runs = runs.filter(**{name: value})
+        return runs
+
+    def list(self, request: Request) -> Response:
+        page = self.paginate_queryset(self.get_queryset())
+        return self.get_paginated_response([run_dict(run, detail=False) for run in page])
+
+    @extend_schema(
+        parameters=[OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER)],
+        request=SubmitSerializer,
+        responses={201: dict, 200: dict},
+    )
+    def create(self, request: Request) -> Response:
+        body = SubmitSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        submission = Submission(
+            configuration=data["configuration"],
+            input=data["input"],
+            thread=data.get("thread"),
+            mode=data.get("mode"),
+            forced_snippets=tuple(data["forced_snippets"]),
+            forced_skills=tuple(data["forced_skills"]),
+        )
+        if data["dry_run"]:
+            return Response(run_dry(user=request.user, submission=submission))
+        run, created = run_submit(
+            user=request.user,
+            submission=submission,
+            idempotency_key=request.headers.get("Idempotency-Key") or None,
+        )
+        return Response(
+            run_dict(run), status=status.HTTP_201_CREATED if created else status.HTTP_200_OK
+        )
+
+    def retrieve(self, request: Request, pk: str | None = None) -> Response:
+        return Response(run_dict(self.get_object()))
+
+    @extend_schema(parameters=[OpenApiParameter("after", int), OpenApiParameter("limit", int)])
+    @action(detail=True, methods=["get"])
+    def events(self, request: Request, pk: str | None = None) -> Response:
+        run = self.get_object()
+        try:
+            after = int(request.query_params.get("after", 0))
+            limit = min(max(int(request.query_params.get("limit", 1000)), 1), 5000)
+        except ValueError as exc:
+            raise serializers.ValidationError({"after": ["Give an integer."]}) from exc
+        rows = Event.objects.filter(run=run, sequence__gt=after).order_by("sequence")[:limit]
+        return Response({"run": run.pk, "events": [event_dict(e) for e in rows]})
+
+    @extend_schema(request=None, responses={200: dict})
+    @action(detail=True, methods=["post"])
+    def cancel(self, request: Request, pk: str | None = None) -> Response:
+        run = run_cancel(user=request.user, run_id=int(self.get_object().pk))
+        return Response(run_dict(run))
+
+
+class NoteSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Note
+        fields = ["id", "title", "body", "run", "call_id", "created_at"]
+
+
+class NoteViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    serializer_class = NoteSerializer
+
+    def get_queryset(self) -> Any:
+        notes = Note.objects.all()
+        user = self.request.user
+        if not user.is_staff:
+            notes = notes.filter(run__in=visible_runs(user))
+        run = self.request.query_params.get("run")
+        return notes.filter(run_id=run) if run else notes

@@ -1,0 +1,1 @@
+"""The execution cluster: django-q2 wake-ups, the in-process executor driver, the sweeper."""

@@ -1,0 +1,1 @@
+"""Provider adapters behind one small interface (`base`), chosen by the provider's kind."""

@@ -1,0 +1,155 @@
+"""The provider interface: neutral messages in, one assistant turn out.
+
+Adapters translate to a wire protocol with the official SDKs; nothing above this module
+knows a protocol. Tool names here are *wire names* (`^[a-zA-Z0-9_-]{1,64}$`); the runtime
+maps them to registry names.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+from typing import Any, Generic, Protocol, TypeVar
+
+from agentruns.gate.core import Link
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: dict[str, Any] | None
+    # The model's own text when it is not a JSON object; kept to replay it faithfully.
+    raw_arguments: str | None = None
+
+
+@dataclass(frozen=True)
+class UserMessage:
+    text: str
+
+
+@dataclass(frozen=True)
+class AssistantMessage:
+    text: str
+    tool_calls: tuple[ToolCall, ...] = ()
+
+
+@dataclass(frozen=True)
+class ToolResultMessage:
+    call_id: str
+    name: str
+    content: str
+    is_error: bool = False
+
+
+Message = UserMessage | AssistantMessage | ToolResultMessage
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ProviderRequest:
+    model: str
+    system: tuple[str, ...]
+    messages: tuple[Message, ...]
+    tools: tuple[ToolSpec, ...] = ()
+    # Opaque provider data for the newest assistant turn (e.g. signed reasoning blocks).
+    continuation: Any = None
+    max_tokens: int = 4096
+    # "turn" asks for the next assistant turn; "summary" asks to summarise the messages
+    # for compaction (DEF-6), which the scripted provider answers deterministically.
+    purpose: str = "turn"
+
+
+@dataclass(frozen=True)
+class Reply:
+    text: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    continuation: Any = None
+    usage: dict[str, int] = field(default_factory=dict)
+    provider: str = ""
+    model: str = ""
+
+
+class ProviderError(Exception):
+    """A failed provider call. `retryable` decides whether the fallback chain is tried
+    (TZ-5: connection, timeout, 429 and 5xx are; any other 4xx is not)."""
+
+    def __init__(self, message: str, *, retryable: bool, status: int | None = None) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+        self.status = status
+
+
+class MalformedReply(ProviderError):
+    """The provider answered, but not with a usable turn (e.g. no choices)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, retryable=False)
+
+
+class Adapter(Protocol):
+    def complete(self, link: Link, request: ProviderRequest) -> Reply: ...
+
+
+def retryable_status(status: int) -> bool:
+    """TZ-5: 429 and 5xx may succeed elsewhere; any other 4xx would fail everywhere."""
+    return status == 429 or status >= 500
+
+
+# Local OpenAI-compatible servers need no key, but the SDKs refuse to start without one.
+NO_KEY = "unused"
+
+
+def api_key_for(link: Link) -> str:
+    """SEC-1: a provider names an environment variable; the key itself is never stored."""
+    name = link.api_key_env.strip()
+    if not name:
+        return NO_KEY
+    key = os.environ.get(name)
+    if not key:
+        raise ProviderError(
+            f"Provider {link.provider_slug or link.slug!r}: environment variable {name} "
+            "(its api_key_env) is not set.",
+            retryable=False,
+        )
+    return key
+
+
+def redact(text: str, secret: str) -> str:
+    """Error bodies may echo the credential back (OpenAI's 401 does, partly)."""
+    return text.replace(secret, "[redacted]") if secret and secret != NO_KEY else text
+
+
+C = TypeVar("C")
+
+
+class ClientCache(Generic[C]):
+    """SDK clients are costly to build and safe to share across threads: one per settings."""
+
+    def __init__(self, factory: Callable[..., C], limit: int = 64) -> None:
+        self._factory = factory
+        self._limit = limit
+        self._clients: dict[Hashable, C] = {}
+        self._lock = threading.Lock()
+
+    def get(self, **settings: Any) -> C:
+        key = tuple(sorted(settings.items()))
+        client = self._clients.get(key)
+        if client is not None:
+            return client
+        with self._lock:
+            client = self._clients.get(key)
+            if client is None:
+                if len(self._clients) >= self._limit:
+                    # Rotated keys leave stale entries; dropping one only costs a rebuild.
+                    self._clients.pop(next(iter(self._clients)))
+                client = self._clients[key] = self._factory(**settings)
+            return client

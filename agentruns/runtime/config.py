@@ -1,0 +1,115 @@
+"""The configuration as the runtime uses it, cached per catalog generation so the gate
+still sees the live configuration on every send (CG-9) without reloading it each time."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import cached_property
+
+from agentruns.classes import DataClass
+from agentruns.gate.core import ConfigView, Source, reachable_zone
+from agentruns.gate.lookups import config_view, forced_for_resume
+from agentruns.models import Configuration
+from agentruns.tools.policy import Mode, modes_from
+from agentruns.tools.registry import REGISTRY, digest
+
+
+@dataclass(frozen=True)
+class RuntimeConfig:
+    view: ConfigView
+    granted: frozenset[str]
+    exempt: frozenset[str]
+    modes: tuple[Mode, ...]
+    max_tool_calls: int
+    approval_timeout_seconds: int
+    context_budget_tokens: int
+    require_second_approver: bool
+    active: bool
+
+    @property
+    def id(self) -> int:
+        return self.view.id
+
+    @property
+    def slug(self) -> str:
+        return self.view.slug
+
+    @cached_property
+    def ceiling(self) -> DataClass:
+        return reachable_zone(self.view).ceiling
+
+    def mode(self, name: str | None) -> Mode:
+        for mode in self.modes:
+            if mode.name == name:
+                return mode
+        return self.modes[0]
+
+    def has_mode(self, name: str) -> bool:
+        return any(mode.name == name for mode in self.modes)
+
+    @cached_property
+    def snapshot_id(self) -> str:
+        """HITL-2: a digest of the configuration as executed."""
+        view = self.view
+        return digest(
+            {
+                "configuration": view.slug,
+                "chain": [[link.slug, link.provider_slug, link.model] for link in view.chain],
+                "system_prompt": digest(view.system_prompt),
+                "sources": [[s.kind, s.id, s.declared] for s in (*view.snippets, *view.skills)],
+                "granted": sorted(self.granted),
+                "exempt": sorted(self.exempt),
+                "modes": [[m.name, m.core, m.deferred] for m in self.modes],
+                "max_tool_calls": self.max_tool_calls,
+            }
+        )
+
+
+def build_runtime_config(configuration: Configuration) -> RuntimeConfig:
+    return RuntimeConfig(
+        view=config_view(configuration),
+        granted=frozenset(REGISTRY.expand(configuration.allowed_tools or [])),
+        exempt=frozenset(configuration.approval_exempt_tools or []),
+        modes=modes_from(configuration.modes, configuration.allowed_tools or []),
+        max_tool_calls=configuration.max_tool_calls,
+        approval_timeout_seconds=configuration.approval_timeout_seconds,
+        context_budget_tokens=configuration.context_budget_tokens,
+        require_second_approver=configuration.require_second_approver,
+        active=configuration.active,
+    )
+
+
+_lock = threading.Lock()
+_configs: dict[int, tuple[int, RuntimeConfig]] = {}
+_forced: dict[tuple, tuple[int, tuple[list[Source], list[Source]]]] = {}
+
+
+def runtime_config(configuration_id: int, generation: int) -> RuntimeConfig:
+    with _lock:
+        cached = _configs.get(configuration_id)
+    if cached and cached[0] == generation:
+        return cached[1]
+    configuration = Configuration.objects.select_related("provider").get(pk=configuration_id)
+    config = build_runtime_config(configuration)
+    with _lock:
+        _configs[configuration_id] = (generation, config)
+    return config
+
+
+def forced_sources(
+    snippet_ids: Iterable[int] | None, skill_ids: Iterable[int] | None, generation: int
+) -> tuple[list[Source], list[Source]]:
+    """RG-1/RG-2: the run's forced set by identity, re-read whenever the catalog changed."""
+    key = (tuple(snippet_ids or ()), tuple(skill_ids or ()))
+    if not key[0] and not key[1]:
+        return [], []
+    with _lock:
+        cached = _forced.get(key)
+    if cached and cached[0] == generation:
+        return cached[1]
+    loaded = forced_for_resume(key[0], key[1])
+    with _lock:
+        _forced[key] = (generation, loaded)
+    return loaded

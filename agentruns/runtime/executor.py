@@ -1,0 +1,718 @@
+"""The executor: one claimed run driven to its next resting point (LOOP-4).
+
+Every model reply and tool result is committed, fenced by the lease, before the loop acts
+on it; no transaction is open across a provider call or a tool (LOOP-5). What to do next
+is always `next_action(fold(log))`, so a fresh run, a crash recovery and a resume after an
+approval take the same path (REC-1..REC-4).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from agentruns import events as ev
+from agentruns.answers import schema_problems
+from agentruns.errors import ContextRefused, Fenced
+from agentruns.gate.audit import context_assert
+from agentruns.gate.core import compose_sources
+from agentruns.gate.lookups import forced_for_composition
+from agentruns.models import Checkpoint, Event, Run, Ticket, ToolInvocation
+from agentruns.providers.base import MalformedReply, ProviderError, ProviderRequest, Reply, ToolSpec
+from agentruns.providers.dispatch import dispatch
+from agentruns.runtime import faults, journal
+from agentruns.runtime.budget import fit
+from agentruns.runtime.config import RuntimeConfig, forced_sources, runtime_config
+from agentruns.runtime.context import effective_events, pairing_problems, project, system_texts
+from agentruns.runtime.lease import Lease, claim, renew_if_due
+from agentruns.runtime.redaction import redact
+from agentruns.runtime.state import (
+    AskModel,
+    Call,
+    Complete,
+    Dispatch,
+    Ev,
+    Finished,
+    RunState,
+    Turn,
+    next_action,
+    restore,
+)
+from agentruns.tools.policy import (
+    Mode,
+    catalog_fingerprint,
+    needs_human,
+    offered_tools,
+    tool_refusal,
+)
+from agentruns.tools.registry import (
+    REGISTRY,
+    Effect,
+    Human,
+    Tool,
+    ToolContext,
+    ToolOutput,
+    digest,
+)
+
+logger = logging.getLogger(__name__)
+
+AWAITING = "awaiting"
+RELEASED = "released"
+FENCED = "fenced"
+
+Items = list[tuple[str, dict[str, Any]]]
+
+
+def idempotency_key(run_id: int, step: int, call: Call, tool: Tool | None) -> str:
+    """TOOL-3: from what the call *is*, never from which attempt runs it."""
+    version = tool.version if tool else ""
+    return digest([run_id, step, call.id, call.name, version, digest(call.arguments)])
+
+
+def result_payload(call: Call, status: str, content: str, **extra: Any) -> dict[str, Any]:
+    return {"call_id": call.id, "tool": call.name, "status": status, "content": content, **extra}
+
+
+@dataclass
+class Verdict:
+    """What the loop decided about one proposed call before dispatch."""
+
+    call: Call
+    status: str | None = None  # a result status when the call will not run
+    content: str = ""
+
+
+@dataclass
+class Executor:
+    lease: Lease
+    events: list[Ev] = field(default_factory=list)
+    state: RunState = field(default_factory=RunState)
+    next_sequence: int = 1
+    invocations: dict[str, ToolInvocation] = field(default_factory=dict)
+
+    # ---- entry -------------------------------------------------------------------------
+
+    def drive(self) -> str:
+        """Run until the run parks, ends, is released or loses its lease."""
+        try:
+            self._load()
+            return self._loop()
+        except Fenced:
+            logger.warning("run %s: lease lost, stopping without writing", self.lease.run_id)
+            return FENCED
+
+    def _load(self) -> None:
+        rows = Event.objects.filter(thread_id=self.lease.thread_id).order_by("sequence")
+        self.events = [
+            Ev(seq, kind, payload, run_id)
+            for seq, kind, payload, run_id in rows.values_list(
+                "sequence", "type", "payload", "run_id"
+            )
+        ]
+        self.next_sequence = (self.events[-1].sequence + 1) if self.events else 1
+        checkpoint = (
+            Checkpoint.objects.filter(run_id=self.lease.run_id)
+            .order_by("-id")
+            .values_list("state", flat=True)
+            .first()
+        )
+        mine = [event for event in self.events if event.run_id == self.lease.run_id]
+        self.state = restore(checkpoint, mine)
+
+    def _loop(self) -> str:
+        if self.lease.attempts > settings.AGENTRUNS_MAX_ATTEMPTS and not self.state.terminal:
+            return self._finish_failed(
+                "attempts_exhausted",
+                f"The run's workers stopped {self.lease.attempts} times; giving up.",
+            )
+        if not self.lease.composed:
+            self._compose()
+        while True:
+            stopped = self._boundary()
+            if stopped:
+                return stopped
+            action = next_action(self.state)
+            if isinstance(action, Finished):
+                return action.status
+            if isinstance(action, Complete):
+                return self._finish(Run.Status.COMPLETED, [], final_reply=action.text)
+            if isinstance(action, AskModel):
+                outcome = self._model_turn(action.step)
+            else:
+                assert isinstance(action, Dispatch)
+                outcome = self._dispatch(action.turn, action.calls)
+            if outcome:
+                return outcome
+
+    def _boundary(self) -> str | None:
+        """Between steps: honour a cancel (HITL-11) or a shutdown, and keep the lease."""
+        if self.lease.lost:
+            raise Fenced("the lease was taken by another worker")
+        if self.lease.cancel_requested:
+            return self._finish(Run.Status.CANCELLED, [(ev.RUN_CANCELLED, {})])
+        if self.lease.stop_requested:
+            return self._release()
+        renew_if_due(self.lease)
+        return None
+
+    # ---- configuration and context -----------------------------------------------------
+
+    @property
+    def config(self) -> RuntimeConfig:
+        return runtime_config(self.lease.configuration_id, self.lease.generation)
+
+    @property
+    def mode(self) -> Mode:
+        return self.config.mode(self._thread_mode())
+
+    def _thread_mode(self) -> str | None:
+        for event in reversed(self.events):
+            if event.type == ev.MODE_SWITCHED:
+                return event.payload.get("mode")
+        return None
+
+    def _active_deferred(self) -> set[str]:
+        return set()
+
+    def _offered(self) -> list[Tool]:
+        return offered_tools(self.mode, self._active_deferred())
+
+    def _compose(self) -> None:
+        """FS-4: a starting run injects only active forced sources and says what it left."""
+        snippets, skills, dropped = forced_for_composition(
+            self.lease.forced_snippet_ids, self.lease.forced_skill_ids
+        )
+        self.lease.forced_snippet_ids = [s.id for s in snippets]
+        self.lease.forced_skill_ids = [s.id for s in skills]
+        items: Items = []
+        if dropped:
+            items.append((ev.SOURCES_DROPPED, {"sources": [d.as_dict() for d in dropped]}))
+
+        def record() -> None:
+            Run.objects.filter(self.lease.fence).update(
+                forced_snippet_ids=self.lease.forced_snippet_ids,
+                forced_skill_ids=self.lease.forced_skill_ids,
+                composed_at=timezone.now(),
+            )
+
+        self._commit(items, work=record, checkpoints=())
+        self.lease.composed = True
+
+    # ---- the model turn ----------------------------------------------------------------
+
+    def _model_turn(self, step: int) -> str | None:
+        if step >= settings.AGENTRUNS_MAX_TURNS:
+            return self._finish_failed(
+                "turn_limit", f"The model took {step} turns without a final reply."
+            )
+        config = self.config
+        snippets, skills = forced_sources(
+            self.lease.forced_snippet_ids, self.lease.forced_skill_ids, self.lease.generation
+        )
+        sources = compose_sources(config.view, snippets, skills)
+        messages = project(effective_events(self.events))
+        problems = pairing_problems(messages)
+        if problems:
+            return self._finish_failed("corrupt_history", "; ".join(problems))
+        system = self._redacted_system(system_texts(sources))
+        try:
+            asserted = context_assert(config=config.view, sources=sources, run_id=self.lease.run_id)
+        except ContextRefused as refused:
+            return self._finish_failed(
+                "context_refused",
+                refused.detail,
+                fields=refused.fields,
+                extra=[(ev.CONTEXT_REFUSED, {"detail": refused.detail, **refused.fields})],
+            )
+        if asserted.observed_refusal and not self.state.observed:
+            self._commit([(ev.CONTEXT_OBSERVED, {"verdict": "refused (observed)"})])
+        tools = self._offered()
+        request = ProviderRequest(
+            model=config.view.primary.model,
+            system=tuple(system),
+            messages=tuple(messages),
+            tools=tuple(ToolSpec(t.wire_name, t.description, t.parameters) for t in tools),
+            continuation=self.state.continuation,
+        )
+        try:
+            reply, _link = dispatch(config.view.chain, request)
+        except MalformedReply as exc:
+            return self._finish_failed("provider_malformed_reply", str(exc))
+        except ProviderError as exc:
+            return self._finish_failed(
+                "provider_error", str(exc), fields={"status": exc.status, "retryable": exc.retryable}
+            )
+        faults.fault_point(faults.PROVIDER)
+        return self._record_turn(step, reply, {t.name for t in tools})
+
+    def _redacted_system(self, texts: list[str]) -> list[str]:
+        cleaned = []
+        for text in texts:
+            clean, _kinds = redact(text)
+            cleaned.append(clean)
+        return cleaned
+
+    def _record_turn(self, step: int, reply: Reply, offered: set[str]) -> str | None:
+        text, redacted = redact(reply.text)
+        calls = [self._call_from(tool_call) for tool_call in reply.tool_calls]
+        payload: dict[str, Any] = {
+            "text": text,
+            "tool_calls": [call.as_dict() for call in calls],
+            "step": step,
+            "tool_calls_before": self.state.tool_calls_used,
+        }
+        redaction = self._redaction_items("model_reply", redacted)
+        if not calls:
+            payload["granted"] = []
+            return self._finish(
+                Run.Status.COMPLETED,
+                [*redaction, (ev.ASSISTANT, payload)],
+                final_reply=text,
+            )
+        verdicts = [self._judge(call, offered) for call in calls]
+        candidates = [v.call.id for v in verdicts if v.status is None]
+        granted, over = fit(
+            candidates, used_before=self.state.tool_calls_used, limit=self.config.max_tool_calls
+        )
+        for verdict in verdicts:
+            if verdict.call.id in over:
+                verdict.status = ev.REFUSED
+                verdict.content = (
+                    f"Refused: the tool budget of {self.config.max_tool_calls} calls for this "
+                    "run is used up. Answer with what you have."
+                )
+        payload["granted"] = granted
+        refusals = [
+            (ev.TOOL_RESULT, result_payload(v.call, v.status, v.content))
+            for v in verdicts
+            if v.status is not None
+        ]
+        invocations = [self._new_invocation(step, call) for call in calls if call.id in granted]
+
+        def insert_invocations() -> None:
+            for invocation in ToolInvocation.objects.bulk_create(invocations):
+                self.invocations[invocation.call_id] = invocation
+
+        self._commit(
+            [*redaction, (ev.ASSISTANT, payload), *refusals],
+            work=insert_invocations,
+            checkpoints=(
+                (Checkpoint.Kind.MODEL_RESPONSE, len(redaction) + 1),
+                (Checkpoint.Kind.TOOL_PENDING, None),
+            ),
+            continuation=reply.continuation,
+        )
+        return None
+
+    def _call_from(self, tool_call: Any) -> Call:
+        tool = REGISTRY.by_wire(tool_call.name)
+        return Call(
+            id=tool_call.id,
+            name=tool.name if tool else tool_call.name,
+            arguments=tool_call.arguments,
+            raw_arguments=tool_call.raw_arguments,
+        )
+
+    def _judge(self, call: Call, offered: set[str]) -> Verdict:
+        """TOOL-2 and argument validation; a bad proposal becomes a model-visible result."""
+        if call.arguments is None:
+            return Verdict(call, ev.ERROR, "Error: the arguments are not a JSON object.")
+        refusal = tool_refusal(call.name, granted=self.config.granted, ceiling=self.config.ceiling)
+        if refusal:
+            return Verdict(call, ev.REFUSED, f"Refused: {refusal[1]}")
+        if call.name not in offered:
+            if call.name in self.mode.deferred:
+                return Verdict(
+                    call,
+                    ev.REFUSED,
+                    f"Refused: {call.name!r} is not available yet; use tool_search to activate it.",
+                )
+            return Verdict(call, ev.REFUSED, f"Refused: {call.name!r} is not offered in this mode.")
+        tool = REGISTRY.get(call.name)
+        assert tool is not None
+        errors = tool.argument_errors(call.arguments)
+        if not errors and tool.human is Human.INPUT:
+            errors = schema_problems(call.arguments.get("schema"))
+        if errors:
+            return Verdict(call, ev.ERROR, "Error: invalid arguments: " + "; ".join(errors))
+        return Verdict(call)
+
+    def _new_invocation(self, step: int, call: Call) -> ToolInvocation:
+        tool = REGISTRY.get(call.name)
+        assert tool is not None
+        human = needs_human(tool, self.config.exempt)
+        return ToolInvocation(
+            run_id=self.lease.run_id,
+            step=step,
+            call_id=call.id,
+            tool=call.name,
+            tool_version=tool.version,
+            arguments=call.arguments,
+            arguments_digest=digest(call.arguments),
+            idempotency_key=idempotency_key(self.lease.run_id, step, call, tool),
+            status=(
+                ToolInvocation.Status.AWAITING_APPROVAL
+                if human
+                else ToolInvocation.Status.AUTHORISED
+            ),
+        )
+
+    # ---- dispatching a batch -----------------------------------------------------------
+
+    def _dispatch(self, turn: Turn, calls: Sequence[Call]) -> str | None:
+        """HITL-1: calls that need no person run now; then the first that needs one parks
+        the run. Results reach the model only when the whole turn is answered."""
+        self._load_invocations(turn, calls)
+        waiting: list[Call] = []
+        for call in calls:
+            stopped = self._boundary()
+            if stopped:
+                return stopped
+            if call.id not in turn.granted:
+                self._record_result(call, ev.REFUSED, "Refused: not granted for this turn.")
+                continue
+            tool = REGISTRY.get(call.name)
+            human = needs_human(tool, self.config.exempt) if tool else None
+            if human and turn.decisions.get(call.id) != "allow":
+                waiting.append(call)
+                continue
+            self._run_call(turn, call)
+        if waiting:
+            return self._park(turn, waiting[0])
+        return None
+
+    def _load_invocations(self, turn: Turn, calls: Sequence[Call]) -> None:
+        missing = [call.id for call in calls if call.id not in self.invocations]
+        if missing:
+            rows = ToolInvocation.objects.filter(
+                run_id=self.lease.run_id, step=turn.step, call_id__in=missing
+            )
+            for row in rows:
+                self.invocations[row.call_id] = row
+
+    def _run_call(self, turn: Turn, call: Call) -> None:
+        tool = REGISTRY.get(call.name)
+        invocation = self.invocations.get(call.id)
+        problem = self._live_gate(call, tool, invocation)
+        if problem or tool is None or invocation is None:
+            self._record_result(
+                call,
+                ev.NOT_PERMITTED,
+                f"Not permitted: {problem or 'this call is no longer permitted'}.",
+                invocation_status=ToolInvocation.Status.NOT_PERMITTED,
+            )
+            return
+        context = ToolContext(
+            run_id=self.lease.run_id,
+            thread_id=self.lease.thread_id,
+            step=turn.step,
+            call_id=call.id,
+            configuration_id=self.lease.configuration_id,
+            catalog=self.mode.deferred,
+            active=tuple(sorted(self._active_deferred())),
+        )
+        if tool.transactional:
+            self._run_transactional(call, tool, context, invocation)
+            return
+        if tool.effect is Effect.WRITE:
+            if invocation.effect_sent_at is not None:
+                self._record_uncertain(call)
+                return
+            self._mark_effect_sent(invocation)
+        output = run_tool(tool, call, context)
+        faults.fault_point(faults.TOOL_DONE)
+        self._record_output(call, output, invocation)
+
+    def _live_gate(self, call: Call, tool: Tool | None, invocation: ToolInvocation | None) -> str:
+        """HITL-10: at execution the live configuration must still grant this exact tool."""
+        refusal = tool_refusal(call.name, granted=self.config.granted, ceiling=self.config.ceiling)
+        if refusal:
+            return refusal[1].rstrip(".")
+        if tool and invocation and invocation.tool_version != tool.version:
+            return f"{call.name!r} changed version since it was approved"
+        return ""
+
+    def _run_transactional(
+        self, call: Call, tool: Tool, context: ToolContext, invocation: ToolInvocation
+    ) -> None:
+        """TOOL-4: the effect and the record of its result commit together or not at all."""
+        outputs: list[ToolOutput] = []
+
+        def items() -> Items:
+            output = run_tool(tool, call, context, savepoint=True)
+            outputs.append(output)
+            return self._output_items(call, output)
+
+        self._commit(
+            items,
+            work=lambda: self._complete_invocation(invocation, outputs[0]),
+            checkpoints=((Checkpoint.Kind.TOOL_COMPLETED, None),),
+        )
+
+    def _mark_effect_sent(self, invocation: ToolInvocation) -> None:
+        now = timezone.now()
+        with transaction.atomic():
+            journal.check_fence(self.lease)
+            ToolInvocation.objects.filter(pk=invocation.pk).update(
+                effect_sent_at=now, status=ToolInvocation.Status.EXECUTING
+            )
+        invocation.effect_sent_at = now
+        faults.fault_point(faults.EFFECT_SENT)
+
+    def _record_uncertain(self, call: Call) -> None:
+        self._record_result(
+            call,
+            ev.UNCERTAIN,
+            "Outcome unknown: the effect may have happened before the worker stopped. It "
+            "will not be repeated automatically; an approver has been shown this call.",
+            invocation_status=ToolInvocation.Status.UNCERTAIN,
+        )
+
+    def _output_items(self, call: Call, output: ToolOutput) -> Items:
+        content, redacted = redact(output.content)
+        status = ev.OK if output.ok else ev.ERROR
+        extra = {"added_tool_names": output.data["added_tool_names"]} if output.ok and (
+            "added_tool_names" in output.data
+        ) else {}
+        return [
+            *self._redaction_items(f"tool:{call.name}", redacted),
+            (ev.TOOL_RESULT, result_payload(call, status, content, **extra)),
+        ]
+
+    def _record_output(self, call: Call, output: ToolOutput, invocation: ToolInvocation) -> None:
+        self._commit(
+            self._output_items(call, output),
+            work=lambda: self._complete_invocation(invocation, output),
+            checkpoints=((Checkpoint.Kind.TOOL_COMPLETED, None),),
+        )
+
+    def _complete_invocation(self, invocation: ToolInvocation, output: ToolOutput) -> None:
+        status = ToolInvocation.Status.COMPLETED if output.ok else ToolInvocation.Status.FAILED
+        ToolInvocation.objects.filter(pk=invocation.pk).update(
+            status=status,
+            result={"ok": output.ok, "data": output.data},
+            completed_at=timezone.now(),
+        )
+
+    def _record_result(
+        self, call: Call, status: str, content: str, *, invocation_status: str | None = None
+    ) -> None:
+        invocation = self.invocations.get(call.id)
+
+        def update() -> None:
+            if invocation and invocation_status:
+                ToolInvocation.objects.filter(pk=invocation.pk).update(
+                    status=invocation_status, completed_at=timezone.now()
+                )
+
+        self._commit(
+            [(ev.TOOL_RESULT, result_payload(call, status, content))],
+            work=update,
+            checkpoints=((Checkpoint.Kind.TOOL_COMPLETED, None),),
+        )
+
+    def _redaction_items(self, where: str, kinds: dict[str, int]) -> Items:
+        if not kinds:
+            return []
+        return [(ev.SECRET_REDACTED, {"where": where, "kinds": kinds})]
+
+    # ---- parking and ending ------------------------------------------------------------
+
+    def _park(self, turn: Turn, call: Call) -> str:
+        """HITL-1, HITL-2: one committed ticket; the run then holds no worker or lease."""
+        tool = REGISTRY.get(call.name)
+        assert tool is not None and call.arguments is not None
+        config = self.config
+        ask = tool.human is Human.INPUT
+        ticket = Ticket(
+            run_id=self.lease.run_id,
+            thread_id=self.lease.thread_id,
+            snapshot_id=config.snapshot_id,
+            catalog_fingerprint=catalog_fingerprint(self._offered(), self.mode.deferred),
+            deadline=timezone.now() + timedelta(seconds=config.approval_timeout_seconds),
+            kind=Ticket.Kind.REMOTE_INPUT if ask else Ticket.Kind.TOOL_PERMISSION,
+            call_id=call.id,
+            tool=call.name,
+            arguments=call.arguments,
+            arguments_digest=digest(call.arguments),
+            question=call.arguments.get("question", "") if ask else "",
+            schema=call.arguments.get("schema") if ask else None,
+        )
+
+        def save() -> None:
+            ticket.save()
+            self._update_run(status=Run.Status.AWAITING)
+
+        opened = {
+            "correlation_id": str(ticket.correlation_id),
+            "call_id": call.id,
+            "kind": ticket.kind,
+            "tool": call.name,
+            "deadline": ticket.deadline.isoformat() if ticket.deadline else None,
+        }
+        self._commit(
+            [(ev.TICKET_OPENED, opened)],
+            work=save,
+            checkpoints=((Checkpoint.Kind.SUSPENSION, None),),
+        )
+        return AWAITING
+
+    def _release(self) -> str:
+        """A worker shutting down hands the run back without spending an attempt."""
+        from agentruns.services.wakeups import enqueue_wake
+
+        with transaction.atomic():
+            journal.check_fence(self.lease)
+            self._update_run(status=Run.Status.QUEUED)
+            enqueue_wake(self.lease.run_id)
+        return RELEASED
+
+    def _finish_failed(
+        self,
+        code: str,
+        detail: str,
+        *,
+        fields: dict[str, Any] | None = None,
+        extra: Items | None = None,
+    ) -> str:
+        failure = {"code": code, "detail": detail, **(fields or {})}
+        return self._finish(
+            Run.Status.FAILED, [*(extra or []), (ev.RUN_FAILED, failure)], failure=failure
+        )
+
+    def _finish(
+        self,
+        status: str,
+        items: Items,
+        *,
+        final_reply: str = "",
+        failure: dict[str, Any] | None = None,
+    ) -> str:
+        """The one place a run's terminal state is written."""
+        if status == Run.Status.COMPLETED:
+            items = [*items, (ev.RUN_COMPLETED, {"final_reply": final_reply})]
+        else:
+            items = [*self._interrupted_results(), *items]
+
+        def write() -> None:
+            self._update_run(status=status, final_reply=final_reply, failure=failure)
+            Ticket.objects.filter(run_id=self.lease.run_id, status=Ticket.Status.ACTIVE).update(
+                status=Ticket.Status.VOID, resolved_at=timezone.now()
+            )
+
+        self._commit(items, work=write, checkpoints=((Checkpoint.Kind.TERMINAL, None),))
+        return status
+
+    def _interrupted_results(self) -> Items:
+        """A thread stays usable: every call of a run that ends early gets a result."""
+        turn = self.state.turn
+        if turn is None:
+            return []
+        return [
+            (ev.TOOL_RESULT, result_payload(call, ev.ERROR, "Interrupted: the run ended."))
+            for call in turn.open_calls()
+        ]
+
+    def _update_run(self, **changes: Any) -> None:
+        terminal_or_parked = changes.get("status") != Run.Status.RUNNING
+        if terminal_or_parked:
+            changes.update(lease_owner="", lease_expires_at=None)
+        changes.update(
+            steps=self.state.steps,
+            tool_calls_used=self.state.tool_calls_used,
+            last_sequence=self.state.last_sequence,
+            updated_at=timezone.now(),
+        )
+        if not Run.objects.filter(self.lease.fence).update(**changes):
+            raise Fenced("the lease was taken by another worker")
+
+    # ---- the one way to write ----------------------------------------------------------
+
+    def _commit(
+        self,
+        items: Items | Callable[[], Items],
+        *,
+        work: Callable[[], None] | None = None,
+        checkpoints: Sequence[tuple[str, int | None]] = (),
+        continuation: Any = None,
+    ) -> list[Ev]:
+        """Append events fenced by the lease, fold them, write checkpoints and any row
+        changes — all in one transaction."""
+        try:
+            with transaction.atomic():
+                staged = items() if callable(items) else items
+                if staged:
+                    written = journal.append(self.lease, self.next_sequence, staged)
+                else:
+                    journal.check_fence(self.lease)
+                    written = []
+                snapshots = self._fold(written, checkpoints, continuation)
+                if work:
+                    work()
+                if snapshots:
+                    Checkpoint.objects.bulk_create(snapshots)
+        except IntegrityError as exc:
+            # Another writer appended to this thread: this worker's view is stale.
+            self.lease.lost = True
+            raise Fenced(str(exc)) from exc
+        self.events.extend(written)
+        self.next_sequence += len(written)
+        faults.fault_point(faults.COMMIT)
+        return written
+
+    def _fold(
+        self,
+        written: list[Ev],
+        checkpoints: Sequence[tuple[str, int | None]],
+        continuation: Any,
+    ) -> list[Checkpoint]:
+        snapshots = []
+        applied = 0
+        for kind, upto in checkpoints:
+            upto = len(written) if upto is None else upto
+            for event in written[applied:upto]:
+                self.state.apply(event)
+                if event.type == ev.ASSISTANT:
+                    self.state.continuation = continuation
+            applied = max(applied, upto)
+            snapshots.append(
+                Checkpoint(
+                    run_id=self.lease.run_id,
+                    kind=kind,
+                    last_sequence=self.state.last_sequence,
+                    state=self.state.as_dict(),
+                )
+            )
+        for event in written[applied:]:
+            self.state.apply(event)
+        return snapshots
+
+
+def run_tool(tool: Tool, call: Call, context: ToolContext, *, savepoint: bool = False) -> ToolOutput:
+    """A failing tool is a model-visible error result, never a crashed run. Inside a
+    transaction it runs in a savepoint, so its failure leaves the step's writes usable."""
+    try:
+        if savepoint:
+            with transaction.atomic():
+                return tool.execute(call.arguments or {}, context)
+        return tool.execute(call.arguments or {}, context)
+    except Exception as exc:
+        logger.exception("tool %s failed in run %s", tool.name, context.run_id)
+        return ToolOutput(f"Error: the tool failed ({type(exc).__name__}: {exc}).", ok=False)
+
+
+def execute_run(run_id: int, owner: str | None = None) -> str | None:
+    """Claim the run and drive it; None when it was not claimable (CLU-1: a duplicate or
+    stale wake-up is harmless)."""
+    lease = claim(run_id, owner)
+    if lease is None:
+        return None
+    return Executor(lease).drive()

@@ -1,0 +1,44 @@
+"""Deterministic crash points for the test suite; inert unless AGENTRUNS_FAULTS is set.
+
+`AGENTRUNS_FAULTS="commit:3"` kills this process with SIGKILL at the third commit point;
+`AGENTRUNS_FAULT_TRACE=/path` appends the name of every point reached, so a test can first
+record an uninterrupted run and then crash it at each boundary in turn.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections import Counter
+from functools import cache
+
+from django.conf import settings
+
+COMMIT = "commit"  # after a runtime transaction committed (events, checkpoints, rows)
+EFFECT_SENT = "effect_sent"  # after effect_sent_at committed, before the effect
+PROVIDER = "provider"  # inside a provider call: the reply is in memory, nothing committed
+TOOL_DONE = "tool_done"  # a tool ran; its result is not committed yet
+
+_hits: Counter[str] = Counter()
+
+
+@cache
+def _plan(spec: str) -> dict[str, int]:
+    plan = {}
+    for item in spec.split(","):
+        if ":" in item:
+            name, count = item.split(":", 1)
+            plan[name.strip()] = int(count)
+    return plan
+
+
+def fault_point(name: str) -> None:
+    trace = os.environ.get("AGENTRUNS_FAULT_TRACE")
+    if not settings.AGENTRUNS_FAULTS and not trace:
+        return
+    _hits[name] += 1
+    if trace:
+        with open(trace, "a") as handle:
+            handle.write(f"{name}\n")
+    if _plan(settings.AGENTRUNS_FAULTS).get(name) == _hits[name]:
+        os.kill(os.getpid(), signal.SIGKILL)

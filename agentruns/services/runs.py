@@ -1,0 +1,285 @@
+"""Submitting, dry-running and cancelling runs: the one path the API, admin and pages use."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from agentruns import events as ev
+from agentruns.errors import Conflict, InvalidRequest, NotFound, NotPermitted
+from agentruns.gate.audit import current_enforcement
+from agentruns.gate.core import compose_sources
+from agentruns.gate.lookups import forced_for_composition
+from agentruns.gate.readout import readout
+from agentruns.models import Configuration, Event, Run, Skill, Snippet, Thread, Ticket
+from agentruns.providers.base import AssistantMessage, Message, ToolResultMessage, UserMessage
+from agentruns.runtime.config import build_runtime_config
+from agentruns.runtime.context import effective_events, project, system_texts
+from agentruns.runtime.redaction import redact
+from agentruns.runtime.state import Ev, restore
+from agentruns.selectors import can_act_on_run, visible_runs
+from agentruns.services.log import append_events
+from agentruns.services.wakeups import enqueue_wake
+from agentruns.tools.policy import offered_tools
+from agentruns.tools.registry import digest
+
+MAX_INPUT_CHARS = 100_000
+
+User = AbstractBaseUser | AnonymousUser
+
+
+@dataclass(frozen=True)
+class Submission:
+    configuration: str
+    input: str
+    thread: int | None = None
+    mode: str | None = None
+    forced_snippets: Sequence[int] = field(default_factory=tuple)
+    forced_skills: Sequence[int] = field(default_factory=tuple)
+
+    def digest(self) -> str:
+        return digest(
+            {
+                "configuration": self.configuration,
+                "input": self.input,
+                "thread": self.thread,
+                "mode": self.mode,
+                "forced_snippets": list(self.forced_snippets),
+                "forced_skills": list(self.forced_skills),
+            }
+        )
+
+
+def _configuration(slug: str) -> Configuration:
+    configuration = Configuration.objects.select_related("provider").filter(slug=slug).first()
+    if configuration is None:
+        raise InvalidRequest(
+            "Unknown configuration.", fields={"configuration": [f"Unknown configuration {slug!r}."]}
+        )
+    if not configuration.active:
+        raise InvalidRequest(
+            "The configuration is inactive.",
+            fields={"configuration": [f"Configuration {slug!r} is inactive."]},
+        )
+    return configuration
+
+
+def _check_ids(model: type[Snippet] | type[Skill], ids: Sequence[int], name: str) -> None:
+    known = set(model.objects.filter(pk__in=ids).values_list("pk", flat=True))
+    unknown = [pk for pk in ids if pk not in known]
+    if unknown:
+        listed = ", ".join(str(pk) for pk in unknown)
+        raise InvalidRequest(
+            f"Unknown {name}.", fields={name: [f"Unknown {model.__name__.lower()} ids: {listed}."]}
+        )
+
+
+def _thread(user: User, thread_id: int, configuration: Configuration) -> Thread:
+    thread = Thread.objects.filter(pk=thread_id).first()
+    visible = thread and visible_runs(user).filter(thread=thread).exists()
+    if thread is None or not visible:
+        raise InvalidRequest("Unknown thread.", fields={"thread": [f"Unknown thread {thread_id}."]})
+    if thread.configuration_id != configuration.pk:
+        raise InvalidRequest(
+            "The thread belongs to another configuration.",
+            fields={"thread": ["A thread keeps the configuration it started with."]},
+        )
+    return thread
+
+
+def _validate(user: User, submission: Submission) -> tuple[Configuration, Thread | None]:
+    if not submission.input.strip():
+        raise InvalidRequest("Empty input.", fields={"input": ["Give the task to run."]})
+    if len(submission.input) > MAX_INPUT_CHARS:
+        raise InvalidRequest(
+            "Input too long.", fields={"input": [f"At most {MAX_INPUT_CHARS} characters."]}
+        )
+    configuration = _configuration(submission.configuration)
+    _check_ids(Snippet, submission.forced_snippets, "forced_snippets")
+    _check_ids(Skill, submission.forced_skills, "forced_skills")
+    thread = _thread(user, submission.thread, configuration) if submission.thread else None
+    if submission.mode is not None:
+        config = build_runtime_config(configuration)
+        if not config.has_mode(submission.mode):
+            known = ", ".join(m.name for m in config.modes)
+            raise InvalidRequest(
+                "Unknown mode.", fields={"mode": [f"Unknown mode {submission.mode!r}; use {known}."]}
+            )
+    return configuration, thread
+
+
+def run_submit(
+    *, user: User, submission: Submission, idempotency_key: str | None = None
+) -> tuple[Run, bool]:
+    """Create the run, its first events and its wake-up in one transaction (CLU-4).
+    Returns (run, created); the same Idempotency-Key and body return the original (CLU-5)."""
+    owner = user if user.is_authenticated else None
+    if idempotency_key:
+        existing = _idempotent_match(owner, idempotency_key, submission)
+        if existing:
+            return existing, False
+    configuration, thread = _validate(user, submission)
+    try:
+        with transaction.atomic():
+            run = _create(owner, configuration, thread, submission, idempotency_key)
+    except IntegrityError as exc:
+        if idempotency_key:
+            existing = _idempotent_match(owner, idempotency_key, submission)
+            if existing:
+                return existing, False
+        raise Conflict(
+            "The thread already has a run in progress; wait for it or cancel it."
+        ) from exc
+    return run, True
+
+
+def _idempotent_match(owner: Any, key: str, submission: Submission) -> Run | None:
+    run = Run.objects.filter(created_by=owner, idempotency_key=key).first()
+    if run and run.request_digest != submission.digest():
+        raise Conflict("This Idempotency-Key was used with a different request.")
+    return run
+
+
+def _create(
+    owner: Any,
+    configuration: Configuration,
+    thread: Thread | None,
+    submission: Submission,
+    idempotency_key: str | None,
+) -> Run:
+    new_thread = thread is None
+    if thread is None:
+        thread = Thread.objects.create(configuration=configuration, created_by=owner)
+    run = Run.objects.create(
+        thread=thread,
+        configuration=configuration,
+        input=submission.input,
+        created_by=owner,
+        forced_snippet_ids=list(dict.fromkeys(submission.forced_snippets)),
+        forced_skill_ids=list(dict.fromkeys(submission.forced_skills)),
+        idempotency_key=idempotency_key or None,
+        request_digest=submission.digest(),
+    )
+    items: list[tuple[str, dict[str, Any]]] = []
+    if submission.mode and (new_thread or submission.mode != _current_mode(thread)):
+        items.append((ev.MODE_SWITCHED, {"mode": submission.mode}))
+        Thread.objects.filter(pk=thread.pk).update(mode=submission.mode)
+    text, kinds = redact(submission.input)
+    if kinds:
+        items.append((ev.SECRET_REDACTED, {"where": "input", "kinds": kinds}))
+        Run.objects.filter(pk=run.pk).update(input=text)
+        run.input = text
+    items.append((ev.USER, {"text": text}))
+    append_events(thread_id=thread.pk, run_id=run.pk, items=items)
+    enqueue_wake(run.pk)
+    return run
+
+
+def _current_mode(thread: Thread) -> str:
+    switched = (
+        Event.objects.filter(thread=thread, type=ev.MODE_SWITCHED)
+        .order_by("-sequence")
+        .values_list("payload", flat=True)
+        .first()
+    )
+    return (switched or {}).get("mode") or thread.mode
+
+
+def run_dry(*, user: User, submission: Submission) -> dict[str, Any]:
+    """FS-3: the messages the first provider call would carry, with the readout; nothing
+    is gated, sent or stored."""
+    configuration, thread = _validate(user, submission)
+    config = build_runtime_config(configuration)
+    snippets, skills, dropped = forced_for_composition(
+        submission.forced_snippets, submission.forced_skills
+    )
+    sources = compose_sources(config.view, snippets, skills)
+    history: list[Message] = []
+    mode_name = submission.mode
+    if thread is not None:
+        rows = Event.objects.filter(thread=thread).order_by("sequence")
+        history = project(
+            effective_events(
+                [Ev(e.sequence, e.type, e.payload, e.run_id) for e in rows.only("sequence", "type", "payload", "run_id")]
+            )
+        )
+        mode_name = mode_name or _current_mode(thread)
+    text, kinds = redact(submission.input)
+    system = [redact(t)[0] for t in system_texts(sources)]
+    tools = offered_tools(config.mode(mode_name), ())
+    return {
+        "dry_run": True,
+        "configuration": configuration.slug,
+        "model": config.view.primary.model,
+        "messages": [{"role": "system", "content": t} for t in system]
+        + [message_dict(m) for m in [*history, UserMessage(text)]],
+        "tools": [{"name": t.name, "wire_name": t.wire_name} for t in tools],
+        "redacted": kinds,
+        "readout": {
+            **readout(config.view, sources, current_enforcement()),
+            "dropped": [d.as_dict() for d in dropped],
+        },
+    }
+
+
+def message_dict(message: Message) -> dict[str, Any]:
+    if isinstance(message, UserMessage):
+        return {"role": "user", "content": message.text}
+    if isinstance(message, AssistantMessage):
+        return {
+            "role": "assistant",
+            "content": message.text,
+            "tool_calls": [
+                {"id": c.id, "name": c.name, "arguments": c.arguments} for c in message.tool_calls
+            ],
+        }
+    assert isinstance(message, ToolResultMessage)
+    return {"role": "tool", "call_id": message.call_id, "content": message.content}
+
+
+def run_cancel(*, user: User, run_id: int) -> Run:
+    """HITL-11: a queued or awaiting run ends now and its ticket is void; a running one
+    stops at its next step boundary."""
+    run = visible_runs(user).filter(pk=run_id).first()
+    if run is None:
+        raise NotFound("No such run.")
+    if not can_act_on_run(user, run):
+        raise NotPermitted("Only the run's initiator or an approver may cancel it.")
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(pk=run_id)
+        if run.is_terminal:
+            raise Conflict(f"The run already ended ({run.status}).", status=run.status)
+        if run.status == Run.Status.RUNNING:
+            Run.objects.filter(pk=run.pk).update(cancel_requested=True)
+        else:
+            _cancel_parked(run)
+    run.refresh_from_db()
+    return run
+
+
+def _cancel_parked(run: Run) -> None:
+    now = timezone.now()
+    Ticket.objects.filter(run=run, status=Ticket.Status.ACTIVE).update(
+        status=Ticket.Status.VOID, resolved_at=now
+    )
+    rows = Event.objects.filter(run=run).order_by("sequence")
+    state = restore(None, [Ev(e.sequence, e.type, e.payload, e.run_id) for e in rows])
+    open_calls = state.turn.open_calls() if state.turn else []
+    items: list[tuple[str, dict[str, Any]]] = [
+        (
+            ev.TOOL_RESULT,
+            {"call_id": c.id, "tool": c.name, "status": ev.ERROR, "content": "Interrupted: the run was cancelled."},
+        )
+        for c in open_calls
+    ]
+    items.append((ev.RUN_CANCELLED, {}))
+    append_events(thread_id=run.thread_id, run_id=run.pk, items=items)
+    updated = Run.objects.filter(
+        pk=run.pk, status__in=[Run.Status.QUEUED, Run.Status.AWAITING]
+    ).update(status=Run.Status.CANCELLED, lease_owner="", lease_expires_at=None, updated_at=now)
+    assert updated == 1

@@ -1,0 +1,199 @@
+"""TOOL-6: the built-in tools."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+from django.conf import settings
+from django.utils import timezone
+
+from agentruns.classes import DataClass
+from agentruns.models import Note
+from agentruns.tools.registry import REGISTRY, Effect, Human, Tool, ToolContext, ToolOutput
+
+HTTP_MAX_BYTES = 64 * 1024
+SEARCH_LIMIT = 4
+SEARCH_MAX_QUERY = 200
+
+
+def clock_now(arguments: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+    return ToolOutput(timezone.now().isoformat())
+
+
+def notes_read(arguments: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+    notes = list(Note.objects.filter(title=arguments["title"]).order_by("-id")[:5])
+    if not notes:
+        return ToolOutput(f"No note titled {arguments['title']!r}.")
+    return ToolOutput("\n\n".join(f"# {note.title}\n{note.body}" for note in notes))
+
+
+def notes_write(arguments: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+    note = Note.objects.create(
+        title=arguments["title"], body=arguments["body"], run_id=ctx.run_id, call_id=ctx.call_id
+    )
+    return ToolOutput(f"Saved note {note.pk} titled {note.title!r}.", data={"note_id": note.pk})
+
+
+def http_get(arguments: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+    url = arguments["url"]
+    parts = urlsplit(url)
+    allowed = {host.lower() for host in settings.AGENTRUNS_HTTP_ALLOWED_HOSTS}
+    if parts.scheme not in {"http", "https"} or (parts.hostname or "").lower() not in allowed:
+        return ToolOutput(f"Host not allowed: {parts.hostname or url!r}.", ok=False)
+    try:
+        with httpx.stream("GET", url, timeout=10.0, follow_redirects=False) as response:
+            body = b""
+            for chunk in response.iter_bytes():
+                body += chunk
+                if len(body) >= HTTP_MAX_BYTES:
+                    break
+    except httpx.HTTPError as exc:
+        return ToolOutput(f"Request failed: {type(exc).__name__}.", ok=False)
+    text = body[:HTTP_MAX_BYTES].decode(response.encoding or "utf-8", errors="replace")
+    return ToolOutput(f"HTTP {response.status_code}\n\n{text}", ok=response.status_code < 400)
+
+
+def _words(text: str) -> set[str]:
+    return {word for word in re.split(r"[^a-z0-9]+", text.lower()) if len(word) > 1}
+
+
+def tool_search(arguments: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+    """DEF-3: activate up to four deferred tools of the current mode; grants nothing."""
+    query = arguments["query"].strip()
+    if not query or len(query) > SEARCH_MAX_QUERY:
+        return _search_result([], f"Give a query of 1 to {SEARCH_MAX_QUERY} characters.")
+    candidates = [REGISTRY.get(name) for name in ctx.catalog if name not in ctx.active]
+    tools = [tool for tool in candidates if tool is not None]
+    exact = [tool for tool in tools if query in {tool.name, tool.wire_name}]
+    wanted = _words(query)
+    ranked = sorted(
+        (tool for tool in tools if tool not in exact),
+        key=lambda tool: -len(wanted & _words(f"{tool.name} {tool.description}")),
+    )
+    matches = exact + [t for t in ranked if wanted & _words(f"{t.name} {t.description}")]
+    added = [tool.name for tool in matches[:SEARCH_LIMIT]]
+    if not added:
+        return _search_result([], f"No deferred tool matches {query!r}.")
+    return _search_result(added, "Activated: " + ", ".join(added) + ". Call them from now on.")
+
+
+def _search_result(added: list[str], message: str) -> ToolOutput:
+    return ToolOutput(message, data={"added_tool_names": added})
+
+
+def ask_user(arguments: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+    raise RuntimeError("ask_user is answered by a person, never executed")  # pragma: no cover
+
+
+REGISTRY.register(
+    Tool(
+        name="clock.now",
+        description="The current date and time (UTC, ISO 8601).",
+        parameters={"type": "object", "properties": {}, "additionalProperties": False},
+        group="clock",
+        output_class=DataClass.PUBLIC,
+        effect=Effect.READ_ONLY,
+        version="1",
+        execute=clock_now,
+    )
+)
+REGISTRY.register(
+    Tool(
+        name="notes.read",
+        description="Read the notes with a given title.",
+        parameters={
+            "type": "object",
+            "properties": {"title": {"type": "string", "minLength": 1, "maxLength": 200}},
+            "required": ["title"],
+            "additionalProperties": False,
+        },
+        group="notes",
+        output_class=DataClass.INTERNAL,
+        effect=Effect.READ_ONLY,
+        version="1",
+        execute=notes_read,
+    )
+)
+REGISTRY.register(
+    Tool(
+        name="notes.write",
+        description="Save a note with a title and a body.",
+        parameters={
+            "type": "object",
+            "properties": {
+                "title": {"type": "string", "minLength": 1, "maxLength": 200},
+                "body": {"type": "string", "maxLength": 20000},
+            },
+            "required": ["title", "body"],
+            "additionalProperties": False,
+        },
+        group="notes",
+        output_class=DataClass.INTERNAL,
+        effect=Effect.WRITE,
+        version="1",
+        execute=notes_write,
+        transactional=True,
+    )
+)
+REGISTRY.register(
+    Tool(
+        name="http.get",
+        description="Fetch a web page by URL (only hosts the operator allowed).",
+        parameters={
+            "type": "object",
+            "properties": {"url": {"type": "string", "format": "uri", "maxLength": 2000}},
+            "required": ["url"],
+            "additionalProperties": False,
+        },
+        group="http",
+        output_class=DataClass.PUBLIC,
+        effect=Effect.READ_ONLY,
+        version="1",
+        execute=http_get,
+        deferred=True,
+    )
+)
+REGISTRY.register(
+    Tool(
+        name="ask_user",
+        description=(
+            "Ask a person a question and wait for a typed answer. `schema` is a JSON Schema "
+            "object describing the answer (typed properties, required, enums, bounds)."
+        ),
+        parameters={
+            "type": "object",
+            "properties": {
+                "question": {"type": "string", "minLength": 1, "maxLength": 2000},
+                "schema": {"type": "object"},
+            },
+            "required": ["question", "schema"],
+            "additionalProperties": False,
+        },
+        group="human",
+        output_class=DataClass.PUBLIC,
+        effect=Effect.READ_ONLY,
+        version="1",
+        execute=ask_user,
+        human=Human.INPUT,
+    )
+)
+REGISTRY.register(
+    Tool(
+        name="tool_search",
+        description="Find and activate more tools by name or keywords.",
+        parameters={
+            "type": "object",
+            "properties": {"query": {"type": "string"}},
+            "required": ["query"],
+            "additionalProperties": False,
+        },
+        group="tool_search",
+        output_class=DataClass.PUBLIC,
+        effect=Effect.READ_ONLY,
+        version="1",
+        execute=tool_search,
+    )
+)

@@ -1,0 +1,94 @@
+"""What a configuration offers and grants, and which calls need a person (TOOL-2, TOOL-5,
+DEF-1, DEF-2). Pure functions over plain values."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from agentruns.classes import DataClass
+from agentruns.tools.registry import REGISTRY, Effect, Human, Tool, digest
+
+SEARCH_TOOL = "tool_search"
+DEFAULT_MODE = "default"
+
+UNKNOWN = "unknown"
+NOT_ALLOWED = "not_allowed"
+OVER_CEILING = "over_ceiling"
+
+
+@dataclass(frozen=True)
+class Mode:
+    name: str
+    core: tuple[str, ...]
+    deferred: tuple[str, ...]
+
+
+def modes_from(raw: Mapping[str, Any] | None, allowed: Iterable[str]) -> tuple[Mode, ...]:
+    """DEF-1: the configured modes, the first being the default; none configured means one
+    mode offering the granted tools, deferred ones behind tool_search."""
+    if raw:
+        return tuple(
+            Mode(name, tuple(spec.get("tools") or ()), tuple(spec.get("deferred") or ()))
+            for name, spec in raw.items()
+        )
+    granted = [REGISTRY.get(name) for name in sorted(REGISTRY.expand(allowed))]
+    tools = [tool for tool in granted if tool is not None and tool.name != SEARCH_TOOL]
+    return (
+        Mode(
+            DEFAULT_MODE,
+            tuple(t.name for t in tools if not t.deferred),
+            tuple(t.name for t in tools if t.deferred),
+        ),
+    )
+
+
+def tool_refusal(
+    name: str, *, granted: frozenset[str], ceiling: DataClass
+) -> tuple[str, str] | None:
+    """TOOL-2: the first failing of unknown, not allowed, over ceiling."""
+    tool = REGISTRY.get(name)
+    if tool is None:
+        return UNKNOWN, f"Unknown tool {name!r}."
+    if name != SEARCH_TOOL and name not in granted:
+        return NOT_ALLOWED, f"Tool {name!r} is not allowed for this configuration."
+    if tool.output_class > ceiling:
+        return OVER_CEILING, (
+            f"Tool {name!r} returns {tool.output_class.label} data, above the ceiling "
+            f"{ceiling.label} of this configuration's reachable zone."
+        )
+    return None
+
+
+PERMISSION = "permission"
+INPUT = "input"
+
+
+def needs_human(tool: Tool, exempt: frozenset[str]) -> str | None:
+    """TOOL-5: write tools need approval unless exempted; ask_user needs an answer."""
+    if tool.human is Human.INPUT:
+        return INPUT
+    if tool.effect is Effect.WRITE and tool.name not in exempt:
+        return PERMISSION
+    return None
+
+
+def offered_tools(mode: Mode, active: Iterable[str]) -> list[Tool]:
+    """DEF-2: core tools, tool_search when there is a catalog, and activated deferred ones."""
+    names = list(mode.core)
+    if mode.deferred:
+        names.append(SEARCH_TOOL)
+        names.extend(name for name in mode.deferred if name in set(active))
+    tools = [REGISTRY.get(name) for name in dict.fromkeys(names)]
+    return [tool for tool in tools if tool is not None]
+
+
+def catalog_fingerprint(tools: Iterable[Tool], deferred: Iterable[str] = ()) -> str:
+    """HITL-2: a digest of the offered tools' names, versions and schemas."""
+    return digest(
+        {
+            "tools": sorted((t.spec_digest_parts() for t in tools), key=lambda p: p[0]),
+            "catalog": sorted(deferred),
+        }
+    )

@@ -1,0 +1,135 @@
+"""TOOL-1: the registry. Classes and effects are properties of code, not of the database."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from functools import cached_property
+from typing import Any
+
+from jsonschema import Draft202012Validator
+
+from agentruns.classes import DataClass
+from agentruns.tools.names import WIRE_NAME, wire_name
+
+
+class Effect(StrEnum):
+    READ_ONLY = "read_only"
+    IDEMPOTENT = "idempotent"
+    WRITE = "write"
+
+
+class Human(StrEnum):
+    """What a call waits for before it can finish, beyond the approval policy."""
+
+    NONE = "none"
+    INPUT = "input"  # ask_user: the answer is the result (HITL-6)
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    run_id: int
+    thread_id: int
+    step: int
+    call_id: str
+    configuration_id: int
+    # The current mode's deferred catalog and what is already active (tool_search, DEF-3).
+    catalog: tuple[str, ...] = ()
+    active: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ToolOutput:
+    content: str
+    ok: bool = True
+    # Structured extras the runtime reads (e.g. tool_search's added_tool_names).
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+Executor = Callable[[dict[str, Any], ToolContext], ToolOutput]
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    group: str
+    output_class: DataClass
+    effect: Effect
+    version: str
+    execute: Executor = field(compare=False, repr=False)
+    deferred: bool = False
+    # TOOL-4: the effect is a write to this application's database, so it runs inside the
+    # transaction that records its result and can never happen without it.
+    transactional: bool = False
+    human: Human = Human.NONE
+
+    @property
+    def wire_name(self) -> str:
+        return wire_name(self.name)
+
+    @cached_property
+    def validator(self) -> Draft202012Validator:
+        return Draft202012Validator(self.parameters)
+
+    def argument_errors(self, arguments: dict[str, Any]) -> list[str]:
+        return sorted(
+            f"{'/'.join(str(p) for p in error.absolute_path) or '(root)'}: {error.message}"
+            for error in self.validator.iter_errors(arguments)
+        )
+
+    def one_line(self, limit: int = 120) -> str:
+        text = " ".join(self.description.split())
+        return text if len(text) <= limit else text[: limit - 1] + "…"
+
+    def spec_digest_parts(self) -> list[Any]:
+        return [self.name, self.version, self.parameters]
+
+
+class Registry:
+    def __init__(self) -> None:
+        self._tools: dict[str, Tool] = {}
+        self._by_wire: dict[str, Tool] = {}
+
+    def register(self, tool: Tool) -> Tool:
+        Draft202012Validator.check_schema(tool.parameters)
+        if not WIRE_NAME.match(tool.wire_name):
+            raise ValueError(f"{tool.name!r} has no valid wire name")
+        clash = self._by_wire.get(tool.wire_name)
+        if clash and clash.name != tool.name:
+            raise ValueError(f"{tool.name!r} and {clash.name!r} share a wire name")
+        self._tools[tool.name] = tool
+        self._by_wire[tool.wire_name] = tool
+        return tool
+
+    def get(self, name: str) -> Tool | None:
+        return self._tools.get(name)
+
+    def by_wire(self, name: str) -> Tool | None:
+        return self._by_wire.get(name) or self._tools.get(name)
+
+    def all(self) -> list[Tool]:
+        return sorted(self._tools.values(), key=lambda tool: tool.name)
+
+    def groups(self) -> set[str]:
+        return {tool.group for tool in self._tools.values()}
+
+    def expand(self, names_or_groups: Iterable[str]) -> set[str]:
+        """A configuration's grant: tool names and whole groups."""
+        wanted = set(names_or_groups)
+        return {tool.name for tool in self._tools.values() if {tool.name, tool.group} & wanted}
+
+
+REGISTRY = Registry()
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def digest(value: Any) -> str:
+    return hashlib.sha256(canonical_json(value).encode()).hexdigest()
