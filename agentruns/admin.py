@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from django import forms
 from django.contrib import admin
 from django.db.models import QuerySet
@@ -9,18 +11,26 @@ from django.http import HttpRequest
 from django.template.loader import render_to_string
 from django.utils.safestring import SafeString
 
+from agentruns.errors import AgentrunsError
 from agentruns.models import (
     Configuration,
     ConfigurationFallback,
     ConfigurationSkill,
     ConfigurationSnippet,
+    Event,
     GateAudit,
+    Note,
     Provider,
+    Run,
     Skill,
     Snippet,
+    Thread,
+    Ticket,
+    ToolInvocation,
 )
 from agentruns.selectors import configuration_readout
 from agentruns.services.catalog import fallback_problem
+from agentruns.services.runs import run_cancel
 
 
 @admin.register(Provider)
@@ -152,3 +162,102 @@ class GateAuditAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
         return False
+
+
+class EventInline(admin.TabularInline):
+    """UI-1: the run timeline, in log order, read-only (LOOP-3: the log is append-only)."""
+
+    model = Event
+    extra = 0
+    can_delete = False
+    ordering = ["sequence"]
+    fields = ["sequence", "type", "summary", "created_at"]
+    readonly_fields = fields
+
+    @admin.display(description="payload")
+    def summary(self, event: Event) -> str:
+        return payload_summary(event.type, event.payload)
+
+    def has_add_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+
+def payload_summary(kind: str, payload: dict) -> str:
+    if kind == "message.assistant":
+        calls = ", ".join(c["name"] for c in payload.get("tool_calls", []))
+        text = (payload.get("text") or "")[:120]
+        return f"{text} [calls: {calls}]" if calls else text
+    if kind == "tool.result":
+        content = str(payload.get("content", ""))[:120]
+        return f"{payload.get('tool')} {payload.get('call_id')} {payload.get('status')}: {content}"
+    if kind == "message.user":
+        return str(payload.get("text", ""))[:160]
+    return json.dumps(payload)[:200]
+
+
+@admin.register(Run)
+class RunAdmin(admin.ModelAdmin):
+    list_display = ["id", "configuration", "status", "created_by", "created_at", "attempts"]
+    list_filter = ["status", "configuration"]
+    search_fields = ["input", "final_reply"]
+    readonly_fields = [
+        *(field.name for field in Run._meta.fields if field.name != "id"),
+        "readout_panel",
+    ]
+    actions = ["cancel_runs"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def get_inlines(self, request: HttpRequest, obj: Run | None = None) -> list:
+        return [RunEventInline] if obj else []
+
+    @admin.display(description="Context readout (CG-10)")
+    def readout_panel(self, obj: Run) -> SafeString:
+        from agentruns.api.runs import run_readout
+
+        return render_to_string("admin/agentruns/readout.html", {"r": run_readout(obj)})
+
+    @admin.action(description="Cancel selected runs")
+    def cancel_runs(self, request: HttpRequest, queryset: QuerySet) -> None:
+        for run in queryset:
+            try:
+                run_cancel(user=request.user, run_id=run.pk)
+            except AgentrunsError as exc:
+                self.message_user(request, f"Run {run.pk}: {exc.detail}", level="warning")
+
+
+class RunEventInline(EventInline):
+    fk_name = "run"
+
+
+@admin.register(Ticket)
+class TicketAdmin(admin.ModelAdmin):
+    list_display = ["correlation_id", "run", "kind", "tool", "status", "deadline", "resolved_by"]
+    list_filter = ["status", "kind"]
+    readonly_fields = [field.name for field in Ticket._meta.fields]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+
+@admin.register(ToolInvocation)
+class ToolInvocationAdmin(admin.ModelAdmin):
+    list_display = ["run", "step", "call_id", "tool", "status", "effect_sent_at", "completed_at"]
+    list_filter = ["status", "tool"]
+    readonly_fields = [field.name for field in ToolInvocation._meta.fields]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+
+@admin.register(Note)
+class NoteAdmin(admin.ModelAdmin):
+    list_display = ["title", "run", "call_id", "created_at"]
+    search_fields = ["title", "body"]
+
+
+@admin.register(Thread)
+class ThreadAdmin(admin.ModelAdmin):
+    list_display = ["id", "configuration", "mode", "created_by", "created_at"]
+    inlines = [EventInline]

@@ -29,7 +29,7 @@ MAX_PROPERTIES = 20
 def schema_problems(schema: Any) -> list[str]:
     """An object with typed properties, `required`, enums, string lengths, number bounds."""
     if not isinstance(schema, dict) or schema.get("type") != "object":
-        return ["the schema must be an object schema ({\"type\": \"object\", ...})"]
+        return ['the schema must be an object schema ({"type": "object", ...})']
     properties = schema.get("properties")
     if not isinstance(properties, dict) or not properties:
         return ["the schema needs at least one property"]

@@ -72,6 +72,29 @@ class ModeSerializer(serializers.Serializer):
     deferred = serializers.ListField(child=serializers.CharField(max_length=100), default=list)
 
 
+class ModesField(serializers.Field):
+    """§11 shows modes as an ordered object; they are stored as a list to keep the order."""
+
+    def to_internal_value(self, data: Any) -> list[dict]:
+        if not isinstance(data, dict):
+            raise serializers.ValidationError(
+                'Expected {"mode": {"tools": [...], "deferred": [...]}}.'
+            )
+        modes = []
+        for name, spec in data.items():
+            mode = ModeSerializer(data=spec)
+            if not mode.is_valid():
+                raise serializers.ValidationError({name: mode.errors})
+            modes.append({"name": str(name), **mode.validated_data})
+        return modes
+
+    def to_representation(self, value: list[dict]) -> dict:
+        return {
+            mode["name"]: {"tools": mode.get("tools", []), "deferred": mode.get("deferred", [])}
+            for mode in value or []
+        }
+
+
 class ConfigurationSerializer(serializers.ModelSerializer):
     provider = serializers.SlugRelatedField(
         slug_field="slug", queryset=Provider.objects.all(), allow_null=True, required=False
@@ -88,7 +111,7 @@ class ConfigurationSerializer(serializers.ModelSerializer):
     approval_exempt_tools = serializers.ListField(
         child=serializers.CharField(max_length=100), required=False
     )
-    modes = serializers.DictField(child=ModeSerializer(), required=False)
+    modes = ModesField(required=False)
 
     class Meta:
         model = Configuration

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import RequestDataTooBig
 from django.db.models import ProtectedError
 from django.http import Http404
 from rest_framework import exceptions, status
@@ -22,6 +23,7 @@ STATUS_BY_CODE = {
     "not_permitted": status.HTTP_403_FORBIDDEN,
     "self_approval": status.HTTP_403_FORBIDDEN,
     "not_authenticated": status.HTTP_401_UNAUTHORIZED,
+    "payload_too_large": status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
     "expired": status.HTTP_410_GONE,
     "invalid_input": status.HTTP_422_UNPROCESSABLE_ENTITY,
     "result_kind_mismatch": status.HTTP_422_UNPROCESSABLE_ENTITY,
@@ -44,6 +46,8 @@ def error_response(code: str, detail: str, **fields: Any) -> Response:
 def exception_handler(exc: Exception, context: dict) -> Response | None:
     if isinstance(exc, AgentrunsError):
         return error_response(exc.code, exc.detail, **exc.fields)
+    if isinstance(exc, RequestDataTooBig):
+        return error_response("payload_too_large", "The request body is too large.")
     if isinstance(exc, exceptions.ValidationError):
         return error_response("invalid", "The request has invalid fields.", fields=exc.detail)
     if isinstance(exc, exceptions.ParseError):

@@ -84,9 +84,7 @@ def run_dict(run: Run, *, detail: bool = True) -> dict[str, Any]:
         active = run.tickets.filter(status=Ticket.Status.ACTIVE).first()
         data["ticket"] = ticket_dict(active)
         data["readout"] = run_readout(run)
-        counts = dict(
-            Event.objects.filter(run=run).values_list("type").annotate(n=Count("id"))
-        )
+        counts = dict(Event.objects.filter(run=run).values_list("type").annotate(n=Count("id")))
         data["counters"] = {
             "events": sum(counts.values()),
             "model_turns": counts.get("message.assistant", 0),

@@ -25,7 +25,7 @@ logger = logging.getLogger(__name__)
 
 
 def current_enforcement() -> Enforcement:
-    return parse_enforcement(settings.AGENTRUNS_DATA_CLASS_ENFORCEMENT)
+    return parse_enforcement(getattr(settings, "AGENTRUNS_DATA_CLASS_ENFORCEMENT", None))
 
 
 @dataclass(frozen=True)

@@ -134,9 +134,9 @@ class Enforcement(StrEnum):
     ENFORCE = "enforce"
 
 
-def parse_enforcement(raw: str | None) -> Enforcement:
+def parse_enforcement(raw: object) -> Enforcement:
     """CG-5: fail closed; only the exact word `observe` observes."""
-    if raw is not None and raw.strip().lower() == "observe":
+    if isinstance(raw, str) and raw.strip().lower() == "observe":
         return Enforcement.OBSERVE
     return Enforcement.ENFORCE
 

@@ -121,10 +121,12 @@ class Configuration(models.Model):
         blank=True,
         help_text="Write tools that run without approval (TOOL-5). Empty: all need approval.",
     )
+    # A list, not an object: jsonb does not keep key order and the first mode is the default.
     modes = models.JSONField(
-        default=dict,
+        default=list,
         blank=True,
-        help_text='{"agent": {"tools": [...], "deferred": [...]}}; the first is the default.',
+        help_text='[{"name": "agent", "tools": [...], "deferred": [...]}, ...]; the first is '
+        "the default. Empty: one mode offering the allowed tools.",
     )
     max_tool_calls = models.PositiveIntegerField(default=10)
     approval_timeout_seconds = models.PositiveIntegerField(default=24 * 3600)

@@ -248,7 +248,9 @@ class Executor:
             return self._finish_failed("provider_malformed_reply", str(exc))
         except ProviderError as exc:
             return self._finish_failed(
-                "provider_error", str(exc), fields={"status": exc.status, "retryable": exc.retryable}
+                "provider_error",
+                str(exc),
+                fields={"status": exc.status, "retryable": exc.retryable},
             )
         faults.fault_point(faults.PROVIDER)
         return self._record_turn(step, reply, {t.name for t in tools})
@@ -479,9 +481,11 @@ class Executor:
     def _output_items(self, call: Call, output: ToolOutput) -> Items:
         content, redacted = redact(output.content)
         status = ev.OK if output.ok else ev.ERROR
-        extra = {"added_tool_names": output.data["added_tool_names"]} if output.ok and (
-            "added_tool_names" in output.data
-        ) else {}
+        extra = (
+            {"added_tool_names": output.data["added_tool_names"]}
+            if output.ok and ("added_tool_names" in output.data)
+            else {}
+        )
         return [
             *self._redaction_items(f"tool:{call.name}", redacted),
             (ev.TOOL_RESULT, result_payload(call, status, content, **extra)),
@@ -696,7 +700,9 @@ class Executor:
         return snapshots
 
 
-def run_tool(tool: Tool, call: Call, context: ToolContext, *, savepoint: bool = False) -> ToolOutput:
+def run_tool(
+    tool: Tool, call: Call, context: ToolContext, *, savepoint: bool = False
+) -> ToolOutput:
     """A failing tool is a model-visible error result, never a crashed run. Inside a
     transaction it runs in a savepoint, so its failure leaves the step's writes usable."""
     try:

@@ -38,7 +38,9 @@ def _sql(rows: int) -> str:
     )
 
 
-def append(lease: Lease, first_sequence: int, items: Sequence[tuple[str, dict[str, Any]]]) -> list[Ev]:
+def append(
+    lease: Lease, first_sequence: int, items: Sequence[tuple[str, dict[str, Any]]]
+) -> list[Ev]:
     """Insert inside the caller's transaction; raise Fenced if the epoch moved on."""
     now = connection.ops.adapt_datetimefield_value(timezone.now())
     params: list[Any] = []

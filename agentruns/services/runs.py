@@ -108,7 +108,8 @@ def _validate(user: User, submission: Submission) -> tuple[Configuration, Thread
         if not config.has_mode(submission.mode):
             known = ", ".join(m.name for m in config.modes)
             raise InvalidRequest(
-                "Unknown mode.", fields={"mode": [f"Unknown mode {submission.mode!r}; use {known}."]}
+                "Unknown mode.",
+                fields={"mode": [f"Unknown mode {submission.mode!r}; use {known}."]},
             )
     return configuration, thread
 
@@ -205,7 +206,10 @@ def run_dry(*, user: User, submission: Submission) -> dict[str, Any]:
         rows = Event.objects.filter(thread=thread).order_by("sequence")
         history = project(
             effective_events(
-                [Ev(e.sequence, e.type, e.payload, e.run_id) for e in rows.only("sequence", "type", "payload", "run_id")]
+                [
+                    Ev(e.sequence, e.type, e.payload, e.run_id)
+                    for e in rows.only("sequence", "type", "payload", "run_id")
+                ]
             )
         )
         mode_name = mode_name or _current_mode(thread)
@@ -273,7 +277,12 @@ def _cancel_parked(run: Run) -> None:
     items: list[tuple[str, dict[str, Any]]] = [
         (
             ev.TOOL_RESULT,
-            {"call_id": c.id, "tool": c.name, "status": ev.ERROR, "content": "Interrupted: the run was cancelled."},
+            {
+                "call_id": c.id,
+                "tool": c.name,
+                "status": ev.ERROR,
+                "content": "Interrupted: the run was cancelled.",
+            },
         )
         for c in open_calls
     ]

@@ -3,7 +3,7 @@ DEF-1, DEF-2). Pure functions over plain values."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,13 +25,13 @@ class Mode:
     deferred: tuple[str, ...]
 
 
-def modes_from(raw: Mapping[str, Any] | None, allowed: Iterable[str]) -> tuple[Mode, ...]:
+def modes_from(raw: Sequence[Mapping[str, Any]] | None, allowed: Iterable[str]) -> tuple[Mode, ...]:
     """DEF-1: the configured modes, the first being the default; none configured means one
     mode offering the granted tools, deferred ones behind tool_search."""
     if raw:
         return tuple(
-            Mode(name, tuple(spec.get("tools") or ()), tuple(spec.get("deferred") or ()))
-            for name, spec in raw.items()
+            Mode(spec["name"], tuple(spec.get("tools") or ()), tuple(spec.get("deferred") or ()))
+            for spec in raw
         )
     granted = [REGISTRY.get(name) for name in sorted(REGISTRY.expand(allowed))]
     tools = [tool for tool in granted if tool is not None and tool.name != SEARCH_TOOL]

@@ -1,0 +1,165 @@
+"""Chat Completions through the official `openai` SDK: OpenAI and every compatible server
+(vLLM, Ollama, llama.cpp, OpenRouter) differ only in base URL and key."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx2
+import openai
+from openai.types.chat import ChatCompletion
+
+from agentruns.gate.core import Link
+from agentruns.providers.base import (
+    AssistantMessage,
+    ClientCache,
+    MalformedReply,
+    ProviderError,
+    ProviderRequest,
+    Reply,
+    ToolCall,
+    ToolResultMessage,
+    UserMessage,
+    api_key_for,
+    redact,
+    retryable_status,
+)
+
+# The SDK keeps only 100 idle connections; a busy cluster would reconnect for every call.
+LIMITS = httpx2.Limits(max_connections=1000, max_keepalive_connections=1000)
+
+
+def _build(base_url: str, api_key: str, timeout: float, max_retries: int) -> openai.OpenAI:
+    return openai.OpenAI(
+        api_key=api_key,
+        # None lets the SDK apply OPENAI_BASE_URL or its default, as the operator expects.
+        base_url=base_url or None,
+        timeout=timeout,
+        max_retries=max_retries,
+        http_client=openai.DefaultHttpxClient(limits=LIMITS),
+    )
+
+
+def encode_arguments(call: ToolCall) -> str:
+    if call.arguments is None:
+        return call.raw_arguments or ""
+    return json.dumps(call.arguments)
+
+
+def decode_arguments(raw: str) -> tuple[dict[str, Any] | None, str | None]:
+    """The model's text is kept verbatim when it is not a JSON object (SEC-3 decides later)."""
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return None, raw
+    return (value, None) if isinstance(value, dict) else (None, raw)
+
+
+def _assistant(message: AssistantMessage) -> dict[str, Any]:
+    if not message.tool_calls:
+        return {"role": "assistant", "content": message.text}
+    calls = [
+        {
+            "id": call.id,
+            "type": "function",
+            "function": {"name": call.name, "arguments": encode_arguments(call)},
+        }
+        for call in message.tool_calls
+    ]
+    return {"role": "assistant", "content": message.text or None, "tool_calls": calls}
+
+
+def to_messages(request: ProviderRequest) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = [{"role": "system", "content": s} for s in request.system]
+    for message in request.messages:
+        if isinstance(message, UserMessage):
+            messages.append({"role": "user", "content": message.text})
+        elif isinstance(message, AssistantMessage):
+            messages.append(_assistant(message))
+        else:
+            messages.append(_tool_result(message))
+    return messages
+
+
+def _tool_result(message: ToolResultMessage) -> dict[str, Any]:
+    return {"role": "tool", "tool_call_id": message.call_id, "content": message.content}
+
+
+def to_tools(request: ProviderRequest) -> list[dict[str, Any]]:
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": tool.name,
+                "description": tool.description,
+                "parameters": tool.parameters,
+            },
+        }
+        for tool in request.tools
+    ]
+
+
+def parse_reply(link: Link, response: ChatCompletion) -> Reply:
+    if not response.choices:
+        raise MalformedReply(f"Provider {link.provider_slug or link.slug!r} returned no choices.")
+    message = response.choices[0].message
+    calls = []
+    for call in message.tool_calls or ():
+        if call.type != "function":
+            continue  # only function tools are ever offered
+        arguments, raw = decode_arguments(call.function.arguments)
+        calls.append(ToolCall(call.id, call.function.name, arguments, raw))
+    usage = response.usage
+    return Reply(
+        text=message.content or message.refusal or "",
+        tool_calls=tuple(calls),
+        usage={"input_tokens": usage.prompt_tokens, "output_tokens": usage.completion_tokens}
+        if usage
+        else {},
+        provider=link.provider_slug or link.provider_kind,
+        model=response.model or link.model,
+    )
+
+
+def provider_error(link: Link, error: openai.OpenAIError, api_key: str) -> ProviderError:
+    """TZ-5 mapping; the SDK's message may quote the response body, so it is scrubbed."""
+    who = f"Provider {link.provider_slug or link.slug!r}"
+    if isinstance(error, openai.APIStatusError):
+        status = error.status_code
+        detail = redact(error.message, api_key)
+        return ProviderError(
+            f"{who}: HTTP {status}: {detail}"[:2000],
+            retryable=retryable_status(status),
+            status=status,
+        )
+    if isinstance(error, openai.APIConnectionError):
+        return ProviderError(f"{who}: {type(error).__name__}: {error.message}", retryable=True)
+    if isinstance(error, openai.APIResponseValidationError):
+        return MalformedReply(f"{who}: the reply did not match the Chat Completions schema.")
+    return ProviderError(f"{who}: {redact(str(error), api_key)}", retryable=False)
+
+
+class OpenAIAdapter:
+    def __init__(self) -> None:
+        self._clients: ClientCache[openai.OpenAI] = ClientCache(_build)
+
+    def complete(self, link: Link, request: ProviderRequest) -> Reply:
+        api_key = api_key_for(link)
+        client = self._clients.get(
+            base_url=link.base_url.strip(),
+            api_key=api_key,
+            timeout=float(link.timeout_seconds),
+            max_retries=int(link.max_retries),
+        )
+        extra: dict[str, Any] = {"tools": to_tools(request)} if request.tools else {}
+        try:
+            response = client.chat.completions.create(
+                model=request.model,
+                messages=to_messages(request),  # type: ignore[arg-type]
+                **extra,
+            )
+        except openai.OpenAIError as error:
+            # Not chained: the SDK error's text may quote the request or the key.
+            raise provider_error(link, error, api_key) from None
+        return parse_reply(link, response)

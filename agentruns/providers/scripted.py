@@ -1,0 +1,96 @@
+"""A deterministic provider for demos, tests and benchmarks: it replays `link.script`.
+
+{"turns": [{"text": "...", "tool_calls": [{"name": "notes.write", "arguments": {...}}]},
+           {"error": {"status": 503, "message": "overloaded"}}, ...],
+ "latency_ms": 1000, "summary": "..."}
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from agentruns.gate.core import Link
+from agentruns.providers.base import (
+    AssistantMessage,
+    ProviderError,
+    ProviderRequest,
+    Reply,
+    ToolCall,
+    ToolResultMessage,
+    UserMessage,
+    retryable_status,
+)
+from agentruns.tools.names import wire_name
+
+FINISHED = "(script finished)"
+
+
+def position(request: ProviderRequest) -> tuple[int, int]:
+    """(user messages, assistant turns since the last one): every prompt replays the script."""
+    users = turn = 0
+    for message in request.messages:
+        if isinstance(message, UserMessage):
+            users, turn = users + 1, 0
+        elif isinstance(message, AssistantMessage):
+            turn += 1
+    return users, turn
+
+
+def _calls(step: dict[str, Any], users: int, turn: int) -> tuple[ToolCall, ...]:
+    return tuple(
+        ToolCall(
+            id=call.get("id") or f"call_{users}_{turn}_{i}",
+            name=wire_name(call["name"]),
+            arguments=dict(call.get("arguments") or {}),
+        )
+        for i, call in enumerate(step.get("tool_calls") or ())
+    )
+
+
+def _raise(link: Link, error: dict[str, Any]) -> None:
+    status = int(error.get("status", 500))
+    message = error.get("message") or f"scripted HTTP {status}"
+    raise ProviderError(
+        f"Provider {link.provider_slug or link.slug!r}: HTTP {status}: {message}",
+        retryable=retryable_status(status),
+        status=status,
+    )
+
+
+def _usage(request: ProviderRequest, text: str) -> dict[str, int]:
+    # A rough four-characters-a-token estimate, so budgets and read-outs have figures.
+    sent = sum(
+        len(m.content if isinstance(m, ToolResultMessage) else m.text) for m in request.messages
+    )
+    return {"input_tokens": sent // 4, "output_tokens": len(text) // 4}
+
+
+class ScriptedAdapter:
+    def complete(self, link: Link, request: ProviderRequest) -> Reply:
+        script = link.script or {}
+        if script.get("latency_ms"):
+            time.sleep(script["latency_ms"] / 1000)
+        if request.purpose == "summary":
+            text = script.get("summary") or f"Summary of {len(request.messages)} earlier messages."
+            return self._reply(link, request, text)
+        users, turn = position(request)
+        turns = script.get("turns") or []
+        if turn >= len(turns):
+            return self._reply(link, request, FINISHED)
+        step = turns[turn]
+        if "error" in step:
+            _raise(link, step["error"])
+        return self._reply(link, request, step.get("text") or "", _calls(step, users, turn))
+
+    @staticmethod
+    def _reply(
+        link: Link, request: ProviderRequest, text: str, calls: tuple[ToolCall, ...] = ()
+    ) -> Reply:
+        return Reply(
+            text=text,
+            tool_calls=calls,
+            usage=_usage(request, text),
+            provider=link.provider_slug or "scripted",
+            model=request.model or "scripted",
+        )
