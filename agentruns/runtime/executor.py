@@ -31,6 +31,7 @@ from agentruns.runtime import faults, journal
 from agentruns.runtime.budget import fit
 from agentruns.runtime.config import RuntimeConfig, forced_sources, runtime_config
 from agentruns.runtime.context import effective_events, pairing_problems, project, system_texts
+from agentruns.runtime.dbconn import release_connection
 from agentruns.runtime.lease import Lease, claim, renew_if_due
 from agentruns.runtime.redaction import redact
 from agentruns.runtime.state import (
@@ -108,6 +109,8 @@ class Executor:
         except Fenced:
             logger.warning("run %s: lease lost, stopping without writing", self.lease.run_id)
             return FENCED
+        finally:
+            release_connection()
 
     def _load(self) -> None:
         rows = Event.objects.filter(thread_id=self.lease.thread_id).order_by("sequence")
@@ -242,6 +245,7 @@ class Executor:
             tools=tuple(ToolSpec(t.wire_name, t.description, t.parameters) for t in tools),
             continuation=self.state.continuation,
         )
+        release_connection()
         try:
             reply, _link = dispatch(config.view.chain, request)
         except MalformedReply as exc:
@@ -429,6 +433,7 @@ class Executor:
                 self._record_uncertain(call)
                 return
             self._mark_effect_sent(invocation)
+        release_connection()
         output = run_tool(tool, call, context)
         faults.fault_point(faults.TOOL_DONE)
         self._record_output(call, output, invocation)
