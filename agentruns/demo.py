@@ -116,6 +116,91 @@ CONFIGURATIONS: list[dict[str, Any]] = [
         allowed_tools=["clock.now", "notes"],
     ),
     dict(
+        slug="multi-tool-demo",
+        name="Multi-tool run (scripted)",
+        provider="local-scripted",
+        model="scripted-1",
+        system_prompt="You keep the team's notes.",
+        snippets=["style-guide"],
+        allowed_tools=["clock.now", "notes"],
+        approval_exempt_tools=["notes.write"],
+        max_tool_calls=5,
+        script={
+            "turns": [
+                {
+                    "text": "Checking the time and the existing note first.",
+                    "tool_calls": [
+                        {"name": "clock.now", "arguments": {}},
+                        {"name": "notes.read", "arguments": {"title": "Standup"}},
+                    ],
+                },
+                {
+                    "tool_calls": [
+                        {
+                            "name": "notes.write",
+                            "arguments": {"title": "Standup", "body": "Deploy at 14:00."},
+                        }
+                    ]
+                },
+                {"text": "Saved the standup note."},
+            ]
+        },
+    ),
+    dict(
+        slug="approval-demo",
+        name="Asks approval before writing (scripted)",
+        provider="local-scripted",
+        model="scripted-1",
+        system_prompt="You write incident notes.",
+        snippets=["support-playbook"],
+        allowed_tools=["notes"],
+        script={
+            "turns": [
+                {
+                    "text": "I will save the summary; this needs your approval.",
+                    "tool_calls": [
+                        {
+                            "name": "notes.write",
+                            "arguments": {"title": "Incident", "body": "Cache was stale."},
+                        }
+                    ],
+                },
+                {"text": "Done: the approver decided and I continued."},
+            ]
+        },
+    ),
+    dict(
+        slug="question-demo",
+        name="Asks a typed question (scripted)",
+        provider="local-scripted",
+        model="scripted-1",
+        system_prompt="You triage incidents.",
+        allowed_tools=["human", "notes"],
+        script={
+            "turns": [
+                {
+                    "tool_calls": [
+                        {
+                            "name": "ask_user",
+                            "arguments": {
+                                "question": "How severe is the incident?",
+                                "schema": {
+                                    "type": "object",
+                                    "properties": {
+                                        "severity": {"type": "string", "enum": ["low", "high"]},
+                                        "hours": {"type": "integer", "minimum": 0, "maximum": 72},
+                                    },
+                                    "required": ["severity"],
+                                },
+                            },
+                        }
+                    ]
+                },
+                {"text": "Thanks, I recorded the severity."},
+            ]
+        },
+    ),
+    dict(
         slug="local-llm",
         name="Local model via Ollama",
         provider="ollama",

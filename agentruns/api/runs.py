@@ -18,6 +18,7 @@ from agentruns.gate.lookups import config_view, forced_for_resume
 from agentruns.gate.readout import readout
 from agentruns.models import Event, Note, Run, Ticket
 from agentruns.selectors import visible_runs
+from agentruns.services.resume import INPUT, PERMISSION, ResumeCommand, may_answer, run_resume
 from agentruns.services.runs import Submission, run_cancel, run_dry, run_submit
 
 
@@ -33,6 +34,33 @@ class SubmitSerializer(serializers.Serializer):
         child=serializers.IntegerField(min_value=1), default=list, max_length=50
     )
     dry_run = serializers.BooleanField(default=False)
+
+
+class ResultSerializer(serializers.Serializer):
+    kind = serializers.ChoiceField(choices=[PERMISSION, INPUT])
+    decision = serializers.ChoiceField(choices=["allow", "deny"], required=False)
+    note = serializers.CharField(required=False, allow_blank=True, max_length=2000, default="")
+    value = serializers.JSONField(required=False)
+
+    def validate(self, data: dict) -> dict:
+        if data["kind"] == PERMISSION and "decision" not in data:
+            raise serializers.ValidationError(
+                {"decision": ["A permission answer needs a decision."]}
+            )
+        if data["kind"] == INPUT and "value" not in data:
+            raise serializers.ValidationError({"value": ["An input answer needs a value."]})
+        return data
+
+
+class ResumeSerializer(serializers.Serializer):
+    """HITL-3: the ticket's identity fields, copied verbatim, and the answer."""
+
+    correlation_id = serializers.CharField(max_length=64)
+    run = serializers.IntegerField()
+    snapshot_id = serializers.CharField(max_length=64)
+    catalog_fingerprint = serializers.CharField(max_length=64)
+    call_id = serializers.CharField(max_length=200, allow_blank=True)
+    result = ResultSerializer()
 
 
 def ticket_dict(ticket: Ticket | None) -> dict[str, Any] | None:
@@ -165,6 +193,27 @@ class RunViewSet(viewsets.GenericViewSet):
         rows = Event.objects.filter(run=run, sequence__gt=after).order_by("sequence")[:limit]
         return Response({"run": run.pk, "events": [event_dict(e) for e in rows]})
 
+    @extend_schema(request=ResumeSerializer, responses={200: dict})
+    @action(detail=True, methods=["post"])
+    def resume(self, request: Request, pk: str | None = None) -> Response:
+        """Answer the run's ticket: allow/deny a tool call, or give typed input."""
+        body = ResumeSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data, result = body.validated_data, body.validated_data["result"]
+        command = ResumeCommand(
+            correlation_id=data["correlation_id"],
+            run=data["run"],
+            snapshot_id=data["snapshot_id"],
+            catalog_fingerprint=data["catalog_fingerprint"],
+            call_id=data["call_id"],
+            kind=result["kind"],
+            decision=result.get("decision"),
+            note=result.get("note", ""),
+            value=result.get("value"),
+        )
+        run = run_resume(user=request.user, run_id=int(self.get_object().pk), command=command)
+        return Response(run_dict(run))
+
     @extend_schema(request=None, responses={200: dict})
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk: str | None = None) -> Response:
@@ -188,3 +237,32 @@ class NoteViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gen
             notes = notes.filter(run__in=visible_runs(user))
         run = self.request.query_params.get("run")
         return notes.filter(run_id=run) if run else notes
+
+
+class TicketViewSet(viewsets.GenericViewSet):
+    """Active tickets the caller may act on (HITL-9)."""
+
+    def get_queryset(self) -> Any:
+        return Ticket.objects.none()
+
+    def list(self, request: Request) -> Response:
+        tickets = (
+            Ticket.objects.filter(status=Ticket.Status.ACTIVE, run__in=visible_runs(request.user))
+            .select_related("run", "run__configuration", "run__created_by")
+            .order_by("deadline", "id")
+        )
+        rows = []
+        for ticket in tickets:
+            target = PERMISSION if ticket.kind == Ticket.Kind.TOOL_PERMISSION else INPUT
+            if may_answer(request.user, ticket.run, target):
+                rows.append(
+                    {
+                        **(ticket_dict(ticket) or {}),
+                        "configuration": ticket.run.configuration.slug,
+                        "run_input": ticket.run.input[:500],
+                        "initiator": (
+                            ticket.run.created_by.get_username() if ticket.run.created_by else None
+                        ),
+                    }
+                )
+        return Response({"count": len(rows), "results": rows})

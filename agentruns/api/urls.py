@@ -10,5 +10,6 @@ router.register("snippets", catalog.SnippetViewSet)
 router.register("skills", catalog.SkillViewSet)
 router.register("runs", runs.RunViewSet, basename="run")
 router.register("notes", runs.NoteViewSet, basename="note")
+router.register("tickets", runs.TicketViewSet, basename="ticket")
 
 urlpatterns = [path("", include(router.urls))]

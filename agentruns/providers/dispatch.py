@@ -45,7 +45,15 @@ def adapter_for(kind: str) -> Adapter:
 
 
 def _attempt(link: Link, request: ProviderRequest) -> Reply:
-    own = dataclasses.replace(request, model=link.model or request.model)
+    # A continuation is `{"link": slug, "data": ...}`: signed provider data only ever goes
+    # back to the configuration that produced it.
+    continuation = request.continuation
+    data = continuation.get("data") if isinstance(continuation, dict) else None
+    own = dataclasses.replace(
+        request,
+        model=link.model or request.model,
+        continuation=data if data is not None and continuation["link"] == link.slug else None,
+    )
     return adapter_for(link.provider_kind).complete(link, own)
 
 

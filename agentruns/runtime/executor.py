@@ -22,7 +22,7 @@ from agentruns import events as ev
 from agentruns.answers import schema_problems
 from agentruns.errors import ContextRefused, Fenced
 from agentruns.gate.audit import context_assert
-from agentruns.gate.core import compose_sources
+from agentruns.gate.core import Source, compose_sources
 from agentruns.gate.lookups import forced_for_composition
 from agentruns.models import Checkpoint, Event, Run, Ticket, ToolInvocation
 from agentruns.providers.base import MalformedReply, ProviderError, ProviderRequest, Reply, ToolSpec
@@ -217,26 +217,15 @@ class Executor:
                 "turn_limit", f"The model took {step} turns without a final reply."
             )
         config = self.config
-        snippets, skills = forced_sources(
-            self.lease.forced_snippet_ids, self.lease.forced_skill_ids, self.lease.generation
-        )
-        sources = compose_sources(config.view, snippets, skills)
+        sources = self._sources()
         messages = project(effective_events(self.events))
         problems = pairing_problems(messages)
         if problems:
             return self._finish_failed("corrupt_history", "; ".join(problems))
         system = self._redacted_system(system_texts(sources))
-        try:
-            asserted = context_assert(config=config.view, sources=sources, run_id=self.lease.run_id)
-        except ContextRefused as refused:
-            return self._finish_failed(
-                "context_refused",
-                refused.detail,
-                fields=refused.fields,
-                extra=[(ev.CONTEXT_REFUSED, {"detail": refused.detail, **refused.fields})],
-            )
-        if asserted.observed_refusal and not self.state.observed:
-            self._commit([(ev.CONTEXT_OBSERVED, {"verdict": "refused (observed)"})])
+        refused = self._assert_context(sources)
+        if refused:
+            return refused
         tools = self._offered()
         request = ProviderRequest(
             model=config.view.primary.model,
@@ -247,7 +236,7 @@ class Executor:
         )
         release_connection()
         try:
-            reply, _link = dispatch(config.view.chain, request)
+            reply, link = dispatch(config.view.chain, request)
         except MalformedReply as exc:
             return self._finish_failed("provider_malformed_reply", str(exc))
         except ProviderError as exc:
@@ -257,7 +246,34 @@ class Executor:
                 fields={"status": exc.status, "retryable": exc.retryable},
             )
         faults.fault_point(faults.PROVIDER)
-        return self._record_turn(step, reply, {t.name for t in tools})
+        continuation = (
+            {"link": link.slug, "data": reply.continuation} if reply.continuation else None
+        )
+        return self._record_turn(step, reply, {t.name for t in tools}, continuation)
+
+    def _sources(self) -> tuple[Source, ...]:
+        """CG-1 against the live configuration; the forced set by identity (RG-1, RG-2)."""
+        snippets, skills = forced_sources(
+            self.lease.forced_snippet_ids, self.lease.forced_skill_ids, self.lease.generation
+        )
+        return compose_sources(self.config.view, snippets, skills)
+
+    def _assert_context(self, sources: tuple[Source, ...]) -> str | None:
+        """CG-4..CG-8: an audit row per assert; a refusal ends the run before any send."""
+        try:
+            asserted = context_assert(
+                config=self.config.view, sources=sources, run_id=self.lease.run_id
+            )
+        except ContextRefused as refused:
+            return self._finish_failed(
+                "context_refused",
+                refused.detail,
+                fields=refused.fields,
+                extra=[(ev.CONTEXT_REFUSED, {"detail": refused.detail, **refused.fields})],
+            )
+        if asserted.observed_refusal and not self.state.observed:
+            self._commit([(ev.CONTEXT_OBSERVED, {"verdict": "refused (observed)"})])
+        return None
 
     def _redacted_system(self, texts: list[str]) -> list[str]:
         cleaned = []
@@ -266,7 +282,9 @@ class Executor:
             cleaned.append(clean)
         return cleaned
 
-    def _record_turn(self, step: int, reply: Reply, offered: set[str]) -> str | None:
+    def _record_turn(
+        self, step: int, reply: Reply, offered: set[str], continuation: Any = None
+    ) -> str | None:
         text, redacted = redact(reply.text)
         calls = [self._call_from(tool_call) for tool_call in reply.tool_calls]
         payload: dict[str, Any] = {
@@ -314,7 +332,7 @@ class Executor:
                 (Checkpoint.Kind.MODEL_RESPONSE, len(redaction) + 1),
                 (Checkpoint.Kind.TOOL_PENDING, None),
             ),
-            continuation=reply.continuation,
+            continuation=continuation,
         )
         return None
 
@@ -377,6 +395,12 @@ class Executor:
         """HITL-1: calls that need no person run now; then the first that needs one parks
         the run. Results reach the model only when the whole turn is answered."""
         self._load_invocations(turn, calls)
+        if any(turn.decisions.get(call.id) == "allow" for call in calls):
+            # RG-1..RG-4: a resumed run re-gates before the approved call runs; if its
+            # context may no longer be sent there is no point in acting on it.
+            refused = self._assert_context(self._sources())
+            if refused:
+                return refused
         waiting: list[Call] = []
         for call in calls:
             stopped = self._boundary()
@@ -407,7 +431,7 @@ class Executor:
     def _run_call(self, turn: Turn, call: Call) -> None:
         tool = REGISTRY.get(call.name)
         invocation = self.invocations.get(call.id)
-        problem = self._live_gate(call, tool, invocation)
+        problem = self._live_gate(call, tool, invocation, turn.decisions.get(call.id) == "allow")
         if problem or tool is None or invocation is None:
             self._record_result(
                 call,
@@ -438,13 +462,26 @@ class Executor:
         faults.fault_point(faults.TOOL_DONE)
         self._record_output(call, output, invocation)
 
-    def _live_gate(self, call: Call, tool: Tool | None, invocation: ToolInvocation | None) -> str:
-        """HITL-10: at execution the live configuration must still grant this exact tool."""
+    def _live_gate(
+        self, call: Call, tool: Tool | None, invocation: ToolInvocation | None, approved: bool
+    ) -> str:
+        """HITL-10: at execution the live configuration must still grant this exact tool,
+        and an approval covers only the exact call its ticket showed (HITL-5)."""
         refusal = tool_refusal(call.name, granted=self.config.granted, ceiling=self.config.ceiling)
         if refusal:
             return refusal[1].rstrip(".")
         if tool and invocation and invocation.tool_version != tool.version:
             return f"{call.name!r} changed version since it was approved"
+        if approved:
+            shown = (
+                Ticket.objects.filter(
+                    run_id=self.lease.run_id, call_id=call.id, status=Ticket.Status.ANSWERED
+                )
+                .values_list("tool", "arguments_digest")
+                .first()
+            )
+            if shown != (call.name, digest(call.arguments)):
+                return "the approval does not match this exact call"
         return ""
 
     def _run_transactional(
