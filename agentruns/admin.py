@@ -171,7 +171,7 @@ class EventInline(admin.TabularInline):
     extra = 0
     can_delete = False
     ordering = ["sequence"]
-    fields = ["sequence", "type", "summary", "created_at"]
+    fields = ("sequence", "type", "summary", "created_at")
     readonly_fields = fields
 
     @admin.display(description="payload")

@@ -201,6 +201,37 @@ CONFIGURATIONS: list[dict[str, Any]] = [
         },
     ),
     dict(
+        slug="deferred-demo",
+        name="Deferred tool catalog (scripted)",
+        provider="local-scripted",
+        model="scripted-1",
+        system_prompt="You help with notes; more tools are behind tool_search.",
+        allowed_tools=["clock.now", "notes", "http.get"],
+        approval_exempt_tools=["notes.write"],
+        modes=[
+            {
+                "name": "agent",
+                "tools": ["clock.now"],
+                "deferred": ["notes.read", "notes.write", "http.get"],
+            },
+            {"name": "chat", "tools": [], "deferred": []},
+        ],
+        script={
+            "turns": [
+                {"tool_calls": [{"name": "tool_search", "arguments": {"query": "notes"}}]},
+                {
+                    "tool_calls": [
+                        {
+                            "name": "notes.write",
+                            "arguments": {"title": "Deferred", "body": "Found via tool_search."},
+                        }
+                    ]
+                },
+                {"text": "Activated the notes tools with tool_search and saved a note."},
+            ]
+        },
+    ),
+    dict(
         slug="local-llm",
         name="Local model via Ollama",
         provider="ollama",

@@ -16,10 +16,16 @@ from agentruns.gate.audit import current_enforcement
 from agentruns.gate.core import compose_sources
 from agentruns.gate.lookups import config_view, forced_for_resume
 from agentruns.gate.readout import readout
-from agentruns.models import Event, Note, Run, Ticket
+from agentruns.models import Event, Note, Run, Thread, Ticket
 from agentruns.selectors import visible_runs
 from agentruns.services.resume import INPUT, PERMISSION, ResumeCommand, may_answer, run_resume
-from agentruns.services.runs import Submission, run_cancel, run_dry, run_submit
+from agentruns.services.runs import (
+    Submission,
+    run_cancel,
+    run_dry,
+    run_submit,
+    thread_switch_mode,
+)
 
 
 class SubmitSerializer(serializers.Serializer):
@@ -147,7 +153,7 @@ class RunViewSet(viewsets.GenericViewSet):
         return runs
 
     def list(self, request: Request) -> Response:
-        page = self.paginate_queryset(self.get_queryset())
+        page = self.paginate_queryset(self.get_queryset()) or []
         return self.get_paginated_response([run_dict(run, detail=False) for run in page])
 
     @extend_schema(
@@ -266,3 +272,40 @@ class TicketViewSet(viewsets.GenericViewSet):
                     }
                 )
         return Response({"count": len(rows), "results": rows})
+
+
+class ModeSerializer(serializers.Serializer):
+    mode = serializers.CharField(max_length=64)
+
+
+def thread_dict(thread: Thread) -> dict[str, Any]:
+    return {
+        "id": thread.pk,
+        "configuration": thread.configuration.slug,
+        "mode": thread.mode,
+        "runs": list(thread.runs.order_by("id").values_list("id", flat=True)),
+        "created_at": thread.created_at,
+    }
+
+
+class ThreadViewSet(viewsets.GenericViewSet):
+    def get_queryset(self) -> Any:
+        return (
+            Thread.objects.filter(runs__in=visible_runs(self.request.user))
+            .select_related("configuration")
+            .distinct()
+        )
+
+    def retrieve(self, request: Request, pk: str | None = None) -> Response:
+        return Response(thread_dict(self.get_object()))
+
+    @extend_schema(request=ModeSerializer, responses={200: dict})
+    @action(detail=True, methods=["post"])
+    def mode(self, request: Request, pk: str | None = None) -> Response:
+        """Switch the thread's mode between runs (DEF-1); recorded as `mode.switched`."""
+        body = ModeSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        thread = thread_switch_mode(
+            user=request.user, thread_id=int(self.get_object().pk), mode=body.validated_data["mode"]
+        )
+        return Response(thread_dict(thread))

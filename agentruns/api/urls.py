@@ -11,5 +11,6 @@ router.register("skills", catalog.SkillViewSet)
 router.register("runs", runs.RunViewSet, basename="run")
 router.register("notes", runs.NoteViewSet, basename="note")
 router.register("tickets", runs.TicketViewSet, basename="ticket")
+router.register("threads", runs.ThreadViewSet, basename="thread")
 
 urlpatterns = [path("", include(router.urls))]

@@ -34,10 +34,15 @@ def system_texts(sources: Sequence[Source]) -> list[str]:
 
 
 def effective_events(events: Sequence[Ev]) -> Sequence[Ev]:
-    """DEF-6: the history after the newest compaction (which it replaces)."""
+    """DEF-6: the newest compaction (standing for everything it replaced) followed by the
+    events it kept and every event after it."""
     for index in range(len(events) - 1, -1, -1):
-        if events[index].type == ev.COMPACTION:
-            return events[index:]
+        compaction = events[index]
+        if compaction.type == ev.COMPACTION:
+            kept_from = compaction.payload.get("kept_from", compaction.sequence)
+            return [compaction] + [
+                e for e in events if e.sequence >= kept_from and e.type != ev.COMPACTION
+            ]
     return events
 
 

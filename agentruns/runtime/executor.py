@@ -25,13 +25,21 @@ from agentruns.gate.audit import context_assert
 from agentruns.gate.core import Source, compose_sources
 from agentruns.gate.lookups import forced_for_composition
 from agentruns.models import Checkpoint, Event, Run, Ticket, ToolInvocation
-from agentruns.providers.base import MalformedReply, ProviderError, ProviderRequest, Reply, ToolSpec
+from agentruns.providers.base import (
+    MalformedReply,
+    ProviderError,
+    ProviderRequest,
+    Reply,
+    ToolSpec,
+    UserMessage,
+)
 from agentruns.providers.dispatch import dispatch
-from agentruns.runtime import faults, journal
+from agentruns.runtime import compaction, faults, journal
 from agentruns.runtime.budget import fit
 from agentruns.runtime.config import RuntimeConfig, forced_sources, runtime_config
 from agentruns.runtime.context import effective_events, pairing_problems, project, system_texts
 from agentruns.runtime.dbconn import release_connection
+from agentruns.runtime.deferred import active_deferred
 from agentruns.runtime.lease import Lease, claim, renew_if_due
 from agentruns.runtime.redaction import redact
 from agentruns.runtime.state import (
@@ -46,6 +54,8 @@ from agentruns.runtime.state import (
     next_action,
     restore,
 )
+from agentruns.runtime.tokens import count as count_tokens
+from agentruns.runtime.tokens import fixed_tokens, message_tokens, truncate_tokens
 from agentruns.tools.policy import (
     Mode,
     catalog_fingerprint,
@@ -70,6 +80,22 @@ RELEASED = "released"
 FENCED = "fenced"
 
 Items = list[tuple[str, dict[str, Any]]]
+
+
+SUMMARY_INSTRUCTION = (
+    "Summarise the conversation below for your own later use: the user's goals, decisions, "
+    "facts and tool results that still matter. Be concise; do not invent anything."
+)
+CATALOG_LIMIT = 50
+
+
+def deferred_catalog(mode: Mode) -> list[str]:
+    """DEF-2: a bounded one-line entry per deferred tool; no schemas."""
+    if not mode.deferred:
+        return []
+    tools = [REGISTRY.get(name) for name in mode.deferred[:CATALOG_LIMIT]]
+    lines = [f"- {t.name}: {t.one_line(120)}" for t in tools if t is not None]
+    return ["More tools exist; activate them with tool_search before use:\n" + "\n".join(lines)]
 
 
 def idempotency_key(run_id: int, step: int, call: Call, tool: Tool | None) -> str:
@@ -98,6 +124,7 @@ class Executor:
     state: RunState = field(default_factory=RunState)
     next_sequence: int = 1
     invocations: dict[str, ToolInvocation] = field(default_factory=dict)
+    token_memo: dict[int, int] = field(default_factory=dict)
 
     # ---- entry -------------------------------------------------------------------------
 
@@ -183,10 +210,62 @@ class Executor:
         return None
 
     def _active_deferred(self) -> set[str]:
-        return set()
+        return active_deferred(effective_events(self.events), self.mode.deferred)
 
     def _offered(self) -> list[Tool]:
         return offered_tools(self.mode, self._active_deferred())
+
+    # ---- compaction (DEF-6) ------------------------------------------------------------
+
+    def _event_tokens(self, event: Ev) -> int:
+        tokens = self.token_memo.get(event.sequence)
+        if tokens is None:
+            tokens = sum(message_tokens(message) for message in project([event]))
+            self.token_memo[event.sequence] = tokens
+        return tokens
+
+    def _compact_if_needed(
+        self, system: list[str], specs: tuple[ToolSpec, ...], sources: tuple[Source, ...]
+    ) -> str | None:
+        budget = self.config.context_budget_tokens
+        fixed = fixed_tokens(system, specs)
+        units = compaction.units_of(
+            effective_events(self.events),
+            lambda events: sum(self._event_tokens(event) for event in events),
+        )
+        plan = compaction.plan(units, fixed=fixed, budget=budget)
+        if plan is None:
+            return None
+        refused = self._assert_context(sources)  # CG-9: the summary call is a send too
+        if refused:
+            return refused
+        summarised = [event for unit in plan.summarised for event in unit.events]
+        request = ProviderRequest(
+            model=self.config.view.primary.model,
+            system=(SUMMARY_INSTRUCTION,),
+            messages=(UserMessage(compaction.transcript(summarised)),),
+            purpose="summary",
+        )
+        release_connection()
+        try:
+            reply, _link = dispatch(self.config.view.chain, request)
+        except ProviderError as exc:
+            return self._finish_failed("provider_error", f"Compaction failed: {exc}")
+        summary = truncate_tokens(redact(reply.text)[0], plan.summary_allowance)
+        payload = {
+            "summary": summary,
+            "kept_from": plan.kept_from,
+            "active_deferred": sorted(self._active_deferred()),
+            "summarised_events": len(summarised),
+        }
+        self._commit([(ev.COMPACTION, payload)])
+        kept = sum(unit.tokens for unit in plan.kept)
+        if fixed + count_tokens(summary) + kept > budget:
+            return self._finish_failed(
+                "context_budget_exceeded",
+                f"Even after compaction the context needs more than {budget} tokens.",
+            )
+        return None
 
     def _compose(self) -> None:
         """FS-4: a starting run injects only active forced sources and says what it left."""
@@ -218,20 +297,25 @@ class Executor:
             )
         config = self.config
         sources = self._sources()
+        refused = self._assert_context(sources)
+        if refused:
+            return refused
+        mode = self.mode
+        tools = offered_tools(mode, self._active_deferred())
+        specs = tuple(ToolSpec(t.wire_name, t.description, t.parameters) for t in tools)
+        system = [*self._redacted_system(system_texts(sources)), *deferred_catalog(mode)]
+        stopped = self._compact_if_needed(system, specs, sources)
+        if stopped:
+            return stopped
         messages = project(effective_events(self.events))
         problems = pairing_problems(messages)
         if problems:
             return self._finish_failed("corrupt_history", "; ".join(problems))
-        system = self._redacted_system(system_texts(sources))
-        refused = self._assert_context(sources)
-        if refused:
-            return refused
-        tools = self._offered()
         request = ProviderRequest(
             model=config.view.primary.model,
             system=tuple(system),
             messages=tuple(messages),
-            tools=tuple(ToolSpec(t.wire_name, t.description, t.parameters) for t in tools),
+            tools=specs,
             continuation=self.state.continuation,
         )
         release_connection()

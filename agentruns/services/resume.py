@@ -8,6 +8,7 @@ others then find no active ticket (`not_awaiting`).
 from __future__ import annotations
 
 import json
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,7 +40,10 @@ PERMISSION = "permission"
 INPUT = "input"
 ALLOW = "allow"
 DENY = "deny"
-KIND_FOR_TARGET = {Ticket.Kind.TOOL_PERMISSION: PERMISSION, Ticket.Kind.REMOTE_INPUT: INPUT}
+KIND_FOR_TARGET: dict[str, str] = {
+    Ticket.Kind.TOOL_PERMISSION.value: PERMISSION,
+    Ticket.Kind.REMOTE_INPUT.value: INPUT,
+}
 
 
 @dataclass(frozen=True)
@@ -85,9 +89,13 @@ def run_resume(*, user: Any, run_id: int, command: ResumeCommand) -> Run:
 def _checked(run: Run, ticket: Ticket | None, command: ResumeCommand, user: Any) -> Ticket:
     """HITL-3, in the spec's order."""
     if ticket is None or run.status != Run.Status.AWAITING:
-        if Ticket.objects.filter(
-            run=run, correlation_id=_uuid(command.correlation_id), status=Ticket.Status.EXPIRED
-        ).exists():
+        correlation = _uuid(command.correlation_id)
+        if (
+            correlation
+            and Ticket.objects.filter(
+                run=run, correlation_id=correlation, status=Ticket.Status.EXPIRED
+            ).exists()
+        ):
             raise Expired("The ticket expired; the run went on without an answer.")
         raise NotAwaiting("The run is not waiting for an answer.")
     if str(ticket.correlation_id) != command.correlation_id:
@@ -121,8 +129,6 @@ def _checked(run: Run, ticket: Ticket | None, command: ResumeCommand, user: Any)
 
 
 def _uuid(raw: str) -> str | None:
-    import uuid
-
     try:
         return str(uuid.UUID(raw))
     except (ValueError, TypeError, AttributeError):

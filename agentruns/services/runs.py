@@ -292,3 +292,26 @@ def _cancel_parked(run: Run) -> None:
         pk=run.pk, status__in=[Run.Status.QUEUED, Run.Status.AWAITING]
     ).update(status=Run.Status.CANCELLED, lease_owner="", lease_expires_at=None, updated_at=now)
     assert updated == 1
+
+
+def thread_switch_mode(*, user: User, thread_id: int, mode: str) -> Thread:
+    """DEF-1: a thread changes mode between runs; the switch is an event in its log."""
+    thread = Thread.objects.filter(pk=thread_id, runs__in=visible_runs(user)).distinct().first()
+    if thread is None:
+        raise NotFound("No such thread.")
+    config = build_runtime_config(thread.configuration)
+    if not config.has_mode(mode):
+        known = ", ".join(m.name for m in config.modes)
+        raise InvalidRequest(
+            "Unknown mode.", fields={"mode": [f"Unknown mode {mode!r}; use {known}."]}
+        )
+    with transaction.atomic():
+        if Run.objects.filter(thread=thread).exclude(status__in=Run.TERMINAL).exists():
+            raise Conflict("The thread has a run in progress; switch modes between runs.")
+        if _current_mode(thread) != mode:
+            append_events(
+                thread_id=thread.pk, run_id=None, items=[(ev.MODE_SWITCHED, {"mode": mode})]
+            )
+            Thread.objects.filter(pk=thread.pk).update(mode=mode)
+    thread.refresh_from_db()
+    return thread

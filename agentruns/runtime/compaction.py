@@ -1,0 +1,92 @@
+"""DEF-6: replacing the oldest whole turns of an over-budget context by a summary.
+
+Pure planning over plain values: the effective events are cut into units that start at a
+user message, an assistant turn (with its results) or a compaction, so a cut never
+separates a tool call from its result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from agentruns import events as ev
+from agentruns.runtime.context import project
+from agentruns.runtime.state import Ev
+
+STARTS_UNIT = {ev.USER, ev.ASSISTANT, ev.COMPACTION}
+# Compact down to this share of the budget, so the next turns do not compact again at once.
+TARGET_SHARE = 0.6
+
+
+@dataclass(frozen=True)
+class Unit:
+    events: tuple[Ev, ...]
+    tokens: int
+
+    @property
+    def first_sequence(self) -> int:
+        return self.events[0].sequence
+
+
+def units_of(effective: Sequence[Ev], tokens_of: Callable[[Sequence[Ev]], int]) -> list[Unit]:
+    groups: list[list[Ev]] = []
+    for event in effective:
+        if event.type in STARTS_UNIT or not groups:
+            groups.append([event])
+        else:
+            groups[-1].append(event)
+    return [Unit(tuple(group), tokens_of(group)) for group in groups]
+
+
+def messages_tokens(events: Sequence[Ev], count_message: Callable) -> int:
+    return sum(count_message(message) for message in project(events))
+
+
+@dataclass(frozen=True)
+class Plan:
+    summarised: tuple[Unit, ...]
+    kept: tuple[Unit, ...]
+    summary_allowance: int
+
+    @property
+    def kept_from(self) -> int:
+        return self.kept[0].first_sequence
+
+
+def plan(units: Sequence[Unit], *, fixed: int, budget: int) -> Plan | None:
+    """None when the context fits. Otherwise the fewest oldest units whose replacement by
+    a bounded summary brings it under the target; at least the newest unit is kept."""
+    total = fixed + sum(unit.tokens for unit in units)
+    if total <= budget or len(units) < 2:
+        return None
+    allowance = max(64, min(1024, budget // 8))
+    target = budget * TARGET_SHARE
+    for cut in range(1, len(units)):
+        if fixed + allowance + sum(unit.tokens for unit in units[cut:]) <= target:
+            break
+    return Plan(tuple(units[:cut]), tuple(units[cut:]), allowance)
+
+
+def transcript(events: Sequence[Ev]) -> str:
+    """What the summariser reads: plain text, so the request carries no tool blocks."""
+    lines = []
+    for event in events:
+        payload = event.payload
+        if event.type == ev.COMPACTION:
+            lines.append(f"Earlier summary: {payload.get('summary', '')}")
+        elif event.type == ev.USER:
+            lines.append(f"User: {payload.get('text', '')}")
+        elif event.type == ev.ASSISTANT:
+            calls = "; ".join(
+                f"{c['name']}({c.get('raw_arguments') or c.get('arguments')})"
+                for c in payload.get("tool_calls", [])
+            )
+            text = payload.get("text", "")
+            lines.append(f"Assistant: {text}" + (f" [called {calls}]" if calls else ""))
+        elif event.type == ev.TOOL_RESULT:
+            lines.append(
+                f"Result of {payload.get('tool')} ({payload.get('status')}): "
+                f"{payload.get('content', '')}"
+            )
+    return "\n".join(lines)

