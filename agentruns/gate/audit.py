@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from django.conf import settings
+from django.db import connection
+from django.utils import timezone
 
 from agentruns.errors import ContextRefused
 from agentruns.gate.core import (
@@ -54,12 +56,39 @@ def audit_row(decision: Decision, mode: Enforcement, run_id: int | None) -> Gate
     )
 
 
+def save_audit(row: GateAudit, *, durable: bool) -> None:
+    """A permitted decision's row may commit without waiting for the WAL flush (see
+    agentruns/runtime/journal.py); a refusal, observed or enforced, always waits."""
+    if durable or not settings.AGENTRUNS_FAST_COMMIT or connection.vendor != "postgresql":
+        row.save()
+        return
+    if not connection.get_autocommit():
+        row.save()
+        return
+    row.created_at = timezone.now()
+    fields = [f for f in GateAudit._meta.concrete_fields if not f.primary_key]
+    columns = ", ".join(f.column for f in fields)
+    values = [f.get_db_prep_save(getattr(row, f.attname), connection) for f in fields]
+    placeholders = ", ".join(["%s"] * len(fields))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"WITH a AS (INSERT INTO {GateAudit._meta.db_table} ({columns}) "
+            f"VALUES ({placeholders}) RETURNING 1) "
+            "SELECT set_config('synchronous_commit', 'off', true) FROM a",
+            values,
+        )
+
+
 def context_assert(
-    *, config: ConfigView, sources: Sequence[Source], run_id: int | None = None
+    *,
+    config: ConfigView,
+    sources: Sequence[Source],
+    run_id: int | None = None,
+    durable: bool = True,
 ) -> Asserted:
     decision = decide(config, sources)
     mode = current_enforcement()
-    audit_row(decision, mode, run_id).save()
+    save_audit(audit_row(decision, mode, run_id), durable=durable or decision.refused)
     if decision.refused:
         if mode is Enforcement.ENFORCE:
             raise ContextRefused(refusal_message(decision), **refusal_fields(decision))

@@ -123,8 +123,11 @@ class Executor:
     events: list[Ev] = field(default_factory=list)
     state: RunState = field(default_factory=RunState)
     next_sequence: int = 1
-    invocations: dict[str, ToolInvocation] = field(default_factory=dict)
+    invocations: dict[str, Invocation] = field(default_factory=dict)
     token_memo: dict[int, int] = field(default_factory=dict)
+    active_memo: tuple[tuple[int, int], set[str]] | None = None
+    # DEF-1: a thread switches modes only between runs, so one read at load suffices.
+    mode_name: str | None = None
 
     # ---- entry -------------------------------------------------------------------------
 
@@ -154,6 +157,8 @@ class Executor:
             .values_list("state", flat=True)
             .first()
         )
+        switches = [e.payload.get("mode") for e in self.events if e.type == ev.MODE_SWITCHED]
+        self.mode_name = switches[-1] if switches else None
         mine = [event for event in self.events if event.run_id == self.lease.run_id]
         self.state = restore(checkpoint, mine)
 
@@ -201,16 +206,15 @@ class Executor:
 
     @property
     def mode(self) -> Mode:
-        return self.config.mode(self._thread_mode())
-
-    def _thread_mode(self) -> str | None:
-        for event in reversed(self.events):
-            if event.type == ev.MODE_SWITCHED:
-                return event.payload.get("mode")
-        return None
+        return self.config.mode(self.mode_name)
 
     def _active_deferred(self) -> set[str]:
-        return active_deferred(effective_events(self.events), self.mode.deferred)
+        """DEF-4: derived from the log; recomputed only when the log or catalog changed."""
+        key = (len(self.events), self.lease.generation)
+        if self.active_memo is None or self.active_memo[0] != key:
+            active = active_deferred(effective_events(self.events), self.mode.deferred)
+            self.active_memo = (key, active)
+        return self.active_memo[1]
 
     def _offered(self) -> list[Tool]:
         return offered_tools(self.mode, self._active_deferred())
@@ -258,7 +262,7 @@ class Executor:
             "active_deferred": sorted(self._active_deferred()),
             "summarised_events": len(summarised),
         }
-        self._commit([(ev.COMPACTION, payload)])
+        self._commit([(ev.COMPACTION, payload)], durable=False)
         kept = sum(unit.tokens for unit in plan.kept)
         if fixed + count_tokens(summary) + kept > budget:
             return self._finish_failed(
@@ -277,18 +281,16 @@ class Executor:
         items: Items = []
         if dropped:
             items.append((ev.SOURCES_DROPPED, {"sources": [d.as_dict() for d in dropped]}))
-
-        def record() -> None:
-            Run.objects.filter(self.lease.fence).update(
-                forced_snippet_ids=self.lease.forced_snippet_ids,
-                forced_skill_ids=self.lease.forced_skill_ids,
-                composed_at=timezone.now(),
-            )
-
-        self._commit(items, work=record, checkpoints=())
+        self._commit(
+            items,
+            run_update={
+                "forced_snippet_ids": self.lease.forced_snippet_ids,
+                "forced_skill_ids": self.lease.forced_skill_ids,
+                "composed_at": timezone.now(),
+            },
+            durable=False,
+        )
         self.lease.composed = True
-
-    # ---- the model turn ----------------------------------------------------------------
 
     def _model_turn(self, step: int) -> str | None:
         if step >= settings.AGENTRUNS_MAX_TURNS:
@@ -346,7 +348,10 @@ class Executor:
         """CG-4..CG-8: an audit row per assert; a refusal ends the run before any send."""
         try:
             asserted = context_assert(
-                config=self.config.view, sources=sources, run_id=self.lease.run_id
+                config=self.config.view,
+                sources=sources,
+                run_id=self.lease.run_id,
+                durable=False,
             )
         except ContextRefused as refused:
             return self._finish_failed(
@@ -403,20 +408,15 @@ class Executor:
             for v in verdicts
             if v.status is not None
         ]
-        invocations = [self._new_invocation(step, call) for call in calls if call.id in granted]
-
-        def insert_invocations() -> None:
-            for invocation in ToolInvocation.objects.bulk_create(invocations):
-                self.invocations[invocation.call_id] = invocation
-
         self._commit(
             [*redaction, (ev.ASSISTANT, payload), *refusals],
-            work=insert_invocations,
+            new_invocations=[self._new_invocation(step, c) for c in calls if c.id in granted],
             checkpoints=(
                 (Checkpoint.Kind.MODEL_RESPONSE, len(redaction) + 1),
                 (Checkpoint.Kind.TOOL_PENDING, None),
             ),
             continuation=continuation,
+            durable=False,
         )
         return None
 
@@ -453,25 +453,25 @@ class Executor:
             return Verdict(call, ev.ERROR, "Error: invalid arguments: " + "; ".join(errors))
         return Verdict(call)
 
-    def _new_invocation(self, step: int, call: Call) -> ToolInvocation:
+    def _new_invocation(self, step: int, call: Call) -> dict[str, Any]:
         tool = REGISTRY.get(call.name)
         assert tool is not None
         human = needs_human(tool, self.config.exempt)
-        return ToolInvocation(
-            run_id=self.lease.run_id,
-            step=step,
-            call_id=call.id,
-            tool=call.name,
-            tool_version=tool.version,
-            arguments=call.arguments,
-            arguments_digest=digest(call.arguments),
-            idempotency_key=idempotency_key(self.lease.run_id, step, call, tool),
-            status=(
+        return {
+            "run_id": self.lease.run_id,
+            "step": step,
+            "call_id": call.id,
+            "tool": call.name,
+            "tool_version": tool.version,
+            "arguments": call.arguments,
+            "arguments_digest": digest(call.arguments),
+            "idempotency_key": idempotency_key(self.lease.run_id, step, call, tool),
+            "status": (
                 ToolInvocation.Status.AWAITING_APPROVAL
                 if human
                 else ToolInvocation.Status.AUTHORISED
             ),
-        )
+        }
 
     # ---- dispatching a batch -----------------------------------------------------------
 
@@ -508,9 +508,9 @@ class Executor:
         if missing:
             rows = ToolInvocation.objects.filter(
                 run_id=self.lease.run_id, step=turn.step, call_id__in=missing
-            )
-            for row in rows:
-                self.invocations[row.call_id] = row
+            ).values_list("call_id", "pk", "tool_version", "effect_sent_at")
+            for call_id, pk, version, sent in rows:
+                self.invocations[call_id] = Invocation(pk, version, sent)
 
     def _run_call(self, turn: Turn, call: Call) -> None:
         tool = REGISTRY.get(call.name)
@@ -544,10 +544,10 @@ class Executor:
         release_connection()
         output = run_tool(tool, call, context)
         faults.fault_point(faults.TOOL_DONE)
-        self._record_output(call, output, invocation)
+        self._record_output(call, output, invocation, durable=tool.effect is Effect.WRITE)
 
     def _live_gate(
-        self, call: Call, tool: Tool | None, invocation: ToolInvocation | None, approved: bool
+        self, call: Call, tool: Tool | None, invocation: Invocation | None, approved: bool
     ) -> str:
         """HITL-10: at execution the live configuration must still grant this exact tool,
         and an approval covers only the exact call its ticket showed (HITL-5)."""
@@ -569,29 +569,29 @@ class Executor:
         return ""
 
     def _run_transactional(
-        self, call: Call, tool: Tool, context: ToolContext, invocation: ToolInvocation
+        self, call: Call, tool: Tool, context: ToolContext, invocation: Invocation
     ) -> None:
         """TOOL-4: the effect and the record of its result commit together or not at all."""
-        outputs: list[ToolOutput] = []
-
-        def items() -> Items:
-            output = run_tool(tool, call, context, savepoint=True)
-            outputs.append(output)
-            return self._output_items(call, output)
-
-        self._commit(
-            items,
-            work=lambda: self._complete_invocation(invocation, outputs[0]),
-            checkpoints=((Checkpoint.Kind.TOOL_COMPLETED, None),),
-        )
-
-    def _mark_effect_sent(self, invocation: ToolInvocation) -> None:
-        now = timezone.now()
         with transaction.atomic():
-            journal.check_fence(self.lease)
-            ToolInvocation.objects.filter(pk=invocation.pk).update(
-                effect_sent_at=now, status=ToolInvocation.Status.EXECUTING
+            output = run_tool(tool, call, context, savepoint=True)
+            written = self._write(
+                self._output_items(call, output),
+                invocation_updates=[(invocation.pk, completion(output))],
+                checkpoints=((Checkpoint.Kind.TOOL_COMPLETED, None),),
             )
+        self._committed(written)
+
+    def _mark_effect_sent(self, invocation: Invocation) -> None:
+        now = timezone.now()
+        self._commit(
+            [],
+            invocation_updates=[
+                (
+                    invocation.pk,
+                    {"effect_sent_at": now, "status": ToolInvocation.Status.EXECUTING},
+                )
+            ],
+        )
         invocation.effect_sent_at = now
         faults.fault_point(faults.EFFECT_SENT)
 
@@ -609,7 +609,7 @@ class Executor:
         status = ev.OK if output.ok else ev.ERROR
         extra = (
             {"added_tool_names": output.data["added_tool_names"]}
-            if output.ok and ("added_tool_names" in output.data)
+            if output.ok and "added_tool_names" in output.data
             else {}
         )
         return [
@@ -617,35 +617,28 @@ class Executor:
             (ev.TOOL_RESULT, result_payload(call, status, content, **extra)),
         ]
 
-    def _record_output(self, call: Call, output: ToolOutput, invocation: ToolInvocation) -> None:
+    def _record_output(
+        self, call: Call, output: ToolOutput, invocation: Invocation, *, durable: bool
+    ) -> None:
         self._commit(
             self._output_items(call, output),
-            work=lambda: self._complete_invocation(invocation, output),
+            invocation_updates=[(invocation.pk, completion(output))],
             checkpoints=((Checkpoint.Kind.TOOL_COMPLETED, None),),
-        )
-
-    def _complete_invocation(self, invocation: ToolInvocation, output: ToolOutput) -> None:
-        status = ToolInvocation.Status.COMPLETED if output.ok else ToolInvocation.Status.FAILED
-        ToolInvocation.objects.filter(pk=invocation.pk).update(
-            status=status,
-            result={"ok": output.ok, "data": output.data},
-            completed_at=timezone.now(),
+            durable=durable,
         )
 
     def _record_result(
         self, call: Call, status: str, content: str, *, invocation_status: str | None = None
     ) -> None:
         invocation = self.invocations.get(call.id)
-
-        def update() -> None:
-            if invocation and invocation_status:
-                ToolInvocation.objects.filter(pk=invocation.pk).update(
-                    status=invocation_status, completed_at=timezone.now()
-                )
-
+        updates = []
+        if invocation and invocation_status:
+            updates.append(
+                (invocation.pk, {"status": invocation_status, "completed_at": timezone.now()})
+            )
         self._commit(
             [(ev.TOOL_RESULT, result_payload(call, status, content))],
-            work=update,
+            invocation_updates=updates,
             checkpoints=((Checkpoint.Kind.TOOL_COMPLETED, None),),
         )
 
@@ -676,11 +669,6 @@ class Executor:
             question=call.arguments.get("question", "") if ask else "",
             schema=call.arguments.get("schema") if ask else None,
         )
-
-        def save() -> None:
-            ticket.save()
-            self._update_run(status=Run.Status.AWAITING)
-
         opened = {
             "correlation_id": str(ticket.correlation_id),
             "call_id": call.id,
@@ -688,11 +676,14 @@ class Executor:
             "tool": call.name,
             "deadline": ticket.deadline.isoformat() if ticket.deadline else None,
         }
-        self._commit(
-            [(ev.TICKET_OPENED, opened)],
-            work=save,
-            checkpoints=((Checkpoint.Kind.SUSPENSION, None),),
-        )
+        with transaction.atomic():
+            ticket.save()
+            written = self._write(
+                [(ev.TICKET_OPENED, opened)],
+                checkpoints=((Checkpoint.Kind.SUSPENSION, None),),
+                run_update=self._run_row(Run.Status.AWAITING),
+            )
+        self._committed(written)
         return AWAITING
 
     def _release(self) -> str:
@@ -700,9 +691,9 @@ class Executor:
         from agentruns.services.wakeups import enqueue_wake
 
         with transaction.atomic():
-            journal.check_fence(self.lease)
-            self._update_run(status=Run.Status.QUEUED)
+            written = self._write([], run_update=self._run_row(Run.Status.QUEUED))
             enqueue_wake(self.lease.run_id)
+        self._committed(written)
         return RELEASED
 
     def _finish_failed(
@@ -731,14 +722,11 @@ class Executor:
             items = [*items, (ev.RUN_COMPLETED, {"final_reply": final_reply})]
         else:
             items = [*self._interrupted_results(), *items]
-
-        def write() -> None:
-            self._update_run(status=status, final_reply=final_reply, failure=failure)
-            Ticket.objects.filter(run_id=self.lease.run_id, status=Ticket.Status.ACTIVE).update(
-                status=Ticket.Status.VOID, resolved_at=timezone.now()
-            )
-
-        self._commit(items, work=write, checkpoints=((Checkpoint.Kind.TERMINAL, None),))
+        self._commit(
+            items,
+            checkpoints=((Checkpoint.Kind.TERMINAL, None),),
+            run_update=lambda: self._run_row(status, final_reply=final_reply, failure=failure),
+        )
         return status
 
     def _interrupted_results(self) -> Items:
@@ -751,79 +739,109 @@ class Executor:
             for call in turn.open_calls()
         ]
 
-    def _update_run(self, **changes: Any) -> None:
-        terminal_or_parked = changes.get("status") != Run.Status.RUNNING
-        if terminal_or_parked:
-            changes.update(lease_owner="", lease_expires_at=None)
-        changes.update(
-            steps=self.state.steps,
-            tool_calls_used=self.state.tool_calls_used,
-            last_sequence=self.state.last_sequence,
-            updated_at=timezone.now(),
-        )
-        if not Run.objects.filter(self.lease.fence).update(**changes):
-            raise Fenced("the lease was taken by another worker")
+    def _run_row(self, status: str, **changes: Any) -> dict[str, Any]:
+        """The run row's cached columns as of the folded state; parking or ending frees
+        the lease."""
+        return {
+            **changes,
+            "status": status,
+            "lease_owner": "",
+            "lease_expires_at": None,
+            "steps": self.state.steps,
+            "tool_calls_used": self.state.tool_calls_used,
+            "last_sequence": self.state.last_sequence,
+            "updated_at": timezone.now(),
+        }
 
     # ---- the one way to write ----------------------------------------------------------
 
-    def _commit(
+    def _commit(self, items: Items, **writes: Any) -> list[Ev]:
+        """Write one durable step and make it this executor's view of the log."""
+        written = self._write(items, **writes)
+        self._committed(written)
+        return written
+
+    def _write(
         self,
-        items: Items | Callable[[], Items],
+        items: Items,
         *,
-        work: Callable[[], None] | None = None,
         checkpoints: Sequence[tuple[str, int | None]] = (),
         continuation: Any = None,
+        new_invocations: Sequence[dict[str, Any]] = (),
+        invocation_updates: Sequence[tuple[int, dict[str, Any]]] = (),
+        run_update: dict[str, Any] | Callable[[], dict[str, Any]] | None = None,
+        durable: bool = True,
     ) -> list[Ev]:
-        """Append events fenced by the lease, fold them, write checkpoints and any row
-        changes — all in one transaction."""
+        """Events fenced by the lease, folded into the state, with the checkpoints taken
+        on the way and the step's row changes — written as one unit (journal.write)."""
+        written = [
+            Ev(self.next_sequence + offset, kind, payload, self.lease.run_id)
+            for offset, (kind, payload) in enumerate(items)
+        ]
+        snapshots = self._fold(written, checkpoints, continuation)
+        step = journal.Step(
+            events=written,
+            checkpoints=snapshots,
+            new_invocations=list(new_invocations),
+            invocation_updates=list(invocation_updates),
+            run_update=(run_update() if callable(run_update) else run_update) or {},
+        )
         try:
-            with transaction.atomic():
-                staged = items() if callable(items) else items
-                if staged:
-                    written = journal.append(self.lease, self.next_sequence, staged)
-                else:
-                    journal.check_fence(self.lease)
-                    written = []
-                snapshots = self._fold(written, checkpoints, continuation)
-                if work:
-                    work()
-                if snapshots:
-                    Checkpoint.objects.bulk_create(snapshots)
+            created = journal.write(self.lease, step, durable=durable)
         except IntegrityError as exc:
             # Another writer appended to this thread: this worker's view is stale.
             self.lease.lost = True
             raise Fenced(str(exc)) from exc
+        for row in new_invocations:
+            self.invocations[row["call_id"]] = Invocation(
+                created[row["call_id"]], row["tool_version"], None
+            )
+        return written
+
+    def _committed(self, written: list[Ev]) -> None:
         self.events.extend(written)
         self.next_sequence += len(written)
         faults.fault_point(faults.COMMIT)
-        return written
 
     def _fold(
         self,
         written: list[Ev],
         checkpoints: Sequence[tuple[str, int | None]],
         continuation: Any,
-    ) -> list[Checkpoint]:
+    ) -> list[tuple[str, int, dict[str, Any]]]:
         snapshots = []
         applied = 0
         for kind, upto in checkpoints:
             upto = len(written) if upto is None else upto
             for event in written[applied:upto]:
-                self.state.apply(event)
-                if event.type == ev.ASSISTANT:
-                    self.state.continuation = continuation
+                self._apply(event, continuation)
             applied = max(applied, upto)
-            snapshots.append(
-                Checkpoint(
-                    run_id=self.lease.run_id,
-                    kind=kind,
-                    last_sequence=self.state.last_sequence,
-                    state=self.state.as_dict(),
-                )
-            )
+            snapshots.append((kind, self.state.last_sequence, self.state.as_dict()))
         for event in written[applied:]:
-            self.state.apply(event)
+            self._apply(event, continuation)
         return snapshots
+
+    def _apply(self, event: Ev, continuation: Any) -> None:
+        self.state.apply(event)
+        if event.type == ev.ASSISTANT:
+            self.state.continuation = continuation
+
+
+def completion(output: ToolOutput) -> dict[str, Any]:
+    return {
+        "status": (ToolInvocation.Status.COMPLETED if output.ok else ToolInvocation.Status.FAILED),
+        "result": {"ok": output.ok, "data": output.data},
+        "completed_at": timezone.now(),
+    }
+
+
+@dataclass
+class Invocation:
+    """What the executor needs of an invocation row between writes."""
+
+    pk: int
+    tool_version: str
+    effect_sent_at: Any
 
 
 def run_tool(

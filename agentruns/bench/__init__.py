@@ -1,0 +1,1 @@
+"""The benchmark workloads behind `manage.py bench` (SPEC §14)."""

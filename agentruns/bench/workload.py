@@ -1,0 +1,82 @@
+"""The reference workload: a scripted provider with no latency, TURNS model turns each
+proposing CALLS read-only no-op tool calls, then a final reply (31 durable steps for
+10 x 2)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth import get_user_model
+
+from agentruns.classes import DataClass
+from agentruns.models import Configuration, Provider, Run
+from agentruns.runtime.executor import execute_run
+from agentruns.services.runs import Submission, run_submit
+from agentruns.tools.registry import REGISTRY, Effect, Tool, ToolContext, ToolOutput
+
+NOOP = "bench.noop"
+
+
+def _noop(arguments: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+    return ToolOutput(str(arguments.get("x", "")))
+
+
+def register_noop() -> None:
+    if REGISTRY.get(NOOP) is None:
+        REGISTRY.register(
+            Tool(
+                name=NOOP,
+                description="Return x.",
+                parameters={"type": "object", "properties": {"x": {"type": "integer"}}},
+                group="bench",
+                output_class=DataClass.PUBLIC,
+                effect=Effect.READ_ONLY,
+                version="1",
+                execute=_noop,
+            )
+        )
+
+
+def script(turns: int, calls: int, latency_ms: int = 0) -> dict[str, Any]:
+    rounds = [
+        {"tool_calls": [{"name": NOOP, "arguments": {"x": i}} for i in range(calls)]}
+        for _ in range(turns)
+    ]
+    return {"turns": [*rounds, {"text": "done"}], "latency_ms": latency_ms}
+
+
+def configuration(slug: str, turns: int, calls: int, latency_ms: int = 0) -> Configuration:
+    register_noop()
+    provider, _ = Provider.objects.update_or_create(
+        slug="bench-scripted",
+        defaults={"name": "Bench", "kind": "scripted", "trust_zone": "local"},
+    )
+    config, _ = Configuration.objects.update_or_create(
+        slug=slug,
+        defaults={
+            "name": slug,
+            "provider": provider,
+            "model": "scripted",
+            "allowed_tools": [NOOP],
+            "max_tool_calls": turns * calls,
+            "context_budget_tokens": 10_000_000,
+            "script": script(turns, calls, latency_ms),
+        },
+    )
+    return config
+
+
+def bench_user() -> Any:
+    user, _ = get_user_model().objects.get_or_create(username="bench")
+    return user
+
+
+def submit(config: Configuration, user: Any) -> int:
+    run, _ = run_submit(user=user, submission=Submission(configuration=config.slug, input="go"))
+    return run.pk
+
+
+def run_to_end(run_id: int) -> None:
+    status = execute_run(run_id)
+    if status != Run.Status.COMPLETED:
+        raise RuntimeError(f"bench run {run_id} ended {status}")
