@@ -37,15 +37,21 @@ def register_noop() -> None:
         )
 
 
-def script(turns: int, calls: int, latency_ms: int = 0) -> dict[str, Any]:
+def script(turns: int, calls: int, latency_ms: int = 0, park: bool = False) -> dict[str, Any]:
     rounds = [
         {"tool_calls": [{"name": NOOP, "arguments": {"x": i}} for i in range(calls)]}
         for _ in range(turns)
     ]
+    if park:  # a last write that needs approval parks the run (PERF-4)
+        rounds.append(
+            {"tool_calls": [{"name": "notes.write", "arguments": {"title": "b", "body": "b"}}]}
+        )
     return {"turns": [*rounds, {"text": "done"}], "latency_ms": latency_ms}
 
 
-def configuration(slug: str, turns: int, calls: int, latency_ms: int = 0) -> Configuration:
+def configuration(
+    slug: str, turns: int, calls: int, latency_ms: int = 0, *, park: bool = False
+) -> Configuration:
     register_noop()
     provider, _ = Provider.objects.update_or_create(
         slug="bench-scripted",
@@ -57,23 +63,29 @@ def configuration(slug: str, turns: int, calls: int, latency_ms: int = 0) -> Con
             "name": slug,
             "provider": provider,
             "model": "scripted",
-            "allowed_tools": [NOOP],
-            "max_tool_calls": turns * calls,
+            "allowed_tools": [NOOP, "notes.write"],
+            "max_tool_calls": turns * calls + 1,
             "context_budget_tokens": 10_000_000,
-            "script": script(turns, calls, latency_ms),
+            "script": script(turns, calls, latency_ms, park),
         },
     )
     return config
 
 
 def bench_user() -> Any:
-    user, _ = get_user_model().objects.get_or_create(username="bench")
+    user, _ = get_user_model().objects.update_or_create(
+        username="bench", defaults={"is_staff": True, "is_superuser": True}
+    )
     return user
 
 
 def submit(config: Configuration, user: Any) -> int:
     run, _ = run_submit(user=user, submission=Submission(configuration=config.slug, input="go"))
     return run.pk
+
+
+def execute(run_id: int) -> str | None:
+    return execute_run(run_id)
 
 
 def run_to_end(run_id: int) -> None:

@@ -22,6 +22,7 @@ from agentruns.gate.core import (
     refusal_message,
 )
 from agentruns.models import GateAudit
+from agentruns.runtime.dbconn import fast_commit
 
 logger = logging.getLogger(__name__)
 
@@ -59,10 +60,7 @@ def audit_row(decision: Decision, mode: Enforcement, run_id: int | None) -> Gate
 def save_audit(row: GateAudit, *, durable: bool) -> None:
     """A permitted decision's row may commit without waiting for the WAL flush (see
     agentruns/runtime/journal.py); a refusal, observed or enforced, always waits."""
-    if durable or not settings.AGENTRUNS_FAST_COMMIT or connection.vendor != "postgresql":
-        row.save()
-        return
-    if not connection.get_autocommit():
+    if not fast_commit(durable):
         row.save()
         return
     row.created_at = timezone.now()

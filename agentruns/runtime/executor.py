@@ -21,10 +21,10 @@ from django.utils import timezone
 from agentruns import events as ev
 from agentruns.answers import schema_problems
 from agentruns.errors import ContextRefused, Fenced
-from agentruns.gate.audit import context_assert
-from agentruns.gate.core import Source, compose_sources
+from agentruns.gate.audit import audit_row, context_assert, current_enforcement
+from agentruns.gate.core import Source, compose_sources, decide
 from agentruns.gate.lookups import forced_for_composition
-from agentruns.models import Checkpoint, Event, Run, Ticket, ToolInvocation
+from agentruns.models import Checkpoint, Event, GateAudit, Run, Ticket, ToolInvocation
 from agentruns.providers.base import (
     MalformedReply,
     ProviderError,
@@ -126,6 +126,8 @@ class Executor:
     invocations: dict[str, Invocation] = field(default_factory=dict)
     token_memo: dict[int, int] = field(default_factory=dict)
     active_memo: tuple[tuple[int, int], set[str]] | None = None
+    # (step, catalog generation) whose send was asserted ahead, with the preceding step.
+    asserted_ahead: tuple[int, int] | None = None
     # DEF-1: a thread switches modes only between runs, so one read at load suffices.
     mode_name: str | None = None
 
@@ -288,6 +290,7 @@ class Executor:
                 "forced_skill_ids": self.lease.forced_skill_ids,
                 "composed_at": timezone.now(),
             },
+            audits=self._audit_ahead(),
             durable=False,
         )
         self.lease.composed = True
@@ -299,7 +302,7 @@ class Executor:
             )
         config = self.config
         sources = self._sources()
-        refused = self._assert_context(sources)
+        refused = self._assert_context(sources, step)
         if refused:
             return refused
         mode = self.mode
@@ -344,8 +347,25 @@ class Executor:
         )
         return compose_sources(self.config.view, snippets, skills)
 
-    def _assert_context(self, sources: tuple[Source, ...]) -> str | None:
+    def _audit_ahead(self, closing: str | None = None) -> list[GateAudit]:
+        """When the step being written leaves nothing to do but ask the model, the gate's
+        assert for that send is written with it: one round trip less per turn. Only a
+        permitted or undeclared decision travels this way, and only for the generation it
+        was decided under (`_model_turn` asserts again if the catalog changed)."""
+        turn = self.state.turn
+        if turn and any(c.id != closing for c in turn.open_calls()):
+            return []
+        decision = decide(self.config.view, self._sources())
+        if decision.refused:
+            return []
+        self.asserted_ahead = (self.state.steps, self.lease.generation)
+        return [audit_row(decision, current_enforcement(), self.lease.run_id)]
+
+    def _assert_context(self, sources: tuple[Source, ...], step: int | None = None) -> str | None:
         """CG-4..CG-8: an audit row per assert; a refusal ends the run before any send."""
+        if step is not None and self.asserted_ahead == (step, self.lease.generation):
+            self.asserted_ahead = None
+            return None
         try:
             asserted = context_assert(
                 config=self.config.view,
@@ -624,6 +644,7 @@ class Executor:
             self._output_items(call, output),
             invocation_updates=[(invocation.pk, completion(output))],
             checkpoints=((Checkpoint.Kind.TOOL_COMPLETED, None),),
+            audits=self._audit_ahead(closing=call.id),
             durable=durable,
         )
 
@@ -770,6 +791,7 @@ class Executor:
         new_invocations: Sequence[dict[str, Any]] = (),
         invocation_updates: Sequence[tuple[int, dict[str, Any]]] = (),
         run_update: dict[str, Any] | Callable[[], dict[str, Any]] | None = None,
+        audits: Sequence[GateAudit] = (),
         durable: bool = True,
     ) -> list[Ev]:
         """Events fenced by the lease, folded into the state, with the checkpoints taken
@@ -785,6 +807,7 @@ class Executor:
             new_invocations=list(new_invocations),
             invocation_updates=list(invocation_updates),
             run_update=(run_update() if callable(run_update) else run_update) or {},
+            audits=list(audits),
         )
         try:
             created = journal.write(self.lease, step, durable=durable)

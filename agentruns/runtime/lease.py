@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import threading
@@ -10,12 +11,13 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F, Q
 from django.db.models.functions import Now
 
 from agentruns.errors import Fenced
 from agentruns.models import CatalogGeneration, Run
+from agentruns.runtime.dbconn import fast_commit
 
 
 def worker_name() -> str:
@@ -68,6 +70,9 @@ def claim(run_id: int, owner: str | None = None) -> Lease | None:
     now is simply not ours."""
     owner = owner or worker_name()
     seconds = settings.AGENTRUNS_LEASE_SECONDS
+    if connection.vendor == "postgresql":
+        row = _claim_statement(run_id, owner, seconds)
+        return _lease(run_id, owner, seconds, row) if row else None
     claimable = Q(status=Run.Status.QUEUED) | Q(
         Q(lease_expires_at__lt=Now()) | Q(lease_expires_at__isnull=True),
         status=Run.Status.RUNNING,
@@ -81,22 +86,55 @@ def claim(run_id: int, owner: str | None = None) -> Lease | None:
         )
         if row is None:
             return None
-        reclaimed = row["status"] == Run.Status.RUNNING
         Run.objects.filter(pk=run_id).update(
             status=Run.Status.RUNNING,
             epoch=F("epoch") + 1,
             lease_owner=owner,
             lease_expires_at=Now() + timedelta(seconds=seconds),
-            attempts=F("attempts") + int(reclaimed),
+            attempts=F("attempts") + int(row["status"] == Run.Status.RUNNING),
         )
         generation = CatalogGeneration.objects.values_list("value", flat=True).get(pk=1)
+    return _lease(run_id, owner, seconds, {**row, "generation": generation})
+
+
+def _claim_statement(run_id: int, owner: str, seconds: float) -> dict | None:
+    """The claim as one statement on the database clock. Losing it to a database crash
+    only makes the run claimable again, so its commit need not wait for the WAL flush."""
+    table = Run._meta.db_table
+    columns = ", ".join(f"old.{c}" for c in CLAIM_FIELDS)
+    sql = (
+        f"UPDATE {table} AS r SET status = 'running', epoch = r.epoch + 1, "
+        "lease_owner = %s, lease_expires_at = now() + %s * interval '1 second', "
+        "attempts = r.attempts + (CASE WHEN r.status = 'running' THEN 1 ELSE 0 END) "
+        f"FROM (SELECT {', '.join(CLAIM_FIELDS)}, composed_at, id FROM {table} "
+        "WHERE id = %s AND (status = 'queued' OR (status = 'running' AND "
+        "(lease_expires_at IS NULL OR lease_expires_at < now()))) FOR UPDATE SKIP LOCKED) "
+        f"AS old WHERE r.id = old.id RETURNING {columns}, old.composed_at, "
+        f"(SELECT value FROM {CatalogGeneration._meta.db_table} WHERE id = 1)"
+        + (", set_config('synchronous_commit', 'off', true)" if fast_commit(False) else "")
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [owner, seconds, run_id])
+        found = cursor.fetchone()
+    if found is None:
+        return None
+    names = [*CLAIM_FIELDS, "composed_at", "generation"]
+    row = dict(zip(names, found[: len(names)], strict=True))
+    for key in ("forced_snippet_ids", "forced_skill_ids"):
+        if isinstance(row[key], str):
+            row[key] = json.loads(row[key])
+    return row
+
+
+def _lease(run_id: int, owner: str, seconds: float, row: dict) -> Lease:
+    reclaimed = row["status"] == Run.Status.RUNNING
     return Lease(
         run_id=run_id,
         thread_id=row["thread_id"],
         configuration_id=row["configuration_id"],
         epoch=row["epoch"] + 1,
         owner=owner,
-        generation=generation,
+        generation=row["generation"],
         reclaimed=reclaimed,
         attempts=row["attempts"] + int(reclaimed),
         created_by_id=row["created_by_id"],
@@ -122,3 +160,51 @@ def renew_if_due(lease: Lease) -> None:
     """Renew at about a third of the lease, so two missed renewals still leave slack."""
     if time.monotonic() - lease.renewed_at >= lease.seconds / 3:
         renew(lease)
+
+
+def renew_many(leases: list[Lease]) -> None:
+    """The process heartbeat (PERF-6): renew every lease this process holds in ONE
+    statement on the database clock. A lease whose row no longer carries its epoch (or is
+    no longer running) is marked lost; its executor stops at the next boundary. The cancel
+    flag comes back with the renewal (HITL-11), as it does with every fenced append."""
+    if not leases:
+        return
+    seconds = settings.AGENTRUNS_LEASE_SECONDS
+    started = time.monotonic()
+    table = Run._meta.db_table
+    if connection.vendor == "postgresql":
+        sql = (
+            f"UPDATE {table} AS r SET lease_expires_at = now() + %s * interval '1 second' "
+            "FROM (SELECT unnest(%s::bigint[]) AS id, unnest(%s::bigint[]) AS epoch) AS held "
+            "WHERE r.id = held.id AND r.epoch = held.epoch AND r.status = 'running' "
+            "RETURNING r.id, r.cancel_requested"
+        )
+        params: list[object] = [
+            seconds,
+            [lease.run_id for lease in leases],
+            [lease.epoch for lease in leases],
+        ]
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            renewed = dict(cursor.fetchall())
+    else:
+        renewed = {}
+        for lease in leases:
+            rows = Run.objects.filter(lease.fence, status=Run.Status.RUNNING)
+            if rows.update(lease_expires_at=Now() + timedelta(seconds=seconds)):
+                renewed[lease.run_id] = rows.values_list("cancel_requested", flat=True).first()
+    for lease in leases:
+        if lease.run_id in renewed:
+            lease.renewed_at = started
+            lease.cancel_requested = lease.cancel_requested or bool(renewed[lease.run_id])
+        else:
+            lease.lost = True
+
+
+def abandon(lease: Lease) -> bool:
+    """A worker that cannot go on with a run (an unexpected error) lets its lease lapse now
+    instead of at expiry, so the sweeper reclaims it at once; like a crash, that reclaim
+    spends an attempt (CLU-3), which bounds a run that keeps failing."""
+    return bool(
+        Run.objects.filter(lease.fence, status=Run.Status.RUNNING).update(lease_expires_at=Now())
+    )
