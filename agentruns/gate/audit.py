@@ -7,8 +7,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.db import connection
-from django.utils import timezone
 
 from agentruns.errors import ContextRefused
 from agentruns.gate.core import (
@@ -22,7 +20,6 @@ from agentruns.gate.core import (
     refusal_message,
 )
 from agentruns.models import GateAudit
-from agentruns.runtime.dbconn import fast_commit
 
 logger = logging.getLogger(__name__)
 
@@ -57,36 +54,15 @@ def audit_row(decision: Decision, mode: Enforcement, run_id: int | None) -> Gate
     )
 
 
-def save_audit(row: GateAudit, *, durable: bool) -> None:
-    """A permitted decision's row may commit without waiting for the WAL flush (see
-    agentruns/runtime/journal.py); a refusal, observed or enforced, always waits."""
-    if not fast_commit(durable):
-        row.save()
-        return
-    row.created_at = timezone.now()
-    fields = [f for f in GateAudit._meta.concrete_fields if not f.primary_key]
-    columns = ", ".join(f.column for f in fields)
-    values = [f.get_db_prep_save(getattr(row, f.attname), connection) for f in fields]
-    placeholders = ", ".join(["%s"] * len(fields))
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"WITH a AS (INSERT INTO {GateAudit._meta.db_table} ({columns}) "
-            f"VALUES ({placeholders}) RETURNING 1) "
-            "SELECT set_config('synchronous_commit', 'off', true) FROM a",
-            values,
-        )
-
-
 def context_assert(
     *,
     config: ConfigView,
     sources: Sequence[Source],
     run_id: int | None = None,
-    durable: bool = True,
 ) -> Asserted:
     decision = decide(config, sources)
     mode = current_enforcement()
-    save_audit(audit_row(decision, mode, run_id), durable=durable or decision.refused)
+    audit_row(decision, mode, run_id).save()
     if decision.refused:
         if mode is Enforcement.ENFORCE:
             raise ContextRefused(refusal_message(decision), **refusal_fields(decision))

@@ -371,7 +371,6 @@ class Executor:
                 config=self.config.view,
                 sources=sources,
                 run_id=self.lease.run_id,
-                durable=False,
             )
         except ContextRefused as refused:
             return self._finish_failed(
