@@ -195,7 +195,7 @@ AUDIT_COLUMNS = tuple(f.column for f in GateAudit._meta.concrete_fields if not f
 
 def _audit_row(audit: GateAudit, now: Any) -> dict[str, Any]:
     audit.created_at = now
-    return {f.column: getattr(audit, f.attname) for f in GateAudit._meta.concrete_fields}
+    return {str(f.column): getattr(audit, f.attname) for f in GateAudit._meta.concrete_fields}
 
 
 def _event_row(lease: Lease, event: Ev, now: Any) -> dict[str, Any]:
