@@ -190,7 +190,7 @@ def _write_statement(lease: Lease, step: Step, fast: bool) -> tuple:
         return cursor.fetchone()
 
 
-AUDIT_COLUMNS = tuple(f.column for f in GateAudit._meta.concrete_fields if not f.primary_key)
+AUDIT_COLUMNS = tuple(str(f.column) for f in GateAudit._meta.concrete_fields if not f.primary_key)
 
 
 def _audit_row(audit: GateAudit, now: Any) -> dict[str, Any]:
