@@ -36,6 +36,7 @@ class ContextRefused(AgentrunsError):
     """CG-7, CG-8: the structured fields travel with the message."""
 
     code = "context_refused"
+    generation: int | None = None  # the live catalog generation when it was asserted
 
 
 class Fenced(AgentrunsError):

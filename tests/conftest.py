@@ -42,3 +42,9 @@ def _register_test_tools() -> None:
 
 
 _register_test_tools()
+
+
+@pytest.fixture(autouse=True)
+def _fast_password_hashing(settings):
+    # PBKDF2 costs ~0.4 s per user; the suite creates hundreds.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

@@ -82,6 +82,8 @@ class ModesField(serializers.Field):
             )
         modes = []
         for name, spec in data.items():
+            if not 1 <= len(str(name)) <= 64:
+                raise serializers.ValidationError(f"Mode names have 1 to 64 characters: {name!r}.")
             mode = ModeSerializer(data=spec)
             if not mode.is_valid():
                 raise serializers.ValidationError({name: mode.errors})

@@ -16,7 +16,7 @@ from agentruns.gate.audit import current_enforcement
 from agentruns.gate.core import compose_sources
 from agentruns.gate.lookups import config_view, forced_for_resume
 from agentruns.gate.readout import readout
-from agentruns.models import Event, Note, Run, Thread, Ticket
+from agentruns.models import Event, Note, Run, Thread, Ticket, ToolInvocation
 from agentruns.selectors import visible_runs
 from agentruns.services.resume import INPUT, PERMISSION, ResumeCommand, may_answer, run_resume
 from agentruns.services.runs import (
@@ -24,6 +24,7 @@ from agentruns.services.runs import (
     run_cancel,
     run_dry,
     run_submit,
+    thread_mode,
     thread_switch_mode,
 )
 
@@ -271,7 +272,28 @@ class TicketViewSet(viewsets.GenericViewSet):
                         ),
                     }
                 )
-        return Response({"count": len(rows), "results": rows})
+        return Response(
+            {"count": len(rows), "results": rows, "uncertain": uncertain_calls(request.user)}
+        )
+
+
+def uncertain_calls(user: Any) -> list[dict[str, Any]]:
+    """TOOL-4: a write whose outcome is unknown is shown to approvers, never re-run."""
+    if not user.has_perm("agentruns.approve_run"):
+        return []
+    rows = ToolInvocation.objects.filter(
+        status=ToolInvocation.Status.UNCERTAIN, run__in=visible_runs(user)
+    ).order_by("-effect_sent_at")[:200]
+    return [
+        {
+            "run": row.run_id,
+            "call_id": row.call_id,
+            "tool": row.tool,
+            "arguments": row.arguments,
+            "effect_sent_at": row.effect_sent_at,
+        }
+        for row in rows
+    ]
 
 
 class ModeSerializer(serializers.Serializer):
@@ -282,7 +304,7 @@ def thread_dict(thread: Thread) -> dict[str, Any]:
     return {
         "id": thread.pk,
         "configuration": thread.configuration.slug,
-        "mode": thread.mode,
+        "mode": thread_mode(thread),
         "runs": list(thread.runs.order_by("id").values_list("id", flat=True)),
         "created_at": thread.created_at,
     }

@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from django.conf import settings
+from django.db import connection
+from django.utils import timezone
 
 from agentruns.errors import ContextRefused
 from agentruns.gate.core import (
@@ -19,7 +21,8 @@ from agentruns.gate.core import (
     refusal_fields,
     refusal_message,
 )
-from agentruns.models import GateAudit
+from agentruns.models import CatalogGeneration, GateAudit
+from agentruns.runtime.dbconn import fast_commit
 
 logger = logging.getLogger(__name__)
 
@@ -32,6 +35,9 @@ def current_enforcement() -> Enforcement:
 class Asserted:
     decision: Decision
     mode: Enforcement
+    # The catalog generation read in the same statement as the audit row: a caller that
+    # decided on a cached configuration learns whether it was still the live one (CG-9).
+    generation: int
 
     @property
     def observed_refusal(self) -> bool:
@@ -54,17 +60,38 @@ def audit_row(decision: Decision, mode: Enforcement, run_id: int | None) -> Gate
     )
 
 
+def save_audit(row: GateAudit, *, durable: bool) -> int:
+    """Write the row; return the live catalog generation. On PostgreSQL that is one
+    statement, and a permitted decision's row need not wait for the WAL flush."""
+    if connection.vendor != "postgresql":
+        row.save()
+        return CatalogGeneration.objects.values_list("value", flat=True).get(pk=1)
+    row.created_at = timezone.now()
+    fields = [f for f in GateAudit._meta.concrete_fields if not f.primary_key]
+    columns = ", ".join(str(f.column) for f in fields)
+    values = [f.get_db_prep_save(getattr(row, f.attname), connection) for f in fields]
+    relax = ", set_config('synchronous_commit', 'off', true)" if fast_commit(durable) else ""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"WITH a AS (INSERT INTO {GateAudit._meta.db_table} ({columns}) "
+            f"VALUES ({', '.join(['%s'] * len(fields))}) RETURNING 1) "
+            f"SELECT (SELECT value FROM {CatalogGeneration._meta.db_table} WHERE id = 1)"
+            f"{relax} FROM a",
+            values,
+        )
+        return cursor.fetchone()[0]
+
+
 def context_assert(
-    *,
-    config: ConfigView,
-    sources: Sequence[Source],
-    run_id: int | None = None,
+    *, config: ConfigView, sources: Sequence[Source], run_id: int | None = None
 ) -> Asserted:
     decision = decide(config, sources)
     mode = current_enforcement()
-    audit_row(decision, mode, run_id).save()
+    generation = save_audit(audit_row(decision, mode, run_id), durable=decision.refused)
     if decision.refused:
         if mode is Enforcement.ENFORCE:
-            raise ContextRefused(refusal_message(decision), **refusal_fields(decision))
+            refused = ContextRefused(refusal_message(decision), **refusal_fields(decision))
+            refused.generation = generation
+            raise refused
         logger.warning("context refusal observed: %s", refusal_message(decision))
-    return Asserted(decision, mode)
+    return Asserted(decision, mode, generation)

@@ -104,8 +104,11 @@ class Run(models.Model):
 class Event(models.Model):
     """LOOP-3: append-only; the runtime never updates or deletes a row."""
 
-    thread = models.ForeignKey(Thread, on_delete=models.CASCADE, related_name="events")
-    run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.CASCADE)
+    # Indexed through the composite indexes below: every index costs each append.
+    thread = models.ForeignKey(
+        Thread, on_delete=models.CASCADE, related_name="events", db_index=False
+    )
+    run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.CASCADE, db_index=False)
     sequence = models.PositiveIntegerField()
     type = models.CharField(max_length=40)
     payload = models.JSONField(default=dict)
@@ -132,7 +135,9 @@ class Checkpoint(models.Model):
         SUSPENSION = "suspension"
         TERMINAL = "terminal"
 
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="checkpoints")
+    run = models.ForeignKey(
+        Run, on_delete=models.CASCADE, related_name="checkpoints", db_index=False
+    )
     kind = models.CharField(max_length=20, choices=Kind.choices)
     last_sequence = models.PositiveIntegerField()
     state = models.JSONField()
@@ -159,8 +164,13 @@ class ToolInvocation(models.Model):
         DENIED = "denied"
         EXPIRED = "expired"
         NOT_PERMITTED = "not_permitted"
+        INTERRUPTED = "interrupted"
 
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="invocations")
+    OPEN = (Status.AUTHORISED, Status.AWAITING_APPROVAL, Status.EXECUTING)
+
+    run = models.ForeignKey(
+        Run, on_delete=models.CASCADE, related_name="invocations", db_index=False
+    )
     step = models.PositiveIntegerField()
     call_id = models.CharField(max_length=200)
     tool = models.CharField(max_length=100)
@@ -176,6 +186,7 @@ class ToolInvocation(models.Model):
 
     class Meta:
         ordering = ["run", "id"]
+        indexes = [models.Index(fields=["run", "step", "call_id"], name="invocation_call")]
 
     def __str__(self) -> str:
         return f"{self.tool} {self.call_id} ({self.status})"

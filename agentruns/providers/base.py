@@ -66,6 +66,10 @@ class ProviderRequest:
     # "turn" asks for the next assistant turn; "summary" asks to summarise the messages
     # for compaction (DEF-6), which the scripted provider answers deterministically.
     purpose: str = "turn"
+    # Where the loop is: the run and its model turn. Only the scripted provider reads
+    # them, so a script follows the run even after compaction rewrote the history.
+    run: int | None = None
+    step: int | None = None
 
 
 @dataclass(frozen=True)

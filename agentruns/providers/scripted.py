@@ -37,10 +37,11 @@ def position(request: ProviderRequest) -> tuple[int, int]:
     return users, turn
 
 
-def _calls(step: dict[str, Any], users: int, turn: int) -> tuple[ToolCall, ...]:
+def _calls(step: dict[str, Any], prefix: str, turn: int) -> tuple[ToolCall, ...]:
+    """Ids unique within a thread: per run (or per prompt) and turn."""
     return tuple(
         ToolCall(
-            id=call.get("id") or f"call_{users}_{turn}_{i}",
+            id=call.get("id") or f"call_{prefix}_{turn}_{i}",
             name=wire_name(call["name"]),
             arguments=dict(call.get("arguments") or {}),
         )
@@ -75,13 +76,16 @@ class ScriptedAdapter:
             text = script.get("summary") or f"Summary of {len(request.messages)} earlier messages."
             return self._reply(link, request, text)
         users, turn = position(request)
+        if request.step is not None:
+            turn = request.step
         turns = script.get("turns") or []
         if turn >= len(turns):
             return self._reply(link, request, FINISHED)
         step = turns[turn]
         if "error" in step:
             _raise(link, step["error"])
-        return self._reply(link, request, step.get("text") or "", _calls(step, users, turn))
+        prefix = f"r{request.run}" if request.run is not None else str(users)
+        return self._reply(link, request, step.get("text") or "", _calls(step, prefix, turn))
 
     @staticmethod
     def _reply(

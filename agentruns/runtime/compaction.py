@@ -15,6 +15,7 @@ from agentruns.runtime.context import project
 from agentruns.runtime.state import Ev
 
 STARTS_UNIT = {ev.USER, ev.ASSISTANT, ev.COMPACTION}
+SUMMARY_OVERHEAD = 16
 # Compact down to this share of the budget, so the next turns do not compact again at once.
 TARGET_SHARE = 0.6
 
@@ -32,10 +33,15 @@ class Unit:
 def units_of(effective: Sequence[Ev], tokens_of: Callable[[Sequence[Ev]], int]) -> list[Unit]:
     groups: list[list[Ev]] = []
     for event in effective:
-        if event.type in STARTS_UNIT or not groups:
+        # An event that is no message (a mode switch, a redaction note) joins a unit rather
+        # than forming an empty one of its own.
+        opened = bool(groups) and any(e.type in STARTS_UNIT for e in groups[-1])
+        if event.type in STARTS_UNIT and opened:
             groups.append([event])
-        else:
+        elif groups:
             groups[-1].append(event)
+        else:
+            groups.append([event])
     return [Unit(tuple(group), tokens_of(group)) for group in groups]
 
 
@@ -60,10 +66,12 @@ def plan(units: Sequence[Unit], *, fixed: int, budget: int) -> Plan | None:
     total = fixed + sum(unit.tokens for unit in units)
     if total <= budget or len(units) < 2:
         return None
+    # The summary arrives as a user message with a short prefix: reserve that too.
     allowance = max(64, min(1024, budget // 8))
+    reserve = allowance + SUMMARY_OVERHEAD
     target = budget * TARGET_SHARE
     for cut in range(1, len(units)):
-        if fixed + allowance + sum(unit.tokens for unit in units[cut:]) <= target:
+        if fixed + reserve + sum(unit.tokens for unit in units[cut:]) <= target:
             break
     return Plan(tuple(units[:cut]), tuple(units[cut:]), allowance)
 

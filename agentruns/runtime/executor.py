@@ -9,6 +9,7 @@ approval take the same path (REC-1..REC-4).
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -21,10 +22,10 @@ from django.utils import timezone
 from agentruns import events as ev
 from agentruns.answers import schema_problems
 from agentruns.errors import ContextRefused, Fenced
-from agentruns.gate.audit import audit_row, context_assert, current_enforcement
-from agentruns.gate.core import Source, compose_sources, decide
+from agentruns.gate.audit import context_assert
+from agentruns.gate.core import Source, compose_sources
 from agentruns.gate.lookups import forced_for_composition
-from agentruns.models import Checkpoint, Event, GateAudit, Run, Ticket, ToolInvocation
+from agentruns.models import Checkpoint, Event, Run, Ticket, ToolInvocation
 from agentruns.providers.base import (
     MalformedReply,
     ProviderError,
@@ -41,7 +42,7 @@ from agentruns.runtime.context import effective_events, pairing_problems, projec
 from agentruns.runtime.dbconn import release_connection
 from agentruns.runtime.deferred import active_deferred
 from agentruns.runtime.lease import Lease, claim, renew_if_due
-from agentruns.runtime.redaction import redact
+from agentruns.runtime.redaction import redact, redact_value
 from agentruns.runtime.state import (
     AskModel,
     Call,
@@ -54,11 +55,11 @@ from agentruns.runtime.state import (
     next_action,
     restore,
 )
-from agentruns.runtime.tokens import count as count_tokens
 from agentruns.runtime.tokens import fixed_tokens, message_tokens, truncate_tokens
 from agentruns.tools.policy import (
     Mode,
     catalog_fingerprint,
+    deferred_catalog,
     needs_human,
     offered_tools,
     tool_refusal,
@@ -86,16 +87,11 @@ SUMMARY_INSTRUCTION = (
     "Summarise the conversation below for your own later use: the user's goals, decisions, "
     "facts and tool results that still matter. Be concise; do not invent anything."
 )
-CATALOG_LIMIT = 50
-
-
-def deferred_catalog(mode: Mode) -> list[str]:
-    """DEF-2: a bounded one-line entry per deferred tool; no schemas."""
-    if not mode.deferred:
-        return []
-    tools = [REGISTRY.get(name) for name in mode.deferred[:CATALOG_LIMIT]]
-    lines = [f"- {t.name}: {t.one_line(120)}" for t in tools if t is not None]
-    return ["More tools exist; activate them with tool_search before use:\n" + "\n".join(lines)]
+UNKNOWN = (
+    "Outcome unknown: the effect may have happened before the worker stopped. It will not "
+    "be repeated automatically; an approver has been shown this call."
+)
+INTERRUPTED = "Interrupted: the run ended before this call ran."
 
 
 def idempotency_key(run_id: int, step: int, call: Call, tool: Tool | None) -> str:
@@ -126,10 +122,9 @@ class Executor:
     invocations: dict[str, Invocation] = field(default_factory=dict)
     token_memo: dict[int, int] = field(default_factory=dict)
     active_memo: tuple[tuple[int, int], set[str]] | None = None
-    # (step, catalog generation) whose send was asserted ahead, with the preceding step.
-    asserted_ahead: tuple[int, int] | None = None
     # DEF-1: a thread switches modes only between runs, so one read at load suffices.
     mode_name: str | None = None
+    system_kinds: dict[str, int] = field(default_factory=dict)
 
     # ---- entry -------------------------------------------------------------------------
 
@@ -241,8 +236,8 @@ class Executor:
         )
         plan = compaction.plan(units, fixed=fixed, budget=budget)
         if plan is None:
-            return None
-        refused = self._assert_context(sources)  # CG-9: the summary call is a send too
+            return self._over_budget(fixed, budget)
+        refused = self._assert_context()  # CG-9: the summary call is a send too
         if refused:
             return refused
         summarised = [event for unit in plan.summarised for event in unit.events]
@@ -265,13 +260,18 @@ class Executor:
             "summarised_events": len(summarised),
         }
         self._commit([(ev.COMPACTION, payload)], durable=False)
-        kept = sum(unit.tokens for unit in plan.kept)
-        if fixed + count_tokens(summary) + kept > budget:
-            return self._finish_failed(
-                "context_budget_exceeded",
-                f"Even after compaction the context needs more than {budget} tokens.",
-            )
-        return None
+        return self._over_budget(fixed, budget)
+
+    def _over_budget(self, fixed: int, budget: int) -> str | None:
+        """DEF-6: nothing over the budget is ever sent, compacted or not."""
+        needed = fixed + sum(self._event_tokens(e) for e in effective_events(self.events))
+        if needed <= budget:
+            return None
+        return self._finish_failed(
+            "context_budget_exceeded",
+            f"The context needs {needed} tokens even after compaction; the budget is {budget}.",
+            fields={"needed": needed, "budget": budget},
+        )
 
     def _compose(self) -> None:
         """FS-4: a starting run injects only active forced sources and says what it left."""
@@ -290,7 +290,6 @@ class Executor:
                 "forced_skill_ids": self.lease.forced_skill_ids,
                 "composed_at": timezone.now(),
             },
-            audits=self._audit_ahead(),
             durable=False,
         )
         self.lease.composed = True
@@ -300,15 +299,17 @@ class Executor:
             return self._finish_failed(
                 "turn_limit", f"The model took {step} turns without a final reply."
             )
-        config = self.config
-        sources = self._sources()
-        refused = self._assert_context(sources, step)
+        refused = self._assert_context()
         if refused:
             return refused
+        config = self.config
+        sources = self._sources()
         mode = self.mode
         tools = offered_tools(mode, self._active_deferred())
         specs = tuple(ToolSpec(t.wire_name, t.description, t.parameters) for t in tools)
         system = [*self._redacted_system(system_texts(sources)), *deferred_catalog(mode)]
+        if self.system_kinds and not self.state.system_redacted:
+            self._commit([(ev.SECRET_REDACTED, {"where": "system", "kinds": self.system_kinds})])
         stopped = self._compact_if_needed(system, specs, sources)
         if stopped:
             return stopped
@@ -322,6 +323,8 @@ class Executor:
             messages=tuple(messages),
             tools=specs,
             continuation=self.state.continuation,
+            run=self.lease.run_id,
+            step=step,
         )
         release_connection()
         try:
@@ -347,54 +350,56 @@ class Executor:
         )
         return compose_sources(self.config.view, snippets, skills)
 
-    def _audit_ahead(self, closing: str | None = None) -> list[GateAudit]:
-        """When the step being written leaves nothing to do but ask the model, the gate's
-        assert for that send is written with it: one round trip less per turn. Only a
-        permitted or undeclared decision travels this way, and only for the generation it
-        was decided under (`_model_turn` asserts again if the catalog changed)."""
-        turn = self.state.turn
-        if turn and any(c.id != closing for c in turn.open_calls()):
-            return []
-        decision = decide(self.config.view, self._sources())
-        if decision.refused:
-            return []
-        self.asserted_ahead = (self.state.steps, self.lease.generation)
-        return [audit_row(decision, current_enforcement(), self.lease.run_id)]
-
-    def _assert_context(self, sources: tuple[Source, ...], step: int | None = None) -> str | None:
-        """CG-4..CG-8: an audit row per assert; a refusal ends the run before any send."""
-        if step is not None and self.asserted_ahead == (step, self.lease.generation):
-            self.asserted_ahead = None
-            return None
-        try:
-            asserted = context_assert(
-                config=self.config.view,
-                sources=sources,
-                run_id=self.lease.run_id,
-            )
-        except ContextRefused as refused:
-            return self._finish_failed(
-                "context_refused",
-                refused.detail,
-                fields=refused.fields,
-                extra=[(ev.CONTEXT_REFUSED, {"detail": refused.detail, **refused.fields})],
-            )
+    def _assert_context(self) -> str | None:
+        """CG-4..CG-9: an audit row per assert, decided on the configuration as cached for
+        the catalog generation this executor knows; the same statement reads the live
+        generation, and a decision taken on a stale one is taken again. A refusal ends the
+        run before anything is sent."""
+        for _ in range(3):
+            known = self.lease.generation
+            try:
+                asserted = context_assert(
+                    config=self.config.view, sources=self._sources(), run_id=self.lease.run_id
+                )
+            except ContextRefused as refused:
+                if refused.generation not in (None, known):
+                    self.lease.generation = refused.generation or known
+                    continue
+                return self._finish_failed(
+                    "context_refused",
+                    refused.detail,
+                    fields=refused.fields,
+                    extra=[(ev.CONTEXT_REFUSED, {"detail": refused.detail, **refused.fields})],
+                )
+            self.lease.generation = asserted.generation
+            if asserted.generation == known:
+                break
         if asserted.observed_refusal and not self.state.observed:
             self._commit([(ev.CONTEXT_OBSERVED, {"verdict": "refused (observed)"})])
         return None
 
     def _redacted_system(self, texts: list[str]) -> list[str]:
-        cleaned = []
+        """CG-11 on every send; what it found is recorded once per run."""
+        cleaned, found = [], Counter[str]()
         for text in texts:
-            clean, _kinds = redact(text)
+            clean, kinds = redact(text)
             cleaned.append(clean)
+            found.update(kinds)
+        self.system_kinds = dict(found)
         return cleaned
 
     def _record_turn(
         self, step: int, reply: Reply, offered: set[str], continuation: Any = None
     ) -> str | None:
         text, redacted = redact(reply.text)
-        calls = [self._call_from(tool_call) for tool_call in reply.tool_calls]
+        calls = [self._call_from(tool_call, redacted) for tool_call in reply.tool_calls]
+        reused = self._reused_call_ids(calls)
+        if reused:
+            return self._finish_failed(
+                "corrupt_history",
+                f"The model reused call ids {', '.join(sorted(reused))}; a history pairing "
+                "them cannot exist (LOOP-7), so nothing was run.",
+            )
         payload: dict[str, Any] = {
             "text": text,
             "tool_calls": [call.as_dict() for call in calls],
@@ -439,14 +444,32 @@ class Executor:
         )
         return None
 
-    def _call_from(self, tool_call: Any) -> Call:
+    def _call_from(self, tool_call: Any, found: dict[str, int]) -> Call:
+        """The registry name, and arguments redacted like any text (CG-11)."""
         tool = REGISTRY.by_wire(tool_call.name)
+        arguments, kinds = redact_value(tool_call.arguments)
+        raw, raw_kinds = redact(tool_call.raw_arguments or "")
+        for kind, count in (*kinds.items(), *raw_kinds.items()):
+            found[kind] = found.get(kind, 0) + count
         return Call(
             id=tool_call.id,
             name=tool.name if tool else tool_call.name,
-            arguments=tool_call.arguments,
-            raw_arguments=tool_call.raw_arguments,
+            arguments=arguments,
+            raw_arguments=raw if tool_call.raw_arguments is not None else None,
         )
+
+    def _reused_call_ids(self, calls: list[Call]) -> set[str]:
+        """Call ids pair calls with results (LOOP-7): one reused inside a turn or from the
+        thread's history would break the pairing, so such a turn is never acted on."""
+        ids = [call.id for call in calls]
+        reused = {call_id for call_id in ids if ids.count(call_id) > 1}
+        earlier = {
+            call["id"]
+            for event in self.events
+            if event.type == ev.ASSISTANT
+            for call in event.payload.get("tool_calls", [])
+        }
+        return reused | (set(ids) & earlier)
 
     def _judge(self, call: Call, offered: set[str]) -> Verdict:
         """TOOL-2 and argument validation; a bad proposal becomes a model-visible result."""
@@ -501,7 +524,7 @@ class Executor:
         if any(turn.decisions.get(call.id) == "allow" for call in calls):
             # RG-1..RG-4: a resumed run re-gates before the approved call runs; if its
             # context may no longer be sent there is no point in acting on it.
-            refused = self._assert_context(self._sources())
+            refused = self._assert_context()
             if refused:
                 return refused
         waiting: list[Call] = []
@@ -616,11 +639,7 @@ class Executor:
 
     def _record_uncertain(self, call: Call) -> None:
         self._record_result(
-            call,
-            ev.UNCERTAIN,
-            "Outcome unknown: the effect may have happened before the worker stopped. It "
-            "will not be repeated automatically; an approver has been shown this call.",
-            invocation_status=ToolInvocation.Status.UNCERTAIN,
+            call, ev.UNCERTAIN, UNKNOWN, invocation_status=ToolInvocation.Status.UNCERTAIN
         )
 
     def _output_items(self, call: Call, output: ToolOutput) -> Items:
@@ -643,7 +662,6 @@ class Executor:
             self._output_items(call, output),
             invocation_updates=[(invocation.pk, completion(output))],
             checkpoints=((Checkpoint.Kind.TOOL_COMPLETED, None),),
-            audits=self._audit_ahead(closing=call.id),
             durable=durable,
         )
 
@@ -738,26 +756,40 @@ class Executor:
         failure: dict[str, Any] | None = None,
     ) -> str:
         """The one place a run's terminal state is written."""
+        updates: list[tuple[int, dict[str, Any]]] = []
         if status == Run.Status.COMPLETED:
             items = [*items, (ev.RUN_COMPLETED, {"final_reply": final_reply})]
-        else:
-            items = [*self._interrupted_results(), *items]
+        elif self.state.turn:
+            interrupted, updates = self._interrupted(self.state.turn)
+            items = [*interrupted, *items]
         self._commit(
             items,
             checkpoints=((Checkpoint.Kind.TERMINAL, None),),
+            invocation_updates=updates,
             run_update=lambda: self._run_row(status, final_reply=final_reply, failure=failure),
         )
         return status
 
-    def _interrupted_results(self) -> Items:
-        """A thread stays usable: every call of a run that ends early gets a result."""
-        turn = self.state.turn
-        if turn is None:
-            return []
-        return [
-            (ev.TOOL_RESULT, result_payload(call, ev.ERROR, "Interrupted: the run ended."))
-            for call in turn.open_calls()
-        ]
+    def _interrupted(self, turn: Turn) -> tuple[Items, list[tuple[int, dict[str, Any]]]]:
+        """A thread stays usable and no invocation looks in flight: every call of a run
+        that ends early gets a result, and its row a final status."""
+        open_calls = turn.open_calls()
+        self._load_invocations(turn, open_calls)
+        items: Items = []
+        updates = []
+        for call in open_calls:
+            invocation = self.invocations.get(call.id)
+            sent = invocation is not None and invocation.effect_sent_at is not None
+            if sent:
+                items.append((ev.TOOL_RESULT, result_payload(call, ev.UNCERTAIN, UNKNOWN)))
+            else:
+                items.append((ev.TOOL_RESULT, result_payload(call, ev.ERROR, INTERRUPTED)))
+            if invocation:
+                closed = (
+                    ToolInvocation.Status.UNCERTAIN if sent else ToolInvocation.Status.INTERRUPTED
+                )
+                updates.append((invocation.pk, {"status": closed, "completed_at": timezone.now()}))
+        return items, updates
 
     def _run_row(self, status: str, **changes: Any) -> dict[str, Any]:
         """The run row's cached columns as of the folded state; parking or ending frees
@@ -790,7 +822,6 @@ class Executor:
         new_invocations: Sequence[dict[str, Any]] = (),
         invocation_updates: Sequence[tuple[int, dict[str, Any]]] = (),
         run_update: dict[str, Any] | Callable[[], dict[str, Any]] | None = None,
-        audits: Sequence[GateAudit] = (),
         durable: bool = True,
     ) -> list[Ev]:
         """Events fenced by the lease, folded into the state, with the checkpoints taken
@@ -806,7 +837,6 @@ class Executor:
             new_invocations=list(new_invocations),
             invocation_updates=list(invocation_updates),
             run_update=(run_update() if callable(run_update) else run_update) or {},
-            audits=list(audits),
         )
         try:
             created = journal.write(self.lease, step, durable=durable)

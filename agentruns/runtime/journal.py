@@ -31,7 +31,6 @@ from agentruns.models import (
     CatalogGeneration,
     Checkpoint,
     Event,
-    GateAudit,
     Run,
     ToolInvocation,
 )
@@ -81,8 +80,6 @@ class Step:
     new_invocations: list[dict[str, Any]] = field(default_factory=list)
     invocation_updates: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
     run_update: dict[str, Any] = field(default_factory=dict)
-    # Gate asserts decided ahead for the next send (see Executor._audit_ahead).
-    audits: list[GateAudit] = field(default_factory=list)
 
 
 def write(lease: Lease, step: Step, *, durable: bool = True) -> dict[str, int]:
@@ -168,9 +165,6 @@ def _write_statement(lease: Lease, step: Step, fast: bool) -> tuple:
     if step.run_update:
         parts.append(_update("run", run, step.run_update, "id = %s AND epoch = %s", params))
         params.extend([lease.run_id, lease.epoch])
-    if step.audits:
-        rows = [_audit_row(audit, now) for audit in step.audits]
-        parts.append(_insert("audit", GateAudit._meta.db_table, AUDIT_COLUMNS, rows, params))
     generation = CatalogGeneration._meta.db_table
     created = (
         "(SELECT json_agg(json_build_array(call_id, id)) FROM inv)"
@@ -188,14 +182,6 @@ def _write_statement(lease: Lease, step: Step, fast: bool) -> tuple:
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.fetchone()
-
-
-AUDIT_COLUMNS = tuple(str(f.column) for f in GateAudit._meta.concrete_fields if not f.primary_key)
-
-
-def _audit_row(audit: GateAudit, now: Any) -> dict[str, Any]:
-    audit.created_at = now
-    return {str(f.column): getattr(audit, f.attname) for f in GateAudit._meta.concrete_fields}
 
 
 def _event_row(lease: Lease, event: Ev, now: Any) -> dict[str, Any]:
@@ -240,7 +226,6 @@ def _write_statements(lease: Lease, step: Step) -> dict[str, int]:
         ToolInvocation.objects.filter(pk=pk).update(**changes)
     if step.run_update and not Run.objects.filter(lease.fence).update(**step.run_update):
         _lost(lease)
-    GateAudit.objects.bulk_create(step.audits)
     lease.cancel_requested = bool(row)
     lease.generation = CatalogGeneration.objects.values_list("value", flat=True).get(pk=1)
     return {invocation.call_id: invocation.pk for invocation in created}

@@ -9,6 +9,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -179,7 +180,7 @@ def renew_many(leases: list[Lease]) -> None:
             "WHERE r.id = held.id AND r.epoch = held.epoch AND r.status = 'running' "
             "RETURNING r.id, r.cancel_requested"
         )
-        params: list[object] = [
+        params: list[Any] = [
             seconds,
             [lease.run_id for lease in leases],
             [lease.epoch for lease in leases],

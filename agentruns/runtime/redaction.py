@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from typing import Any
 
 MARKER = "[REDACTED:{kind}]"
 
@@ -40,3 +41,21 @@ def redact(text: str) -> tuple[str, dict[str, int]]:
 
     text = ASSIGNMENT.sub(hide, text)
     return text, {kind: n for kind, n in found.items() if n}
+
+
+def redact_value(value: Any) -> tuple[Any, dict[str, int]]:
+    """Redact every string inside a JSON value, leaving its shape (and schema fit) alone."""
+    found: Counter[str] = Counter()
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, str):
+            clean, kinds = redact(node)
+            found.update(kinds)
+            return clean
+        if isinstance(node, list):
+            return [walk(item) for item in node]
+        if isinstance(node, dict):
+            return {key: walk(item) for key, item in node.items()}
+        return node
+
+    return walk(value), dict(found)

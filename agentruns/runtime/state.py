@@ -91,6 +91,7 @@ class RunState:
     # Opaque provider data of `turn` (REC-3: dropped when a newer turn supersedes it).
     continuation: Any = None
     observed: bool = False
+    system_redacted: bool = False
 
     def apply(self, event: Ev) -> None:
         handler = _HANDLERS.get(event.type)
@@ -107,6 +108,7 @@ class RunState:
             "terminal": self.terminal,
             "continuation": self.continuation,
             "observed": self.observed,
+            "system_redacted": self.system_redacted,
         }
 
     @classmethod
@@ -120,6 +122,7 @@ class RunState:
             terminal=data.get("terminal"),
             continuation=data.get("continuation"),
             observed=data.get("observed", False),
+            system_redacted=data.get("system_redacted", False),
         )
 
 
@@ -155,6 +158,11 @@ def _on_observed(state: RunState, payload: dict[str, Any]) -> None:
     state.observed = True
 
 
+def _on_redacted(state: RunState, payload: dict[str, Any]) -> None:
+    if payload.get("where") == "system":
+        state.system_redacted = True
+
+
 def _terminal(status: str) -> Any:
     def handler(state: RunState, payload: dict[str, Any]) -> None:
         state.terminal = status
@@ -168,6 +176,7 @@ _HANDLERS = {
     ev.TICKET_OPENED: _on_ticket_opened,
     ev.TICKET_DECIDED: _on_ticket_decided,
     ev.CONTEXT_OBSERVED: _on_observed,
+    ev.SECRET_REDACTED: _on_redacted,
     **{kind: _terminal(status) for kind, status in ev.TERMINAL_EVENTS.items()},
 }
 

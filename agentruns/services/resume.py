@@ -32,6 +32,7 @@ from agentruns.errors import (
     SnapshotMismatch,
 )
 from agentruns.models import Run, Ticket, ToolInvocation
+from agentruns.runtime.redaction import redact, redact_value
 from agentruns.selectors import visible_runs
 from agentruns.services.log import append_events
 from agentruns.services.wakeups import enqueue_wake
@@ -141,29 +142,37 @@ def _apply(run: Run, ticket: Ticket, command: ResumeCommand, user: Any) -> None:
     now = timezone.now()
     who = user.get_username()
     decision = command.decision if command.kind == PERMISSION else INPUT
+    # CG-11: what a person typed is stored and sent only redacted.
+    note, note_kinds = redact(command.note)
+    value, value_kinds = redact_value(command.value)
+    items: list[tuple[str, dict[str, Any]]] = [
+        (ev.SECRET_REDACTED, {"where": where, "kinds": kinds})
+        for where, kinds in (("approver_note", note_kinds), ("answer", value_kinds))
+        if kinds
+    ]
     decided = {
         "correlation_id": str(ticket.correlation_id),
         "call_id": ticket.call_id,
         "decision": decision,
         "by": who,
-        "note": command.note,
+        "note": note,
     }
-    items: list[tuple[str, dict[str, Any]]] = [(ev.TICKET_DECIDED, decided)]
+    items.append((ev.TICKET_DECIDED, decided))
     invocation_status = ToolInvocation.Status.EXECUTING
     result: dict[str, Any] | None = None
     if decision == DENY:
         invocation_status = ToolInvocation.Status.DENIED
-        note = f": {command.note}" if command.note else "."
-        items.append(_result(ticket, ev.DENIED, f"Denied by approver {who}{note}"))
+        said = f": {note}" if note else "."
+        items.append(_result(ticket, ev.DENIED, f"Denied by approver {who}{said}"))
     elif decision == INPUT:
         invocation_status = ToolInvocation.Status.COMPLETED
-        result = {"ok": True, "data": {"value": command.value}}
-        items.append(_result(ticket, ev.OK, json.dumps(command.value, ensure_ascii=False)))
+        result = {"ok": True, "data": {"value": value}}
+        items.append(_result(ticket, ev.OK, json.dumps(value, ensure_ascii=False)))
     moved = Ticket.objects.filter(pk=ticket.pk, status=Ticket.Status.ACTIVE).update(
         status=Ticket.Status.ANSWERED,
         resolved_at=now,
         resolved_by=user,
-        resolution={"decision": decision, "note": command.note, "value": command.value},
+        resolution={"decision": decision, "note": note, "value": value},
     )
     assert moved == 1  # the run row lock makes this ours
     ToolInvocation.objects.filter(run=run, call_id=ticket.call_id).exclude(

@@ -16,16 +16,26 @@ from agentruns.gate.audit import current_enforcement
 from agentruns.gate.core import compose_sources
 from agentruns.gate.lookups import forced_for_composition
 from agentruns.gate.readout import readout
-from agentruns.models import Configuration, Event, Run, Skill, Snippet, Thread, Ticket
+from agentruns.models import (
+    Configuration,
+    Event,
+    Run,
+    Skill,
+    Snippet,
+    Thread,
+    Ticket,
+    ToolInvocation,
+)
 from agentruns.providers.base import AssistantMessage, Message, ToolResultMessage, UserMessage
 from agentruns.runtime.config import build_runtime_config
 from agentruns.runtime.context import effective_events, project, system_texts
+from agentruns.runtime.deferred import active_deferred
 from agentruns.runtime.redaction import redact
 from agentruns.runtime.state import Ev, restore
 from agentruns.selectors import can_act_on_run, visible_runs
 from agentruns.services.log import append_events
 from agentruns.services.wakeups import enqueue_wake
-from agentruns.tools.policy import offered_tools
+from agentruns.tools.policy import deferred_catalog, offered_tools
 from agentruns.tools.registry import digest
 
 MAX_INPUT_CHARS = 100_000
@@ -46,7 +56,8 @@ class Submission:
         return digest(
             {
                 "configuration": self.configuration,
-                "input": self.input,
+                # Digest what is stored: a weak secret must not be recoverable from it.
+                "input": redact(self.input)[0],
                 "thread": self.thread,
                 "mode": self.mode,
                 "forced_snippets": list(self.forced_snippets),
@@ -167,7 +178,7 @@ def _create(
         request_digest=submission.digest(),
     )
     items: list[tuple[str, dict[str, Any]]] = []
-    if submission.mode and (new_thread or submission.mode != _current_mode(thread)):
+    if submission.mode and (new_thread or submission.mode != thread_mode(thread)):
         items.append((ev.MODE_SWITCHED, {"mode": submission.mode}))
         Thread.objects.filter(pk=thread.pk).update(mode=submission.mode)
     text, kinds = redact(submission.input)
@@ -181,14 +192,16 @@ def _create(
     return run
 
 
-def _current_mode(thread: Thread) -> str:
+def thread_mode(thread: Thread) -> str:
+    """The thread's mode by name; a thread that never switched is in the default mode."""
     switched = (
         Event.objects.filter(thread=thread, type=ev.MODE_SWITCHED)
         .order_by("-sequence")
         .values_list("payload", flat=True)
         .first()
     )
-    return (switched or {}).get("mode") or thread.mode
+    named = (switched or {}).get("mode") or thread.mode or None
+    return build_runtime_config(thread.configuration).mode(named).name
 
 
 def run_dry(*, user: User, submission: Submission) -> dict[str, Any]:
@@ -200,22 +213,26 @@ def run_dry(*, user: User, submission: Submission) -> dict[str, Any]:
         submission.forced_snippets, submission.forced_skills
     )
     sources = compose_sources(config.view, snippets, skills)
-    history: list[Message] = []
+    effective: list[Ev] = []
     mode_name = submission.mode
     if thread is not None:
         rows = Event.objects.filter(thread=thread).order_by("sequence")
-        history = project(
+        effective = list(
             effective_events(
                 [
-                    Ev(e.sequence, e.type, e.payload, e.run_id)
-                    for e in rows.only("sequence", "type", "payload", "run_id")
+                    Ev(seq, kind, payload, run_id)
+                    for seq, kind, payload, run_id in rows.values_list(
+                        "sequence", "type", "payload", "run_id"
+                    )
                 ]
             )
         )
-        mode_name = mode_name or _current_mode(thread)
+        mode_name = mode_name or thread_mode(thread)
+    mode = config.mode(mode_name)
     text, kinds = redact(submission.input)
-    system = [redact(t)[0] for t in system_texts(sources)]
-    tools = offered_tools(config.mode(mode_name), ())
+    system = [*(redact(t)[0] for t in system_texts(sources)), *deferred_catalog(mode)]
+    tools = offered_tools(mode, active_deferred(effective, mode.deferred))
+    history = project(effective)
     return {
         "dry_run": True,
         "configuration": configuration.slug,
@@ -274,18 +291,36 @@ def _cancel_parked(run: Run) -> None:
     rows = Event.objects.filter(run=run).order_by("sequence")
     state = restore(None, [Ev(e.sequence, e.type, e.payload, e.run_id) for e in rows])
     open_calls = state.turn.open_calls() if state.turn else []
+    sent = set(
+        ToolInvocation.objects.filter(
+            run=run, call_id__in=[c.id for c in open_calls], effect_sent_at__isnull=False
+        ).values_list("call_id", flat=True)
+    )
     items: list[tuple[str, dict[str, Any]]] = [
         (
             ev.TOOL_RESULT,
             {
                 "call_id": c.id,
                 "tool": c.name,
-                "status": ev.ERROR,
-                "content": "Interrupted: the run was cancelled.",
+                "status": ev.UNCERTAIN if c.id in sent else ev.ERROR,
+                "content": (
+                    "Outcome unknown: the effect may have happened before the run stopped."
+                    if c.id in sent
+                    else "Interrupted: the run was cancelled before this call ran."
+                ),
             },
         )
         for c in open_calls
     ]
+    open_rows = ToolInvocation.objects.filter(
+        run=run, call_id__in=[c.id for c in open_calls], status__in=ToolInvocation.OPEN
+    )
+    open_rows.filter(effect_sent_at__isnull=False).update(
+        status=ToolInvocation.Status.UNCERTAIN, completed_at=now
+    )
+    open_rows.filter(effect_sent_at__isnull=True).update(
+        status=ToolInvocation.Status.INTERRUPTED, completed_at=now
+    )
     items.append((ev.RUN_CANCELLED, {}))
     append_events(thread_id=run.thread_id, run_id=run.pk, items=items)
     updated = Run.objects.filter(
@@ -308,7 +343,7 @@ def thread_switch_mode(*, user: User, thread_id: int, mode: str) -> Thread:
     with transaction.atomic():
         if Run.objects.filter(thread=thread).exclude(status__in=Run.TERMINAL).exists():
             raise Conflict("The thread has a run in progress; switch modes between runs.")
-        if _current_mode(thread) != mode:
+        if thread_mode(thread) != mode:
             append_events(
                 thread_id=thread.pk, run_id=None, items=[(ev.MODE_SWITCHED, {"mode": mode})]
             )

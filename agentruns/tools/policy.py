@@ -92,3 +92,15 @@ def catalog_fingerprint(tools: Iterable[Tool], deferred: Iterable[str] = ()) -> 
             "catalog": sorted(deferred),
         }
     )
+
+
+CATALOG_LIMIT = 50
+
+
+def deferred_catalog(mode: Mode) -> list[str]:
+    """DEF-2: one system text with a bounded one-line entry per deferred tool; no schemas."""
+    if not mode.deferred:
+        return []
+    tools = [REGISTRY.get(name) for name in mode.deferred[:CATALOG_LIMIT]]
+    lines = [f"- {t.name}: {t.one_line(120)}" for t in tools if t is not None]
+    return ["More tools exist; activate them with tool_search before use:\n" + "\n".join(lines)]

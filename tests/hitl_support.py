@@ -1,0 +1,174 @@
+"""Helpers for the HITL tests (§7, §8): parking a run, copying a ticket's identity into a
+resume body the way a host does (HITL-3), and a before/after picture of everything a
+resume command could change (HITL-4: a rejected command changes nothing)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from django_q.models import OrmQ
+from rest_framework.response import Response
+from rest_framework.test import APIClient
+
+from agentruns.models import Configuration, Event, Note, Run, Ticket, ToolInvocation
+from agentruns.runtime.executor import execute_run
+from agentruns.services.runs import Submission, run_submit
+from agentruns.testing.fake_provider import FakeProvider
+from tests.factories import make_configuration, make_provider
+
+# A credential the fake OpenAI server insists on: it reaches the wire and nowhere else.
+KEY_ENV = "AGENTRUNS_HITL_TEST_KEY"
+KEY = "sk-hitl-7Q2w9ZrT4yKp1LmN8vXc3BdF"
+
+IDENTITY = ("correlation_id", "run", "snapshot_id", "catalog_fingerprint")
+
+
+def write_call(title: str, body: str = "body", call_id: str | None = None) -> dict[str, Any]:
+    call: dict[str, Any] = {"name": "notes.write", "arguments": {"title": title, "body": body}}
+    if call_id:
+        call["id"] = call_id
+    return call
+
+
+def scripted_configuration(
+    slug: str, turns: Sequence[dict[str, Any]], *, zone: str = "local", **kw: Any
+) -> Configuration:
+    """A scripted-provider configuration that grants the notes tools unless told otherwise."""
+    kw.setdefault("allowed_tools", ["notes", "test", "ask_user"])
+    kw.setdefault("model", "scripted-model")
+    return make_configuration(
+        slug,
+        provider=make_provider(f"{slug}-provider", zone=zone),
+        script={"turns": list(turns)},
+        **kw,
+    )
+
+
+def openai_configuration(
+    slug: str, fake: FakeProvider, *, zone: str = "local", **kw: Any
+) -> Configuration:
+    """A configuration whose provider is the fake Chat Completions server (key from KEY_ENV)."""
+    kw.setdefault("allowed_tools", ["notes", "test", "ask_user"])
+    kw.setdefault("model", "gpt-test")
+    provider = make_provider(
+        f"{slug}-openai",
+        zone=zone,
+        kind="openai",
+        base_url=fake.openai_base_url,
+        api_key_env=KEY_ENV,
+        max_retries=0,
+        timeout_seconds=10,
+    )
+    return make_configuration(slug, provider=provider, **kw)
+
+
+def start(user: Any, configuration: str, text: str = "go", **submission: Any) -> Run:
+    run, created = run_submit(
+        user=user,
+        submission=Submission(configuration=configuration, input=text, **submission),
+    )
+    assert created
+    return run
+
+
+def park(user: Any, configuration: str, text: str = "go", **submission: Any) -> Run:
+    run = start(user, configuration, text, **submission)
+    assert execute_run(run.pk) == "awaiting"
+    run.refresh_from_db()
+    return run
+
+
+def active_ticket(run_id: int) -> Ticket:
+    return Ticket.objects.get(run_id=run_id, status=Ticket.Status.ACTIVE)
+
+
+def identity(ticket: Ticket) -> dict[str, Any]:
+    """The ticket's identity fields exactly as the API shows them."""
+    return {
+        "correlation_id": str(ticket.correlation_id),
+        "run": ticket.run_id,
+        "snapshot_id": ticket.snapshot_id,
+        "catalog_fingerprint": ticket.catalog_fingerprint,
+        "call_id": ticket.call_id,
+    }
+
+
+def allow(ticket: Ticket, note: str = "", **override: Any) -> dict[str, Any]:
+    result = {"kind": "permission", "decision": "allow", "note": note}
+    return {**identity(ticket), "result": result, **override}
+
+
+def deny(ticket: Ticket, note: str = "", **override: Any) -> dict[str, Any]:
+    result = {"kind": "permission", "decision": "deny", "note": note}
+    return {**identity(ticket), "result": result, **override}
+
+
+def answer(ticket: Ticket, value: Any, **override: Any) -> dict[str, Any]:
+    return {**identity(ticket), "result": {"kind": "input", "value": value}, **override}
+
+
+def client_for(user: Any) -> APIClient:
+    client = APIClient()
+    client.force_authenticate(user)
+    return client
+
+
+def resume(client: APIClient, run_id: int, body: Any, **kw: Any) -> Response:
+    if "content_type" not in kw:
+        kw.setdefault("format", "json")
+    return client.post(f"/api/runs/{run_id}/resume/", body, **kw)
+
+
+def picture(*run_ids: int) -> dict[str, Any]:
+    """Everything a resume command may change, for comparing before and after."""
+    runs = {
+        row["id"]: row
+        for row in Run.objects.filter(pk__in=run_ids).values(
+            "id",
+            "status",
+            "lease_owner",
+            "lease_expires_at",
+            "updated_at",
+            "epoch",
+            "failure",
+            "final_reply",
+            "wake_task_id",
+        )
+    }
+    return {
+        "runs": runs,
+        "tickets": list(
+            Ticket.objects.filter(run_id__in=run_ids)
+            .order_by("id")
+            .values_list("id", "status", "resolved_at", "resolved_by", "resolution")
+        ),
+        "events": list(
+            Event.objects.filter(run_id__in=run_ids)
+            .order_by("thread_id", "sequence")
+            .values_list("thread_id", "sequence", "type")
+        ),
+        "invocations": list(
+            ToolInvocation.objects.filter(run_id__in=run_ids)
+            .order_by("id")
+            .values_list("call_id", "status", "effect_sent_at", "result")
+        ),
+        "notes": Note.objects.count(),
+        "wake_ups": OrmQ.objects.count(),
+    }
+
+
+def run_events(run_id: int) -> list[Event]:
+    return list(Event.objects.filter(run_id=run_id).order_by("sequence"))
+
+
+def results_by_call(run_id: int) -> dict[str, dict[str, Any]]:
+    return {
+        event.payload["call_id"]: event.payload
+        for event in run_events(run_id)
+        if event.type == "tool.result"
+    }
+
+
+def tool_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
+    return [m for m in body["messages"] if m.get("role") == "tool"]

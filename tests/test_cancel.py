@@ -1,0 +1,173 @@
+"""HITL-11: cancelling a queued or awaiting run ends it `cancelled` and voids its ticket; a
+later resume gets `not_awaiting`; a finished run cannot be cancelled (409); only the
+initiator or an approver may cancel."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentruns.models import Note, Run, Ticket, ToolInvocation
+from agentruns.runtime.executor import execute_run
+from tests.conftest import grant
+from tests.hitl_support import (
+    active_ticket,
+    allow,
+    client_for,
+    deny,
+    park,
+    picture,
+    results_by_call,
+    resume,
+    run_events,
+    scripted_configuration,
+    start,
+    write_call,
+)
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def fast_passwords(settings):
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture
+def approver(staff):
+    return grant(staff, "approve_run")
+
+
+@pytest.fixture(autouse=True)
+def config(db):
+    return scripted_configuration(
+        "c", [{"tool_calls": [write_call("x", call_id="call_w")]}, {"text": "done"}]
+    )
+
+
+def cancel(user, run_id):
+    return client_for(user).post(f"/api/runs/{run_id}/cancel/")
+
+
+def test_hitl11_cancelling_a_queued_run(member, approver):
+    run = start(member, "c")
+    response = cancel(member, run.pk)
+    assert response.status_code == 200, response.json()
+    assert response.json()["status"] == "cancelled"
+    run.refresh_from_db()
+    assert run.status == Run.Status.CANCELLED
+    assert [e.type for e in run_events(run.pk)][-1] == "run.cancelled"
+    assert execute_run(run.pk) is None  # a stale wake-up finds nothing to do
+    body = {
+        "correlation_id": "00000000-0000-4000-8000-000000000000",
+        "run": run.pk,
+        "snapshot_id": "s",
+        "catalog_fingerprint": "f",
+        "call_id": "call_w",
+        "result": {"kind": "permission", "decision": "allow"},
+    }
+    late = resume(client_for(approver), run.pk, body)
+    assert late.status_code == 409 and late.json()["code"] == "not_awaiting"
+
+
+def test_hitl11_cancelling_an_awaiting_run_voids_its_ticket(approver):
+    run = park(approver, "c")
+    ticket = active_ticket(run.pk)
+    response = cancel(approver, run.pk)
+    assert response.status_code == 200, response.json()
+    assert response.json()["ticket"] is None
+    run.refresh_from_db()
+    ticket.refresh_from_db()
+    assert run.status == Run.Status.CANCELLED
+    assert ticket.status == Ticket.Status.VOID
+    assert (run.lease_owner, run.lease_expires_at) == ("", None)
+    # The thread stays usable: the open call got a result, then the run ended.
+    types = [e.type for e in run_events(run.pk)]
+    assert types[-2:] == ["tool.result", "run.cancelled"]
+    assert results_by_call(run.pk)["call_w"]["status"] != "ok"
+
+    before = picture(run.pk)
+    for body in (allow(ticket), deny(ticket, "late")):
+        late = resume(client_for(approver), run.pk, body)
+        assert late.status_code == 409 and late.json()["code"] == "not_awaiting"
+    assert picture(run.pk) == before
+    assert execute_run(run.pk) is None
+    assert Note.objects.count() == 0
+    assert not ToolInvocation.objects.filter(run=run, status="completed").exists()
+
+
+def test_hitl11_an_allowed_run_cancelled_before_a_worker_took_it_never_runs_the_tool(approver):
+    run = park(approver, "c")
+    assert resume(client_for(approver), run.pk, allow(active_ticket(run.pk))).status_code == 200
+    assert Run.objects.get(pk=run.pk).status == Run.Status.QUEUED
+    assert cancel(approver, run.pk).status_code == 200
+    assert execute_run(run.pk) is None
+    assert Run.objects.get(pk=run.pk).status == Run.Status.CANCELLED
+    assert Note.objects.count() == 0
+    assert results_by_call(run.pk)["call_w"]["status"] == "error"
+
+
+def test_hitl11_a_cancelled_threads_next_run_may_start(approver):
+    run = park(approver, "c")
+    assert cancel(approver, run.pk).status_code == 200
+    again = start(approver, "c", thread=run.thread_id)
+    assert again.status == Run.Status.QUEUED
+
+
+@pytest.mark.parametrize("outcome", ["completed", "failed", "cancelled"])
+def test_hitl11_cancelling_a_finished_run_is_409(approver, outcome):
+    if outcome == "completed":
+        run = park(approver, "c")
+        resume(client_for(approver), run.pk, deny(active_ticket(run.pk)))
+        assert execute_run(run.pk) == "completed"
+    elif outcome == "failed":
+        scripted_configuration("broken", [{"error": {"status": 400, "message": "bad"}}])
+        run = start(approver, "broken")
+        assert execute_run(run.pk) == "failed"
+    else:
+        run = start(approver, "c")
+        assert cancel(approver, run.pk).status_code == 200
+    before = picture(run.pk)
+    response = cancel(approver, run.pk)
+    assert response.status_code == 409
+    assert response.json()["code"] == "conflict"
+    assert picture(run.pk) == before
+    assert Run.objects.get(pk=run.pk).status == outcome
+
+
+def test_hitl11_the_initiator_without_approve_run_may_cancel_their_own(member):
+    run = park(member, "c")
+    assert cancel(member, run.pk).status_code == 200
+    assert Run.objects.get(pk=run.pk).status == Run.Status.CANCELLED
+
+
+def test_hitl11_an_approver_may_cancel_someone_elses_run(member, approver):
+    run = park(member, "c")
+    assert cancel(approver, run.pk).status_code == 200
+    assert Run.objects.get(pk=run.pk).status == Run.Status.CANCELLED
+
+
+def test_hitl11_a_viewer_who_is_neither_may_not_cancel(member, django_user_model):
+    viewer = grant(django_user_model.objects.create_user("viewer"), "view_all_runs")
+    run = park(member, "c")
+    before = picture(run.pk)
+    response = cancel(viewer, run.pk)
+    assert response.status_code == 403
+    assert response.json()["code"] == "not_permitted"
+    assert picture(run.pk) == before
+
+
+def test_hitl11_a_user_who_cannot_see_the_run_gets_404(member, django_user_model):
+    outsider = django_user_model.objects.create_user("outsider")
+    run = park(member, "c")
+    before = picture(run.pk)
+    assert cancel(outsider, run.pk).status_code == 404
+    assert picture(run.pk) == before
+
+
+def test_hitl11_a_cancelled_runs_allowed_call_is_not_left_executing(approver):
+    run = park(approver, "c")
+    assert resume(client_for(approver), run.pk, allow(active_ticket(run.pk))).status_code == 200
+    assert cancel(approver, run.pk).status_code == 200
+    invocation = ToolInvocation.objects.get(run=run, call_id="call_w")
+    assert invocation.status != ToolInvocation.Status.EXECUTING
+    assert invocation.completed_at is not None
