@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PG_URL ?= postgres://postgres@127.0.0.1:5432/agentruns
 PYTEST_ARGS ?=
 
-.PHONY: run test install postgres lint bench bench-peers
+.PHONY: run test install postgres lint bench bench-peers bench-cluster
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,6 +29,9 @@ postgres:
 
 test: install postgres
 	DATABASE_URL=$(PG_URL) $(PY) -m pytest $(PYTEST_ARGS)
+	@# The embedded default (SQLite) takes the portable write path: smoke it too.
+	env -u DATABASE_URL AGENTRUNS_VAR_DIR=$$(mktemp -d) $(PY) -m pytest -q \
+	  tests/test_loop_smoke.py tests/test_hitl_smoke.py
 	$(MAKE) lint
 
 lint: install
@@ -36,5 +39,14 @@ lint: install
 	$(VENV)/bin/ruff format --check .
 	DATABASE_URL=$(PG_URL) $(VENV)/bin/mypy .
 
+BENCH_URL ?= postgres://postgres@127.0.0.1:5432/agentruns_bench
+
 bench: install postgres
-	DATABASE_URL=$(PG_URL) $(PY) manage.py bench
+	createdb -h 127.0.0.1 -U postgres agentruns_bench 2>/dev/null || true
+	DATABASE_URL=$(BENCH_URL) $(PY) manage.py migrate --noinput -v0
+	DATABASE_URL=$(BENCH_URL) $(PY) manage.py bench
+
+# The peers of SPEC §14 in their own virtual environment, never project dependencies.
+bench-peers:
+	test -x .venv-peers/bin/python || $(PYTHON) -m venv .venv-peers
+	.venv-peers/bin/pip install -q langgraph langgraph-checkpoint-postgres "psycopg[binary,pool]" dbos
