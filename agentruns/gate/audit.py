@@ -22,7 +22,7 @@ from agentruns.gate.core import (
     refusal_message,
 )
 from agentruns.models import CatalogGeneration, GateAudit
-from agentruns.runtime.dbconn import fast_commit
+from agentruns.runtime.dbconn import fast_commit, prepared
 
 logger = logging.getLogger(__name__)
 
@@ -71,15 +71,13 @@ def save_audit(row: GateAudit, *, durable: bool) -> int:
     columns = ", ".join(str(f.column) for f in fields)
     values = [f.get_db_prep_save(getattr(row, f.attname), connection) for f in fields]
     relax = ", set_config('synchronous_commit', 'off', true)" if fast_commit(durable) else ""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"WITH a AS (INSERT INTO {GateAudit._meta.db_table} ({columns}) "
-            f"VALUES ({', '.join(['%s'] * len(fields))}) RETURNING 1) "
-            f"SELECT (SELECT value FROM {CatalogGeneration._meta.db_table} WHERE id = 1)"
-            f"{relax} FROM a",
-            values,
-        )
-        return cursor.fetchone()[0]
+    sql = (
+        f"WITH a AS (INSERT INTO {GateAudit._meta.db_table} ({columns}) "
+        f"VALUES ({', '.join(['%s'] * len(fields))}) RETURNING 1) "
+        f"SELECT (SELECT value FROM {CatalogGeneration._meta.db_table} WHERE id = 1)"
+        f"{relax} FROM a"
+    )
+    return int(prepared(sql, values)[0])
 
 
 def context_assert(

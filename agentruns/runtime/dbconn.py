@@ -3,6 +3,10 @@ waits (PERF-6), and whether a step may skip waiting for the WAL flush (journal.p
 
 from __future__ import annotations
 
+import time
+from typing import Any
+
+import psycopg
 from django.conf import settings
 from django.db import connection
 
@@ -21,3 +25,18 @@ def release_connection() -> None:
     """A no-op without a pool."""
     if connection.settings_dict.get("OPTIONS", {}).get("pool") and connection.get_autocommit():
         connection.close()
+
+
+def prepared(sql: str, params: list[Any]) -> tuple:
+    """Run a statement the loop repeats with server-side parameters, prepared once per
+    connection: a step's statement has one of a few shapes, and planning it anew each time
+    would cost more than executing it. Logged like any Django query."""
+    connection.ensure_connection()
+    started = time.monotonic()
+    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
+        cursor.execute(sql, params, prepare=True)
+        row = cursor.fetchone()
+    if connection.queries_logged:
+        connection.queries_log.append({"sql": sql, "time": f"{time.monotonic() - started:.3f}"})
+    assert row is not None
+    return row

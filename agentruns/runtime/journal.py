@@ -34,7 +34,7 @@ from agentruns.models import (
     Run,
     ToolInvocation,
 )
-from agentruns.runtime.dbconn import fast_commit
+from agentruns.runtime.dbconn import fast_commit, prepared
 from agentruns.runtime.lease import Lease
 from agentruns.runtime.state import Ev
 
@@ -179,9 +179,7 @@ def _write_statement(lease: Lease, step: Step, fast: bool) -> tuple:
         f"WHERE id = %s), (SELECT value FROM {generation} WHERE id = 1), {created}{relax}"
     )
     params.append(lease.run_id)
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return cursor.fetchone()
+    return prepared(sql, params)
 
 
 def _event_row(lease: Lease, event: Ev, now: Any) -> dict[str, Any]:
