@@ -46,6 +46,11 @@ bench: install postgres
 	DATABASE_URL=$(BENCH_URL) $(PY) manage.py migrate --noinput -v0
 	DATABASE_URL=$(BENCH_URL) $(PY) manage.py bench
 
+bench-cluster: install postgres
+	createdb -h 127.0.0.1 -U postgres agentruns_bench 2>/dev/null || true
+	DATABASE_URL=$(BENCH_URL) $(PY) manage.py migrate --noinput -v0
+	DATABASE_URL=$(BENCH_URL) $(PY) manage.py bench_cluster
+
 # The peers of SPEC §14 in their own virtual environment, never project dependencies.
 bench-peers:
 	test -x .venv-peers/bin/python || $(PYTHON) -m venv .venv-peers

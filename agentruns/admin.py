@@ -11,6 +11,7 @@ from django.http import HttpRequest
 from django.template.loader import render_to_string
 from django.utils.safestring import SafeString
 
+import agentruns.cluster.admin  # noqa: F401  (cluster summary and status page on the task queue)
 from agentruns.errors import AgentrunsError
 from agentruns.models import (
     Configuration,

@@ -115,6 +115,11 @@ def database_settings() -> dict:
     db: dict = dict(dj_database_url.parse(url, conn_max_age=0))
     if db["ENGINE"] == "django.db.backends.postgresql":
         db.setdefault("OPTIONS", {})
+        # Django disables prepared statements for the sake of transaction-mode poolers
+        # (pgbouncer). The loop prepares its step statement explicitly (runtime/journal.py);
+        # nothing is prepared implicitly. Behind such a pooler set AGENTRUNS_PREPARE=0.
+        if env_bool("AGENTRUNS_PREPARE", True):
+            db["OPTIONS"]["prepare_threshold"] = 2**31 - 1
         # Web processes keep one connection per thread; the cluster's executor switches
         # its own process to a pool (agentruns.cluster.driver).
         db["CONN_MAX_AGE"] = None
@@ -174,28 +179,54 @@ AGENTRUNS_MAX_ATTEMPTS = env_int("AGENTRUNS_MAX_ATTEMPTS", 3)
 AGENTRUNS_MAX_TURNS = env_int("AGENTRUNS_MAX_TURNS", 50)
 # See agentruns/runtime/journal.py: re-doable steps skip waiting for the WAL flush.
 AGENTRUNS_FAST_COMMIT = env_bool("AGENTRUNS_FAST_COMMIT", True)
+# The execution cluster (agentruns.cluster; sizing in the README's "Execution cluster").
+# Each q2 worker process drives up to EXECUTOR_THREADS runs at once on threads sharing a
+# fixed psycopg pool of DB_POOL_MAX connections: one machine holds Q_WORKERS * DB_POOL_MAX
+# + 3 connections (the sentinel, which also runs the scheduler, the pusher, the monitor).
 AGENTRUNS_DB_POOL_MAX = env_int("AGENTRUNS_DB_POOL_MAX", 12)
+AGENTRUNS_DB_POOL_TIMEOUT = env_float("AGENTRUNS_DB_POOL_TIMEOUT", 30.0)
 AGENTRUNS_EXECUTOR_THREADS = env_int(
     "AGENTRUNS_EXECUTOR_THREADS",
     256 if DATABASES["default"]["ENGINE"].endswith("postgresql") else 4,
 )
+# How often a worker's heartbeat also sweeps (0: every heartbeat, i.e. lease/3).
+AGENTRUNS_SWEEP_SECONDS = env_float("AGENTRUNS_SWEEP_SECONDS", 0.0)
+# On a graceful stop, how long a worker waits for its runs to reach a step boundary and
+# hand themselves back; a run still busy after that is reclaimed once its lease expires.
+AGENTRUNS_SHUTDOWN_SECONDS = env_float("AGENTRUNS_SHUTDOWN_SECONDS", 20.0)
+# q2's task timeout. A wake-up blocks at most half of it waiting for a free thread.
+AGENTRUNS_Q_TIMEOUT = env_int("AGENTRUNS_Q_TIMEOUT", 60)
 # Only the test suite turns these on: fault injection points and test-only tools.
 AGENTRUNS_FAULTS = os.environ.get("AGENTRUNS_FAULTS", "")
 AGENTRUNS_TEST_TOOLS = env_bool("AGENTRUNS_TEST_TOOLS", False)
 
+_Q_WORKERS = env_int("AGENTRUNS_Q_WORKERS", 2)
 Q_CLUSTER = {
     "name": "agentruns",
-    "orm": "default",  # CLU-4: the wake-up commits in the same transaction as the run row.
-    "workers": env_int("AGENTRUNS_Q_WORKERS", 2),
-    # A wake-up only claims a run and hands it to the worker's executor threads, so it
-    # finishes in milliseconds; `retry` must exceed `timeout` or tasks are handed out twice.
-    "timeout": 60,
-    "retry": 90,
+    # CLU-4: the ORM broker on the default database, so a wake-up commits in the same
+    # transaction as the run row. The subclass also starts each worker's executor driver
+    # as soon as q2 spawns the worker (agentruns.cluster.broker).
+    "orm": "default",
+    "broker_class": "agentruns.cluster.broker.WakeBroker",
+    # Processes per machine: about one per core; each drives up to EXECUTOR_THREADS runs.
+    "workers": _Q_WORKERS,
+    # A wake-up only claims a run and hands it to a thread, so it takes milliseconds; under
+    # backpressure it waits at most timeout/2 and then re-enqueues itself. q2 kills a
+    # worker that overruns the timeout (and with it the runs on its threads).
+    "timeout": AGENTRUNS_Q_TIMEOUT,
+    # `retry` must exceed `timeout` or a task is handed out twice while still running.
+    "retry": AGENTRUNS_Q_TIMEOUT + max(5, AGENTRUNS_Q_TIMEOUT // 2),
+    # Delivery attempts are q2's business only: the run row (its lease, its own attempt
+    # budget, AGENTRUNS_MAX_ATTEMPTS) decides; the sweeper re-enqueues what was lost.
     "max_attempts": 1,
+    "ack_failures": True,
+    # Tasks a cluster takes ahead of its workers; few, since a dead cluster's prefetched
+    # wake-ups wait for the sweeper (after `timeout`) or q2's redelivery (after `retry`).
+    "queue_limit": 2 * _Q_WORKERS,
+    "bulk": _Q_WORKERS,  # wake-ups taken per dequeue (one statement: agentruns.cluster.broker)
     "recycle": 1_000_000_000,  # recycling a worker would cut its in-flight runs short.
     "poll": env_float("AGENTRUNS_Q_POLL", 0.05),
-    "save_limit": -1,
-    "ack_failures": True,
+    "save_limit": -1,  # successful wake-ups are not stored; failures are
     "catch_up": False,
     "label": "Task queue",
 }
@@ -208,6 +239,7 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "WARNING")},
     "loggers": {
         "agentruns": {"level": os.environ.get("AGENTRUNS_LOG_LEVEL", "INFO")},
-        "django_q": {"level": os.environ.get("Q_LOG_LEVEL", "WARNING")},
+        # django-q2 logs as "django-q".
+        "django-q": {"level": os.environ.get("Q_LOG_LEVEL", "WARNING")},
     },
 }

@@ -341,12 +341,16 @@ def comparable_history(run_id: int) -> list[tuple[str, dict[str, Any]]]:
 
 # ---------------------------------------------------------------- the two-tool run
 
-NOTE_CALL = {
+NOTE_CALL: dict[str, Any] = {
     "id": "call_note",
     "name": "notes_write",
     "arguments": {"title": "two-tool", "body": "written exactly once"},
 }
-EXTERNAL_CALL = {"id": "call_ext", "name": "test_external_write", "arguments": {"value": "v1"}}
+EXTERNAL_CALL: dict[str, Any] = {
+    "id": "call_ext",
+    "name": "test_external_write",
+    "arguments": {"value": "v1"},
+}
 TWO_TOOLS = ["notes.write", "test.external_write"]
 FINAL_TEXT = "Both are recorded."
 

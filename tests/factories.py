@@ -62,7 +62,7 @@ def make_configuration(
     kw.setdefault("name", slug.replace("-", " ").title())
     configuration = Configuration.objects.create(
         slug=slug,
-        provider=provider,
+        provider=provider,  # type: ignore[misc]
         system_prompt=system_prompt,
         system_prompt_data_class=system_prompt_data_class,
         **kw,

@@ -191,6 +191,7 @@ def first_result_committed(run: Run) -> bool:
 def assert_second_send_refused(run: Run, fake: FakeProvider) -> None:
     run.refresh_from_db()
     assert run.status == Run.Status.FAILED
+    assert run.failure is not None
     assert run.failure["code"] == "context_refused"
     assert (run.failure["zone"], run.failure["source_name"]) == ("external_global", "plans")
     assert len(fake.requests) == 1  # the first turn only

@@ -26,11 +26,17 @@ def test_allow_then_deny_in_one_turn_reach_the_model_in_order(api, staff):
             ]
         },
     )
-    run_id = api.post("/api/runs/", {"configuration": "c", "input": "go"}, format="json").json()["id"]
+    run_id = api.post("/api/runs/", {"configuration": "c", "input": "go"}, format="json").json()[
+        "id"
+    ]
     assert execute_run(run_id) == "awaiting"
     first = api.get(f"/api/runs/{run_id}/").json()["ticket"]
     body = {k: first[k] for k in ("correlation_id", "run", "snapshot_id", "catalog_fingerprint")}
-    allow = {**body, "call_id": first["target"]["call_id"], "result": {"kind": "permission", "decision": "allow"}}
+    allow = {
+        **body,
+        "call_id": first["target"]["call_id"],
+        "result": {"kind": "permission", "decision": "allow"},
+    }
     assert api.post(f"/api/runs/{run_id}/resume/", allow, format="json").status_code == 200
     again = api.post(f"/api/runs/{run_id}/resume/", allow, format="json")
     assert again.status_code == 409 and again.json()["code"] == "not_awaiting"
@@ -38,7 +44,11 @@ def test_allow_then_deny_in_one_turn_reach_the_model_in_order(api, staff):
     second = api.get(f"/api/runs/{run_id}/").json()["ticket"]
     assert second["target"]["call_id"] != first["target"]["call_id"]
     body = {k: second[k] for k in ("correlation_id", "run", "snapshot_id", "catalog_fingerprint")}
-    deny = {**body, "call_id": second["target"]["call_id"], "result": {"kind": "permission", "decision": "deny", "note": "no"}}
+    deny = {
+        **body,
+        "call_id": second["target"]["call_id"],
+        "result": {"kind": "permission", "decision": "deny", "note": "no"},
+    }
     assert api.post(f"/api/runs/{run_id}/resume/", deny, format="json").status_code == 200
     assert execute_run(run_id) == "completed"
     assert Run.objects.get(pk=run_id).final_reply == "done"

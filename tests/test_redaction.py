@@ -48,7 +48,7 @@ def wire(fake: FakeProvider) -> str:
 
 def stored_rows(*, skip: tuple[type, ...] = ()) -> str:
     """Every row of every table this project and its queue own, as text."""
-    texts = []
+    texts: list[str] = []
     with connection.cursor() as cursor:
         for model in apps.get_models():
             if model._meta.app_label not in {"agentruns", "django_q"} or model in skip:

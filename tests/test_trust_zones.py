@@ -20,7 +20,7 @@ ZONES = ["local", "private_hosted", "external_eu", "external_global"]
 def test_tz1_classes_form_one_total_order():
     parsed = [parse_class(name) for name in CLASSES]
     assert all(c is not None for c in parsed)
-    assert parsed == sorted(parsed)  # type: ignore[type-var]
+    assert parsed == sorted(parsed)
     assert len(set(parsed)) == len(CLASSES)
     assert DataClass.PUBLIC < DataClass.INTERNAL < DataClass.CONFIDENTIAL
     assert DataClass.CONFIDENTIAL < DataClass.RESTRICTED < DataClass.SECRET

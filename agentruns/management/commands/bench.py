@@ -43,7 +43,9 @@ class Command(BaseCommand):
         settings.AGENTRUNS_MAX_TURNS = 10_000  # PERF-3 runs 200 turns
         user = workload.bench_user()
         # Shared, noisy machines: interleave the measurements and compare medians.
-        bares, loops, peers = [], [], {"peer_langgraph.py": [], "peer_dbos.py": []}
+        bares: list[float] = []
+        loops: list[float] = []
+        peers: dict[str, list[float]] = {"peer_langgraph.py": [], "peer_dbos.py": []}
         for _ in range(rounds):
             bares.append(bare_commit_ms())
             loops.append(loop_ms_per_step(user, runs))

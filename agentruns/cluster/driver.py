@@ -1,0 +1,347 @@
+"""The per-process executor driver (PERF-6, CLU-2).
+
+A django-q2 worker process runs one wake-up at a time. Runs are I/O-bound (they wait on a
+provider for about a second per turn), so one run per process would need hundreds of
+processes and hundreds of database connections. Instead a wake-up only claims the run (a
+short transaction) and hands `Executor(lease).drive()` to this process's DRIVER:
+
+- a pool of up to `AGENTRUNS_EXECUTOR_THREADS` daemon threads, one run each at a time;
+- Django's native psycopg pool for this process (`AGENTRUNS_DB_POOL_MAX` connections, shared
+  by all its threads; the executor hands its connection back before every provider call and
+  tool, `agentruns.runtime.dbconn.release_connection`);
+- one heartbeat thread that renews every lease the process holds in ONE statement every
+  lease/3, marks leases it could not renew as lost (their executors stop without writing
+  at their next boundary), refreshes the cancel flags (HITL-11), and runs the sweeper
+  opportunistically, so recovery never waits for q2's once-a-minute schedule;
+- graceful shutdown: when the q2 worker leaves its loop, a `multiprocessing` finaliser asks
+  every executor to release its run at the next step boundary (back to `queued` with a new
+  wake-up, no attempt spent) and waits a bounded time for them.
+
+Backpressure: `reserve()` blocks a wake-up while every thread is busy; the wake-up gives up
+after about half of q2's task timeout and re-enqueues itself (see `tasks.wake`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from multiprocessing import util as mp_util
+from typing import Any
+
+from django.conf import settings
+from django.db import InterfaceError, OperationalError, connections, transaction
+from psycopg_pool import PoolTimeout
+
+from agentruns.runtime.lease import Lease, abandon, renew_many
+
+logger = logging.getLogger(__name__)
+
+# Objects inherited across fork that belong to the parent: never closed, never collected
+# (closing a psycopg connection or pool would send a Terminate on the parent's sockets).
+_INHERITED: list[Any] = []
+
+# Errors that say "not now" rather than "this run is broken".
+TRANSIENT = (OperationalError, InterfaceError, PoolTimeout)
+# ...unless the same run keeps hitting them in this process: then it is treated as broken.
+MAX_HAND_BACKS = 3
+
+# Finalisers run in descending priority; ours runs before multiprocessing's own (0).
+SHUTDOWN_PRIORITY = 100
+
+
+def is_postgres() -> bool:
+    return bool(settings.DATABASES["default"]["ENGINE"].endswith("postgresql"))
+
+
+@dataclass(frozen=True)
+class DriverConfig:
+    threads: int
+    pool_max: int
+    pool_timeout: float
+    lease_seconds: float
+    sweep_seconds: float
+    shutdown_seconds: float
+
+    @classmethod
+    def from_settings(cls) -> DriverConfig:
+        lease = float(settings.AGENTRUNS_LEASE_SECONDS)
+        sweep = float(getattr(settings, "AGENTRUNS_SWEEP_SECONDS", 0) or lease / 3)
+        return cls(
+            threads=max(1, int(settings.AGENTRUNS_EXECUTOR_THREADS)),
+            pool_max=max(2, int(settings.AGENTRUNS_DB_POOL_MAX)),
+            pool_timeout=float(getattr(settings, "AGENTRUNS_DB_POOL_TIMEOUT", 30.0)),
+            lease_seconds=lease,
+            sweep_seconds=sweep,
+            shutdown_seconds=float(getattr(settings, "AGENTRUNS_SHUTDOWN_SECONDS", 20.0)),
+        )
+
+
+def detach_inherited_connections() -> None:
+    """After a fork: forget (without closing) every connection and pool the parent opened."""
+    from django.db.backends.postgresql.base import DatabaseWrapper
+
+    pools: dict[str, Any] = DatabaseWrapper._connection_pools  # type: ignore[attr-defined]
+    if pools:
+        _INHERITED.extend(pools.values())
+        pools.clear()
+    for alias in connections:
+        wrapper = connections[alias]
+        if wrapper.connection is not None:
+            _INHERITED.append(wrapper.connection)
+            wrapper.connection = None
+
+
+def use_pool(config: DriverConfig) -> None:
+    """Switch THIS process to Django's psycopg pool before it opens its first connection.
+    The settings dict is shared by every thread's connection wrapper, so mutating it in
+    place switches them all. Health checks are the pool's job (a broken connection is
+    discarded when it is returned); Django's per-checkout ping would cost a round trip per
+    step."""
+    db = connections.settings["default"]
+    if not db["ENGINE"].endswith("postgresql"):
+        return
+    options = db.setdefault("OPTIONS", {})
+    options["pool"] = {
+        # Fixed size: opened once at spawn, never grown in the middle of a burst, and a
+        # machine's footprint is exactly q2 workers x DB_POOL_MAX connections.
+        "min_size": config.pool_max,
+        "max_size": config.pool_max,
+        "timeout": config.pool_timeout,
+        "name": f"agentruns-{os.getpid()}",
+    }
+    db["CONN_MAX_AGE"] = 0
+    db["CONN_HEALTH_CHECKS"] = False
+
+
+def warm_up() -> None:
+    """Pay a process's one-time costs before it takes work: otherwise the first runs pay
+    them on their critical path, and racing threads pay them several times over (the
+    token encoder's table takes ~0.3 s of CPU to load)."""
+    try:
+        import agentruns.runtime.executor  # noqa: F401  (the runtime's imports)
+        from agentruns.runtime.tokens import count
+
+        count("warm-up")
+        connections["default"].ensure_connection()  # opens this process's pool
+    except Exception:
+        logger.debug("warm-up incomplete", exc_info=True)
+    finally:
+        close_thread_connections()
+
+
+def close_thread_connections() -> None:
+    """Give this thread's connections back (to the pool, or really close them)."""
+    for alias in connections:
+        try:
+            connections[alias].close()
+        except Exception:  # a broken connection is discarded either way
+            logger.debug("closing a connection failed", exc_info=True)
+
+
+@dataclass
+class Driver:
+    config: DriverConfig
+    pid: int = field(default_factory=os.getpid)
+    # By (run, epoch): a run this process lost and then reclaimed is two leases.
+    held: dict[tuple[int, int], Lease] = field(default_factory=dict)
+    started_runs: int = 0
+
+    def __post_init__(self) -> None:
+        self._slots = threading.BoundedSemaphore(self.config.threads)
+        self._jobs: queue.SimpleQueue[Lease | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._released = threading.Condition(self._lock)
+        self._threads: list[threading.Thread] = []
+        self._idle = 0
+        self._stop = threading.Event()
+        self._shutting_down = False
+        self._last_sweep = 0.0
+        self._hand_backs: dict[int, int] = {}
+        self._heartbeat = threading.Thread(
+            target=self._heartbeat_loop, name="agentruns-heartbeat", daemon=True
+        )
+        self._heartbeat.start()
+
+    # ---- the wake-up's side -------------------------------------------------------------
+
+    def reserve(self, timeout: float) -> bool:
+        """Take a thread for a run about to be claimed; False when none freed in time."""
+        if self._shutting_down:
+            return False
+        return self._slots.acquire(timeout=max(0.0, timeout))
+
+    def unreserve(self) -> None:
+        self._slots.release()
+
+    def submit(self, lease: Lease) -> None:
+        """Drive a claimed run on a thread reserved with `reserve()`."""
+        with self._lock:
+            self.held[(lease.run_id, lease.epoch)] = lease
+            self.started_runs += 1
+            if self._idle == 0 and len(self._threads) < self.config.threads:
+                thread = threading.Thread(
+                    target=self._work, name=f"agentruns-executor-{len(self._threads)}", daemon=True
+                )
+                self._threads.append(thread)
+                self._idle += 1
+                thread.start()
+            self._idle -= 1
+        self._jobs.put(lease)
+
+    @property
+    def busy(self) -> int:
+        with self._lock:
+            return len(self.held)
+
+    # ---- executor threads ---------------------------------------------------------------
+
+    def _work(self) -> None:
+        from agentruns.runtime.executor import FENCED, Executor
+
+        while True:
+            lease = self._jobs.get()
+            if lease is None:
+                return
+            try:
+                outcome = Executor(lease).drive()
+                if outcome == FENCED:
+                    logger.info("run %s: lease taken over; stopped without writing", lease.run_id)
+                else:
+                    logger.debug("run %s: %s", lease.run_id, outcome)
+            except TRANSIENT as exc:
+                self._hand_backs[lease.run_id] = self._hand_backs.get(lease.run_id, 0) + 1
+                if self._hand_backs[lease.run_id] > MAX_HAND_BACKS:
+                    logger.exception("run %s: keeps failing; abandoning the lease", lease.run_id)
+                    self._abandon(lease)
+                else:
+                    logger.warning("run %s: database trouble (%s); handed back", lease.run_id, exc)
+                    self._hand_back(lease)
+            except Exception:
+                logger.exception("run %s: the executor failed; abandoning the lease", lease.run_id)
+                self._abandon(lease)
+            finally:
+                close_thread_connections()
+                with self._lock:
+                    self.held.pop((lease.run_id, lease.epoch), None)
+                    self._idle += 1
+                    self._released.notify_all()
+                self._slots.release()
+
+    def _hand_back(self, lease: Lease) -> None:
+        """Overload or a database hiccup is not a crash: put the run back to queued with a
+        wake-up, as a graceful stop does, spending no attempt. If even that fails, the
+        lease expires and the sweeper reclaims the run (spending one)."""
+        from agentruns.models import Run
+        from agentruns.services.wakeups import enqueue_wake
+
+        close_thread_connections()
+        try:
+            with transaction.atomic():
+                back = Run.objects.filter(lease.fence, status=Run.Status.RUNNING).update(
+                    status=Run.Status.QUEUED, lease_owner="", lease_expires_at=None
+                )
+                if back:
+                    enqueue_wake(lease.run_id)
+        except Exception:
+            logger.exception("run %s: could not hand the run back", lease.run_id)
+
+    def _abandon(self, lease: Lease) -> None:
+        from agentruns.services.wakeups import enqueue_wake
+
+        try:
+            with transaction.atomic():
+                if abandon(lease):
+                    enqueue_wake(lease.run_id)
+        except Exception:
+            # The heartbeat no longer renews it: the lease expires and the sweeper
+            # re-enqueues the run.
+            logger.exception("run %s: could not abandon the lease", lease.run_id)
+
+    # ---- heartbeat and opportunistic sweeps ---------------------------------------------
+
+    def _heartbeat_loop(self) -> None:
+        interval = self.config.lease_seconds / 3
+        while not self._stop.wait(interval):
+            self.beat()
+
+    def beat(self) -> None:
+        try:
+            with self._lock:
+                leases = list(self.held.values())
+            renew_many(leases)
+            lost = [lease.run_id for lease in leases if lease.lost]
+            if lost:
+                logger.warning("leases lost for runs %s; their executors stop", lost)
+            now = time.monotonic()
+            if not self._shutting_down and now - self._last_sweep >= self.config.sweep_seconds:
+                self._last_sweep = now
+                from agentruns.cluster.sweeper import sweep
+
+                sweep()
+        except Exception:
+            logger.exception("heartbeat failed")
+        finally:
+            close_thread_connections()
+
+    # ---- shutdown -------------------------------------------------------------------------
+
+    def shutdown(self, timeout: float | None = None) -> int:
+        """Ask every executor to release its run at its next step boundary and wait for
+        them (bounded). Returns how many runs were still held at the deadline; their
+        leases expire and the sweeper reclaims them."""
+        timeout = self.config.shutdown_seconds if timeout is None else timeout
+        self._shutting_down = True
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            for lease in self.held.values():
+                lease.stop_requested = True
+            while self.held and time.monotonic() < deadline:
+                self._released.wait(timeout=min(0.2, max(0.0, deadline - time.monotonic())))
+            left = len(self.held)
+        for _ in self._threads:
+            self._jobs.put(None)
+        self._stop.set()
+        if left:
+            logger.warning("shutdown: %s runs still held; their leases will expire", left)
+        return left
+
+
+_driver: Driver | None = None
+_driver_lock = threading.Lock()
+
+
+def get_driver() -> Driver:
+    """This process's driver, created (and the process switched to the pool) on first use."""
+    global _driver
+    with _driver_lock:
+        if _driver is None or _driver.pid != os.getpid():
+            config = DriverConfig.from_settings()
+            detach_inherited_connections()
+            if is_postgres():
+                use_pool(config)
+            _driver = Driver(config)
+            warm_up()
+            mp_util.Finalize(None, _shutdown_on_exit, exitpriority=SHUTDOWN_PRIORITY)
+        return _driver
+
+
+def current_driver() -> Driver | None:
+    return _driver if _driver is not None and _driver.pid == os.getpid() else None
+
+
+def _shutdown_on_exit() -> None:
+    driver = current_driver()
+    if driver is not None:
+        driver.shutdown()
+
+
+def _after_fork_in_child() -> None:
+    global _driver
+    _driver = None
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

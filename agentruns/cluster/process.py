@@ -1,0 +1,122 @@
+"""Starting and stopping real `manage.py qcluster` processes: for the benchmark command and
+the cluster tests. Each cluster runs in its own session, so it can be killed as a whole
+(SIGKILL to the process group, like a machine dying) or stopped gracefully (SIGTERM to its
+main process, like a deploy)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+from django.conf import settings
+
+
+def manage_py() -> Path:
+    return Path(settings.BASE_DIR) / "manage.py"
+
+
+def group_pids(pgid: int) -> list[int]:
+    """Every live process of a process group (Linux /proc)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # pid (comm) state ppid pgrp ...; comm may contain spaces and parentheses.
+        fields = stat.rsplit(")", 1)[1].split()
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            pids.append(int(entry.name))
+    return sorted(pids)
+
+
+@dataclass
+class ClusterProcess:
+    popen: subprocess.Popen[bytes]
+    log_path: Path
+    name: str
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def pids(self) -> list[int]:
+        return group_pids(self.pid)
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group: sentinel, pusher, monitor, workers."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.pid, signal.SIGKILL)
+        self.popen.wait(timeout=30)
+        wait_for(lambda: not self.pids(), timeout=30, what=f"cluster {self.name} to die")
+
+    def stop(self, timeout: float = 60.0) -> int | None:
+        """Graceful: SIGTERM to the main process only (workers finish and release)."""
+        if self.alive():
+            self.popen.send_signal(signal.SIGTERM)
+            try:
+                self.popen.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        if self.pids():
+            self.kill()
+        return self.popen.returncode
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+
+def start_cluster(
+    name: str,
+    log_path: Path,
+    env: Mapping[str, str] | None = None,
+    *,
+    python: str | None = None,
+) -> ClusterProcess:
+    """Start `manage.py qcluster` with the current environment plus `env`."""
+    full_env = {**os.environ, **(env or {})}
+    full_env.setdefault("PYTHONUNBUFFERED", "1")
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("ab") as log:
+        popen = subprocess.Popen(
+            [python or sys.executable, str(manage_py()), "qcluster"],
+            cwd=str(manage_py().parent),
+            env=full_env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    return ClusterProcess(popen=popen, log_path=log_path, name=name)
+
+
+T = TypeVar("T")
+
+
+def wait_for(
+    condition: Callable[[], T], *, timeout: float, what: str = "a condition", every: float = 0.05
+) -> T:
+    """Poll until `condition()` is truthy; return its value or raise TimeoutError."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(every)

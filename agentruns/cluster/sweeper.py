@@ -1,0 +1,191 @@
+"""The sweeper (CLU-3, HITL-7): what makes a crashed, paused or forgotten run move again.
+
+It runs as a django-q2 schedule (`agentruns.cluster.tasks.sweep`, once a minute) and,
+opportunistically, on every worker process's heartbeat (every lease/3), so recovery never
+waits for the schedule. Sweeps may overlap: every re-enqueue happens under the run's row
+lock after re-checking what was seen, so two sweepers never enqueue twice for one loss.
+
+- A `running` run whose lease expired lost its worker: a fresh wake-up lets any worker
+  reclaim it; the claim spends one attempt (only such crash reclaims do).
+- A `queued` run whose wake-up is gone (its `wake_task_id` has no live row in the ORM
+  broker's queue) lost its wake-up: it gets a new one. A row taken by a cluster longer ago
+  than q2's task timeout, whose run is still queued, counts as gone: that cluster died
+  holding it (q2 itself would only redeliver it after `retry`).
+- Tickets past their deadline resolve as denials with reason `expired` (HITL-7).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+from django.db.models.functions import Now
+from django.utils import timezone
+from django_q.models import OrmQ
+
+from agentruns.models import Run
+from agentruns.services.wakeups import enqueue_wake
+
+logger = logging.getLogger(__name__)
+
+# A wake-up younger than this is not looked for in the queue yet (it is nearly always
+# being delivered); it only spares the sweeper decoding the queue while runs flow.
+LOST_GRACE_SECONDS = 1.0
+
+# HITL-7's expiry lives with the ticket services; the first module that has it wins.
+TICKET_EXPIRY_MODULES = ("agentruns.services.tickets", "agentruns.services.resume")
+
+
+@dataclass
+class SweepReport:
+    expired_leases: list[int] = field(default_factory=list)
+    lost_wakeups: list[int] = field(default_factory=list)
+    tickets_expired: int = 0
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.expired_leases or self.lost_wakeups or self.tickets_expired)
+
+
+def lease_expired() -> Q:
+    return Q(status=Run.Status.RUNNING) & (
+        Q(lease_expires_at__lt=Now()) | Q(lease_expires_at__isnull=True)
+    )
+
+
+def q_timeouts() -> tuple[float, float]:
+    q: dict[str, Any] = settings.Q_CLUSTER
+    return float(q.get("timeout") or 60), float(q.get("retry") or 60)
+
+
+# Queue rows never change their payload: each process decodes a row's task id once.
+_task_ids: dict[int, str | None] = {}
+
+
+def _decode(payloads: dict[int, str]) -> None:
+    for pk, payload in payloads.items():
+        try:
+            _task_ids[pk] = str(OrmQ(payload=payload).task_id() or "") or None
+        except Exception:  # signed with another SECRET_KEY: no cluster here can run it
+            logger.warning("queue row %s cannot be decoded (SECRET_KEY mismatch?)", pk)
+            _task_ids[pk] = None
+
+
+def live_wake_tasks() -> set[str]:
+    """Task ids of the ORM broker's rows that will still be delivered: waiting rows, and
+    rows a cluster took less than q2's timeout ago."""
+    timeout, retry = q_timeouts()
+    now = timezone.now()
+    # A taken row is locked until taken_at + retry; taken more than `timeout` ago means
+    # locked until before now + (retry - timeout).
+    stale_before = now + timedelta(seconds=retry - timeout)
+    rows = dict(OrmQ.objects.values_list("id", "lock"))
+    for pk in set(_task_ids) - set(rows):
+        _task_ids.pop(pk, None)
+    unseen = [pk for pk in rows if pk not in _task_ids]
+    if unseen:
+        _decode(dict(OrmQ.objects.filter(pk__in=unseen).values_list("id", "payload")))
+    live = set()
+    for pk, lock in rows.items():
+        if lock is not None and now < lock < stale_before:
+            continue  # taken by a cluster that has not finished it in q2's timeout
+        task_id = _task_ids.get(pk)
+        if task_id:
+            live.add(task_id)
+    return live
+
+
+def _requeue(pk: int, seen_task: str, condition: Q) -> bool:
+    """Enqueue a wake-up for the run if it is still as the sweeper saw it."""
+    with transaction.atomic():
+        still = (
+            Run.objects.select_for_update(skip_locked=True)
+            .filter(condition, pk=pk, wake_task_id=seen_task)
+            .exists()
+        )
+        if still:
+            enqueue_wake(pk)
+        return still
+
+
+def requeue_expired_leases(limit: int = 500, live: set[str] | None = None) -> list[int]:
+    candidates = list(
+        Run.objects.filter(lease_expired())
+        .order_by("lease_expires_at")
+        .values_list("pk", "wake_task_id")[:limit]
+    )
+    if not candidates:
+        return []
+    live = live_wake_tasks() if live is None else live
+    return [
+        pk for pk, task in candidates if task not in live and _requeue(pk, task, lease_expired())
+    ]
+
+
+def lost_candidates() -> Q:
+    grace = timezone.now() - timedelta(seconds=LOST_GRACE_SECONDS)
+    return Q(status=Run.Status.QUEUED) & (
+        Q(wake_enqueued_at__lt=grace) | Q(wake_enqueued_at__isnull=True)
+    )
+
+
+def requeue_lost_wakeups(limit: int = 500, live: set[str] | None = None) -> list[int]:
+    queued = Q(status=Run.Status.QUEUED)
+    candidates = list(
+        Run.objects.filter(lost_candidates())
+        .order_by("wake_enqueued_at")
+        .values_list("pk", "wake_task_id")[:limit]
+    )
+    if not candidates:
+        return []
+    live = live_wake_tasks() if live is None else live
+    return [pk for pk, task in candidates if task not in live and _requeue(pk, task, queued)]
+
+
+def ticket_expiry_function() -> Callable[[], int] | None:
+    for name in TICKET_EXPIRY_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:
+                continue
+            raise
+        function = getattr(module, "ticket_expire_due", None)
+        if function is not None:
+            return function
+    return None
+
+
+def expire_tickets() -> int:
+    function = ticket_expiry_function()
+    return int(function() or 0) if function else 0
+
+
+def sweep(limit: int = 500) -> SweepReport:
+    report = SweepReport()
+    live: set[str] | None = None
+    if Run.objects.filter(lease_expired() | lost_candidates()).exists():
+        live = live_wake_tasks()
+        report.expired_leases = requeue_expired_leases(limit, live)
+        report.lost_wakeups = requeue_lost_wakeups(limit, live)
+    try:
+        report.tickets_expired = expire_tickets()
+    except Exception:
+        logger.exception("expiring tickets failed")
+    if report.changed:
+        logger.info(
+            "sweeper: re-enqueued %s expired leases %s, %s lost wake-ups %s; %s tickets expired",
+            len(report.expired_leases),
+            report.expired_leases[:20],
+            len(report.lost_wakeups),
+            report.lost_wakeups[:20],
+            report.tickets_expired,
+        )
+    return report

@@ -1,0 +1,213 @@
+"""Helpers for the cluster tests: real `manage.py qcluster` processes against the current
+test database, scripted runs, and checks of the log that hold whatever the workers did.
+
+Tests using these need `@pytest.mark.django_db(transaction=True)`: the clusters are other
+processes, so the rows a test creates must be committed for them to see.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import quote
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.db import connection
+
+from agentruns import events as ev
+from agentruns.cluster.process import ClusterProcess, start_cluster, wait_for
+from agentruns.models import Configuration, Event, Provider, Run
+from agentruns.services.runs import Submission, run_submit
+
+T = TypeVar("T")
+
+LEASE_SECONDS = 3
+Q_TIMEOUT = 6
+
+__all__ = [
+    "LEASE_SECONDS",
+    "Clusters",
+    "assert_log_consistent",
+    "configuration",
+    "current_database_url",
+    "effect_lines",
+    "events",
+    "running_clusters",
+    "submit",
+    "wait_for",
+    "wait_statuses",
+]
+
+
+def current_database_url() -> str:
+    """The database this test runs against (pytest-django's test database)."""
+    db = connection.settings_dict
+    user = quote(db.get("USER") or "")
+    password = db.get("PASSWORD") or ""
+    auth = f"{user}:{quote(password)}@" if password else (f"{user}@" if user else "")
+    host = db.get("HOST") or "127.0.0.1"
+    port = db.get("PORT") or "5432"
+    return f"postgres://{auth}{host}:{port}/{db['NAME']}"
+
+
+class Clusters:
+    """Starts clusters for one test and makes sure none outlives it."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp_path = tmp_path
+        self.effect_file = tmp_path / "effects.txt"
+        self.started: list[ClusterProcess] = []
+
+    def env(self, **overrides: Any) -> dict[str, str]:
+        env = {
+            "DATABASE_URL": current_database_url(),
+            "SECRET_KEY": settings.SECRET_KEY,
+            "AGENTRUNS_TEST_TOOLS": "1",
+            "AGENTRUNS_TEST_EFFECT_FILE": str(self.effect_file),
+            "AGENTRUNS_LEASE_SECONDS": str(LEASE_SECONDS),
+            "AGENTRUNS_Q_TIMEOUT": str(Q_TIMEOUT),
+            "AGENTRUNS_Q_WORKERS": "2",
+            "AGENTRUNS_Q_POLL": "0.02",
+            "AGENTRUNS_EXECUTOR_THREADS": "16",
+            "AGENTRUNS_DB_POOL_MAX": "4",
+            "AGENTRUNS_SHUTDOWN_SECONDS": "10",
+            "AGENTRUNS_LOG_LEVEL": "INFO",
+            "AGENTRUNS_FAULTS": "",
+        }
+        env.update({key: str(value) for key, value in overrides.items()})
+        return env
+
+    def start(self, name: str, **overrides: Any) -> ClusterProcess:
+        log = self.tmp_path / f"cluster-{name}-{len(self.started)}.log"
+        cluster = start_cluster(name, log, self.env(**overrides))
+        self.started.append(cluster)
+        return cluster
+
+    def close(self) -> None:
+        for cluster in self.started:
+            for pid in cluster.pids():  # a paused process would not die of SIGKILL later
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)
+            cluster.kill()
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {c.name}\n{c.log()[-4000:]}" for c in self.started)
+
+    def wait(self, condition: Callable[[], T], *, timeout: float, what: str) -> T:
+        """`wait_for`, failing with the clusters' logs."""
+        try:
+            return wait_for(condition, timeout=timeout, what=what)
+        except TimeoutError as exc:
+            raise AssertionError(f"{exc}\n{self.logs()}") from exc
+
+
+def running_clusters(tmp_path: Path) -> Iterator[Clusters]:
+    """The body of a test module's `clusters` fixture, which must depend on
+    `transactional_db` so every cluster is dead before the database is flushed."""
+    started = Clusters(tmp_path)
+    try:
+        yield started
+    finally:
+        started.close()
+
+
+def bench_user() -> Any:
+    user, _ = get_user_model().objects.get_or_create(
+        username="cluster-tester", defaults={"is_staff": True, "is_superuser": True}
+    )
+    return user
+
+
+def configuration(
+    slug: str,
+    turns: Sequence[dict[str, Any]],
+    *,
+    latency_ms: int = 0,
+    allowed: Sequence[str] = ("test", "clock.now"),
+    exempt: Sequence[str] = (),
+) -> Configuration:
+    provider, _ = Provider.objects.get_or_create(
+        slug="cluster-scripted",
+        defaults={"name": "Cluster scripted", "kind": "scripted", "trust_zone": "local"},
+    )
+    return Configuration.objects.create(
+        slug=slug,
+        name=slug,
+        provider=provider,
+        model="scripted",
+        allowed_tools=list(allowed),
+        approval_exempt_tools=list(exempt),
+        max_tool_calls=20,
+        script={"turns": list(turns), "latency_ms": latency_ms},
+    )
+
+
+def submit(config: Configuration, n: int = 1, text: str = "go") -> list[Run]:
+    user = bench_user()
+    return [
+        run_submit(user=user, submission=Submission(configuration=config.slug, input=text))[0]
+        for _ in range(n)
+    ]
+
+
+def wait_statuses(
+    runs: Sequence[Run], statuses: dict[int, str] | str, *, timeout: float, clusters: Clusters
+) -> None:
+    want = {run.pk: statuses for run in runs} if isinstance(statuses, str) else statuses
+
+    def reached() -> bool:
+        have = dict(Run.objects.filter(pk__in=want).values_list("pk", "status"))
+        return all(have.get(pk) == status for pk, status in want.items())
+
+    try:
+        wait_for(reached, timeout=timeout, what="runs to reach their states", every=0.1)
+    except TimeoutError as exc:
+        have = dict(Run.objects.filter(pk__in=want).values_list("pk", "status"))
+        wrong = {
+            pk: (have.get(pk), status) for pk, status in want.items() if have.get(pk) != status
+        }
+        raise AssertionError(
+            f"runs not in their states (have, want): {wrong}\n{clusters.logs()}"
+        ) from exc
+
+
+def events(run: Run) -> list[tuple[int, str, dict[str, Any]]]:
+    return list(
+        Event.objects.filter(thread_id=run.thread_id)
+        .order_by("sequence")
+        .values_list("sequence", "type", "payload")
+    )
+
+
+def effect_lines(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def assert_log_consistent(runs: Sequence[Run]) -> None:
+    """What a run executed by two workers at once would break: sequences are unique and
+    contiguous per thread; every proposed call has exactly one result (after its turn);
+    no result without its call; one terminal event at most, last."""
+    for run in runs:
+        log = events(run)
+        sequences = [seq for seq, _, _ in log]
+        assert sequences == list(range(1, len(log) + 1)), (run.pk, sequences)
+        proposed: list[str] = []
+        results: Counter[str] = Counter()
+        for _, kind, payload in log:
+            if kind == ev.ASSISTANT:
+                proposed += [call["id"] for call in payload.get("tool_calls") or []]
+            elif kind == ev.TOOL_RESULT:
+                assert payload["call_id"] in proposed, (run.pk, payload)
+                results[payload["call_id"]] += 1
+        assert all(n == 1 for n in results.values()), (run.pk, results)
+        terminal = [i for i, (_, kind, _) in enumerate(log) if kind in ev.TERMINAL_EVENTS]
+        assert len(terminal) <= 1 and (not terminal or terminal[0] == len(log) - 1), (run.pk, log)
+        run.refresh_from_db()
+        if run.is_terminal:
+            assert set(results) == set(proposed), (run.pk, proposed, results)

@@ -1,0 +1,113 @@
+"""HITL-11 on a real cluster: cancelling a queued, an awaiting and a running run."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from django_q.models import OrmQ
+
+from agentruns import events as ev
+from agentruns.errors import NotAwaiting
+from agentruns.models import Run, Ticket
+from agentruns.services.runs import run_cancel
+from tests.cluster_helpers import (
+    Clusters,
+    assert_log_consistent,
+    bench_user,
+    configuration,
+    events,
+    running_clusters,
+    submit,
+    wait_statuses,
+)
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def clusters(transactional_db: None, tmp_path: Path) -> Iterator[Clusters]:
+    yield from running_clusters(tmp_path)
+
+
+def test_hitl11_cancel_queued_run_then_its_wakeup_is_harmless(clusters):
+    config = configuration("cancel-queued", [{"text": "done"}])
+    (run,) = submit(config)
+    run_cancel(user=bench_user(), run_id=run.pk)
+    cancelled = events(run)
+    assert [kind for _, kind, _ in cancelled][-1] == ev.RUN_CANCELLED
+    clusters.start("a")
+    clusters.wait(
+        lambda: not OrmQ.objects.exists(), timeout=30, what="the stale wake-up to be taken"
+    )
+    run.refresh_from_db()
+    assert run.status == Run.Status.CANCELLED and run.epoch == 0
+    assert events(run) == cancelled
+
+
+def test_hitl11_cancel_awaiting_run_voids_ticket_and_resume_is_not_awaiting(clusters):
+    from agentruns.services.resume import ResumeCommand, run_resume
+
+    config = configuration(
+        "cancel-awaiting",
+        [{"tool_calls": [{"name": "notes.write", "arguments": {"title": "t", "body": "b"}}]}],
+        allowed=["notes"],
+    )
+    clusters.start("a")
+    (run,) = submit(config)
+    wait_statuses([run], "awaiting", timeout=30, clusters=clusters)
+    ticket = Ticket.objects.get(run=run, status=Ticket.Status.ACTIVE)
+    run_cancel(user=bench_user(), run_id=run.pk)
+    run.refresh_from_db()
+    ticket.refresh_from_db()
+    assert run.status == Run.Status.CANCELLED
+    assert ticket.status == Ticket.Status.VOID
+    command = ResumeCommand(
+        correlation_id=str(ticket.correlation_id),
+        run=run.pk,
+        snapshot_id=ticket.snapshot_id,
+        catalog_fingerprint=ticket.catalog_fingerprint,
+        call_id=ticket.call_id,
+        kind="permission",
+        decision="allow",
+    )
+    with pytest.raises(NotAwaiting):
+        run_resume(user=bench_user(), run_id=run.pk, command=command)
+    assert_log_consistent([run])
+
+
+def test_hitl11_cancel_running_run_stops_at_next_boundary_after_the_call_completes(
+    clusters, tmp_path
+):
+    """The call in progress completes and its result is recorded; then the run ends
+    `cancelled` instead of asking the model again."""
+    started, release = tmp_path / "c.started", tmp_path / "c.release"
+    config = configuration(
+        "cancel-running",
+        [
+            {
+                "tool_calls": [
+                    {
+                        "name": "test.wait",
+                        "arguments": {"started": str(started), "release": str(release)},
+                    }
+                ]
+            },
+            {"text": "the model should not have been asked again"},
+        ],
+    )
+    clusters.start("a")
+    (run,) = submit(config)
+    clusters.wait(started.exists, timeout=30, what="the wait tool to start")
+    run_cancel(user=bench_user(), run_id=run.pk)
+    run.refresh_from_db()
+    assert run.status == Run.Status.RUNNING and run.cancel_requested
+    release.write_text("go")
+    wait_statuses([run], "cancelled", timeout=30, clusters=clusters)
+    kinds = [(kind, payload) for _, kind, payload in events(run)]
+    assert [k for k, _ in kinds] == [ev.USER, ev.ASSISTANT, ev.TOOL_RESULT, ev.RUN_CANCELLED]
+    result = kinds[2][1]
+    assert result["tool"] == "test.wait" and result["status"] == ev.OK
+    assert result["content"] == "released"
+    assert_log_consistent([run])

@@ -1,0 +1,234 @@
+"""CLU-2, CLU-3, HITL-7, HITL-11 without cluster processes: concurrent claims on separate
+connections, the heartbeat's one-statement renewal, the sweeper's decisions, and what an
+operator sees (`cluster_status`, the admin page)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import random
+import threading
+import time
+from datetime import timedelta
+from io import StringIO
+
+import pytest
+from django.contrib import admin
+from django.core.management import call_command
+from django.db import connection, transaction
+from django.urls import NoReverseMatch, clear_url_caches, reverse
+from django.utils import timezone
+from django_q.models import OrmQ
+
+from agentruns.cluster import sweeper
+from agentruns.cluster.admin import ClusterQueueAdmin
+from agentruns.cluster.status import snapshot
+from agentruns.models import Run, Ticket
+from agentruns.runtime.lease import claim, renew_many
+from tests.cluster_helpers import configuration, submit
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def quick_config(slug: str = "quick"):
+    return configuration(slug, [{"text": "done"}])
+
+
+def expire(run: Run) -> None:
+    Run.objects.filter(pk=run.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+
+
+def queued_task_ids() -> set[str]:
+    return {row.task_id() for row in OrmQ.objects.all()}
+
+
+def test_clu2_concurrent_claims_receive_different_runs():
+    runs = submit(quick_config(), 24)
+    ids = [run.pk for run in runs]
+    workers = 4
+    barrier = threading.Barrier(workers)
+    got: dict[int, list[int]] = {i: [] for i in range(workers)}
+    errors: list[BaseException] = []
+
+    def work(i: int) -> None:
+        order = ids[:]
+        random.Random(i).shuffle(order)
+        try:
+            barrier.wait(timeout=10)
+            for pk in order:
+                lease = claim(pk, owner=f"worker-{i}")
+                if lease is not None:
+                    got[i].append(pk)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(workers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors
+    claimed = [pk for pks in got.values() for pk in pks]
+    assert sorted(claimed) == sorted(ids)  # each run claimed exactly once
+    owners = dict(Run.objects.filter(pk__in=ids).values_list("pk", "lease_owner"))
+    for i, pks in got.items():
+        assert all(owners[pk] == f"worker-{i}" for pk in pks)
+    assert set(Run.objects.filter(pk__in=ids).values_list("epoch", flat=True)) == {1}
+
+
+def test_clu2_claim_skips_a_locked_run_instead_of_waiting():
+    (run,) = submit(quick_config())
+    locked, done = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        try:
+            with transaction.atomic():
+                Run.objects.select_for_update().get(pk=run.pk)
+                locked.set()
+                done.wait(timeout=10)
+        finally:
+            connection.close()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert locked.wait(timeout=10)
+        started = time.monotonic()
+        assert claim(run.pk) is None
+        assert time.monotonic() - started < 1.0
+    finally:
+        done.set()
+        holder.join()
+    assert claim(run.pk) is not None
+
+
+def test_clu2_heartbeat_renews_held_leases_and_marks_lost_ones():
+    runs = submit(quick_config(), 3)
+    leases = [claim(run.pk) for run in runs]
+    kept, taken, cancelled = (lease for lease in leases if lease is not None)
+    expire(runs[1])
+    assert claim(runs[1].pk) is not None  # another worker reclaims: epoch moves on
+    Run.objects.filter(pk=runs[2].pk).update(cancel_requested=True)
+    before = Run.objects.get(pk=runs[0].pk).lease_expires_at
+    assert before is not None
+    time.sleep(0.01)
+    renew_many([kept, taken, cancelled])
+    assert not kept.lost and not kept.cancel_requested
+    after = Run.objects.get(pk=runs[0].pk).lease_expires_at
+    assert after is not None and after > before
+    assert taken.lost
+    assert cancelled.cancel_requested and not cancelled.lost
+
+
+def test_clu3_sweeper_reenqueues_expired_leases_once():
+    (run,) = submit(quick_config())
+    OrmQ.objects.all().delete()
+    assert claim(run.pk) is not None
+    assert sweeper.sweep().expired_leases == []  # a live lease is left alone
+    expire(run)
+    report = sweeper.sweep()
+    assert report.expired_leases == [run.pk]
+    run.refresh_from_db()
+    assert run.wake_task_id in queued_task_ids()
+    assert sweeper.sweep().expired_leases == []  # its wake-up is live now: not twice
+    lease = claim(run.pk)
+    assert lease is not None and lease.reclaimed and lease.attempts == 1
+
+
+def test_clu3_sweeper_finds_lost_wakeups_and_leaves_live_ones():
+    lost, _live = submit(quick_config(), 2)
+    Run.objects.update(wake_enqueued_at=timezone.now() - timedelta(seconds=5))
+    lost_task = Run.objects.get(pk=lost.pk).wake_task_id
+    for row in OrmQ.objects.all():
+        if row.task_id() == lost_task:
+            row.delete()
+    report = sweeper.sweep()
+    assert report.lost_wakeups == [lost.pk]
+    lost.refresh_from_db()
+    assert lost.wake_task_id != lost_task and lost.wake_task_id in queued_task_ids()
+    Run.objects.update(wake_enqueued_at=timezone.now() - timedelta(seconds=5))
+    assert sweeper.sweep().lost_wakeups == []
+
+
+def test_clu3_wakeup_taken_by_a_dead_cluster_counts_as_lost(settings):
+    (run,) = submit(quick_config())
+    Run.objects.update(wake_enqueued_at=timezone.now() - timedelta(seconds=5))
+    timeout, retry = settings.Q_CLUSTER["timeout"], settings.Q_CLUSTER["retry"]
+    # Taken just now by some cluster: still live.
+    OrmQ.objects.update(lock=timezone.now() + timedelta(seconds=retry))
+    assert sweeper.sweep().lost_wakeups == []
+    # Taken longer ago than q2's timeout and the run is still queued: that cluster died.
+    taken_at = timezone.now() - timedelta(seconds=timeout + 1)
+    OrmQ.objects.update(lock=taken_at + timedelta(seconds=retry))
+    assert sweeper.sweep().lost_wakeups == [run.pk]
+
+
+def test_hitl7_sweeper_expires_due_tickets():
+    function = sweeper.ticket_expiry_function()
+    if function is None:
+        pytest.skip("no ticket expiry service yet")
+    config = configuration(
+        "expiring",
+        [{"tool_calls": [{"name": "notes.write", "arguments": {"title": "t", "body": "b"}}]}],
+        allowed=["notes"],
+    )
+    (run,) = submit(config)
+    from agentruns.runtime.executor import execute_run
+
+    assert execute_run(run.pk) == "awaiting"
+    Ticket.objects.filter(run=run).update(deadline=timezone.now() - timedelta(seconds=1))
+    report = sweeper.sweep()
+    assert report.tickets_expired == 1
+    assert Ticket.objects.get(run=run).status == Ticket.Status.EXPIRED
+    assert Run.objects.get(pk=run.pk).status == Run.Status.QUEUED
+
+
+def test_cluster_status_reports_queue_runs_and_stuck():
+    runs = submit(quick_config(), 3)
+    assert claim(runs[0].pk) is not None
+    expire(runs[0])
+    Run.objects.filter(pk=runs[1].pk).update(wake_enqueued_at=timezone.now() - timedelta(seconds=5))
+    lost_task = Run.objects.get(pk=runs[1].pk).wake_task_id
+    for row in OrmQ.objects.all():
+        if row.task_id() == lost_task:
+            row.delete()
+    snap = snapshot()
+    assert snap.runs_by_status["queued"] == 2 and snap.running == 1
+    assert snap.queue_waiting == 2
+    assert snap.expired_leases == [runs[0].pk]
+    assert snap.lost_wakeups == [runs[1].pk]
+    assert snap.stuck == 2
+    assert snap.oldest_lease is not None and snap.oldest_lease.run_id == runs[0].pk
+
+    out = StringIO()
+    call_command("cluster_status", "--json", stdout=out)
+    data = json.loads(out.getvalue())
+    assert data["stuck"] == 2 and data["runs_by_status"]["running"] == 1
+    out = StringIO()
+    call_command("cluster_status", stdout=out)
+    assert "expired leases" in out.getvalue() and str(runs[0].pk) in out.getvalue()
+
+
+def test_cluster_admin_page_is_read_only_and_shows_the_summary(client, django_user_model):
+    assert isinstance(admin.site._registry[OrmQ], ClusterQueueAdmin)
+    try:
+        reverse("admin:agentruns_cluster_status")
+    except NoReverseMatch:  # the URLconf was built before agentruns.cluster.admin loaded
+        import config.urls
+
+        importlib.reload(config.urls)
+        clear_url_caches()
+    submit(quick_config(), 2)
+    user = django_user_model.objects.create_superuser("root", password="pw")
+    client.force_login(user)
+    page = client.get(reverse("admin:agentruns_cluster_status"))
+    assert page.status_code == 200
+    assert b"Execution cluster" in page.content and b"lost wake-ups" in page.content
+    listing = client.get(reverse("admin:django_q_ormq_changelist"))
+    assert listing.status_code == 200
+    assert b"Execution cluster" in listing.content and b"2 waiting" in listing.content
+    staff = django_user_model.objects.create_user("staff2", password="pw", is_staff=True)
+    client.force_login(staff)
+    assert client.get(reverse("admin:agentruns_cluster_status")).status_code == 403

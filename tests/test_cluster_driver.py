@@ -1,0 +1,125 @@
+"""The per-process driver in-process (PERF-6, CLU-3): backpressure, what happens to a run
+whose executor fails, and the bounded graceful stop."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.db import OperationalError
+from django.utils import timezone
+from django_q.models import OrmQ
+
+from agentruns.cluster.driver import Driver, DriverConfig
+from agentruns.models import Run
+from agentruns.runtime import executor as executor_module
+from agentruns.runtime.lease import Lease, claim
+from tests.cluster_helpers import configuration, submit, wait_for
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def driver() -> Iterator[Driver]:
+    config = DriverConfig(
+        threads=2,
+        pool_max=2,
+        pool_timeout=5,
+        lease_seconds=30,
+        sweep_seconds=3600,
+        shutdown_seconds=5,
+    )
+    started = Driver(config)
+    try:
+        yield started
+    finally:
+        started.shutdown(timeout=5)
+
+
+class FakeExecutor:
+    behaviour: Any = None
+
+    def __init__(self, lease: Lease) -> None:
+        self.lease = lease
+
+    def drive(self) -> str:
+        return str(type(self).behaviour(self.lease))
+
+
+@pytest.fixture
+def fake_executor(monkeypatch: pytest.MonkeyPatch) -> type[FakeExecutor]:
+    monkeypatch.setattr(executor_module, "Executor", FakeExecutor)
+    return FakeExecutor
+
+
+def drive_one(driver: Driver) -> Run:
+    (run,) = submit(configuration("driven", [{"text": "done"}]))
+    assert driver.reserve(timeout=1)
+    lease = claim(run.pk)
+    assert lease is not None
+    driver.submit(lease)
+    wait_for(lambda: driver.busy == 0, timeout=10, what="the driver to finish")
+    run.refresh_from_db()
+    return run
+
+
+def wake_queued(run: Run) -> bool:
+    return run.wake_task_id in {row.task_id() for row in OrmQ.objects.all()}
+
+
+def test_driver_reserve_blocks_when_every_thread_is_busy(driver):
+    assert driver.reserve(timeout=0.1) and driver.reserve(timeout=0.1)
+    assert not driver.reserve(timeout=0.1)  # backpressure: the wake-up re-enqueues itself
+    driver.unreserve()
+    assert driver.reserve(timeout=0.1)
+    driver.unreserve()
+    driver.unreserve()
+
+
+def test_driver_hands_back_a_run_on_database_trouble_without_spending_an_attempt(
+    driver, fake_executor
+):
+    def fail(lease: Lease) -> str:
+        raise OperationalError("server closed the connection unexpectedly")
+
+    fake_executor.behaviour = fail
+    run = drive_one(driver)
+    assert run.status == Run.Status.QUEUED and run.attempts == 0
+    assert wake_queued(run)
+
+
+def test_driver_abandons_a_run_whose_executor_breaks_so_a_reclaim_spends_an_attempt(
+    driver, fake_executor
+):
+    def fail(lease: Lease) -> str:
+        raise RuntimeError("a bug")
+
+    fake_executor.behaviour = fail
+    run = drive_one(driver)
+    assert run.status == Run.Status.RUNNING
+    assert run.lease_expires_at is not None and run.lease_expires_at <= timezone.now()
+    assert wake_queued(run)
+    lease = claim(run.pk)
+    assert lease is not None and lease.reclaimed and lease.attempts == 1
+
+
+def test_driver_shutdown_asks_executors_to_release_and_waits(driver, fake_executor):
+    seen = threading.Event()
+
+    def wait_for_stop(lease: Lease) -> str:
+        seen.set()
+        wait_for(lambda: lease.stop_requested, timeout=10, what="the stop request")
+        return "released"
+
+    fake_executor.behaviour = wait_for_stop
+    (run,) = submit(configuration("stopping", [{"text": "done"}]))
+    assert driver.reserve(timeout=1)
+    lease = claim(run.pk)
+    assert lease is not None
+    driver.submit(lease)
+    assert seen.wait(timeout=10)
+    assert driver.shutdown(timeout=5) == 0
+    assert driver.busy == 0
+    assert not driver.reserve(timeout=0.1)  # a stopping driver takes nothing new
