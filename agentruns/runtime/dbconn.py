@@ -28,6 +28,13 @@ def release_connection() -> None:
 
 
 def prepared(sql: str, params: list[Any]) -> tuple:
+    """The statement's one row (see `prepared_rows`)."""
+    rows = prepared_rows(sql, params)
+    assert rows, "the statement returned no row"
+    return rows[0]
+
+
+def prepared_rows(sql: str, params: list[Any]) -> list[tuple]:
     """Run a statement the loop repeats with server-side parameters, prepared once per
     connection: a step's statement has one of a few shapes, and planning it anew each time
     would cost more than executing it. Logged like any Django query."""
@@ -35,8 +42,7 @@ def prepared(sql: str, params: list[Any]) -> tuple:
     started = time.monotonic()
     with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
         cursor.execute(sql, params, prepare=True)
-        row = cursor.fetchone()
+        rows = cursor.fetchall()
     if connection.queries_logged:
         connection.queries_log.append({"sql": sql, "time": f"{time.monotonic() - started:.3f}"})
-    assert row is not None
-    return row
+    return rows

@@ -25,7 +25,7 @@ from agentruns.errors import ContextRefused, Fenced
 from agentruns.gate.audit import context_assert
 from agentruns.gate.core import Source, compose_sources
 from agentruns.gate.lookups import forced_for_composition
-from agentruns.models import Checkpoint, Event, Run, Ticket, ToolInvocation
+from agentruns.models import Checkpoint, Run, Ticket, ToolInvocation
 from agentruns.providers.base import (
     MalformedReply,
     ProviderError,
@@ -121,6 +121,7 @@ class Executor:
     next_sequence: int = 1
     invocations: dict[str, Invocation] = field(default_factory=dict)
     token_memo: dict[int, int] = field(default_factory=dict)
+    config_memo: tuple[int, RuntimeConfig] | None = None
     active_memo: tuple[tuple[int, int], set[str]] | None = None
     # DEF-1: a thread switches modes only between runs, so one read at load suffices.
     mode_name: str | None = None
@@ -140,20 +141,9 @@ class Executor:
             release_connection()
 
     def _load(self) -> None:
-        rows = Event.objects.filter(thread_id=self.lease.thread_id).order_by("sequence")
-        self.events = [
-            Ev(seq, kind, payload, run_id)
-            for seq, kind, payload, run_id in rows.values_list(
-                "sequence", "type", "payload", "run_id"
-            )
-        ]
+        """REC-1 (and PERF-4): the thread's log and the newest checkpoint, read once."""
+        self.events, checkpoint = journal.read(self.lease)
         self.next_sequence = (self.events[-1].sequence + 1) if self.events else 1
-        checkpoint = (
-            Checkpoint.objects.filter(run_id=self.lease.run_id)
-            .order_by("-id")
-            .values_list("state", flat=True)
-            .first()
-        )
         switches = [e.payload.get("mode") for e in self.events if e.type == ev.MODE_SWITCHED]
         self.mode_name = switches[-1] if switches else None
         mine = [event for event in self.events if event.run_id == self.lease.run_id]
@@ -199,7 +189,12 @@ class Executor:
 
     @property
     def config(self) -> RuntimeConfig:
-        return runtime_config(self.lease.configuration_id, self.lease.generation)
+        """The live configuration: reloaded whenever the catalog generation moved on."""
+        memo = self.config_memo
+        if memo is None or memo[0] != self.lease.generation:
+            config = runtime_config(self.lease.configuration_id, self.lease.generation)
+            self.config_memo = memo = (self.lease.generation, config)
+        return memo[1]
 
     @property
     def mode(self) -> Mode:
@@ -207,6 +202,8 @@ class Executor:
 
     def _active_deferred(self) -> set[str]:
         """DEF-4: derived from the log; recomputed only when the log or catalog changed."""
+        if not self.mode.deferred:
+            return set()
         key = (len(self.events), self.lease.generation)
         if self.active_memo is None or self.active_memo[0] != key:
             active = active_deferred(effective_events(self.events), self.mode.deferred)
@@ -274,7 +271,11 @@ class Executor:
         )
 
     def _compose(self) -> None:
-        """FS-4: a starting run injects only active forced sources and says what it left."""
+        """FS-4: a starting run injects only active forced sources and says what it left.
+        A run that forces nothing has nothing to compose, and nothing to record."""
+        if not (self.lease.forced_snippet_ids or self.lease.forced_skill_ids):
+            self.lease.composed = True
+            return
         snippets, skills, dropped = forced_for_composition(
             self.lease.forced_snippet_ids, self.lease.forced_skill_ids
         )
@@ -583,7 +584,8 @@ class Executor:
                 self._record_uncertain(call)
                 return
             self._mark_effect_sent(invocation)
-        release_connection()
+        if tool.blocking:
+            release_connection()
         output = run_tool(tool, call, context)
         faults.fault_point(faults.TOOL_DONE)
         self._record_output(call, output, invocation, durable=tool.effect is Effect.WRITE)

@@ -34,7 +34,7 @@ from agentruns.models import (
     Run,
     ToolInvocation,
 )
-from agentruns.runtime.dbconn import fast_commit, prepared
+from agentruns.runtime.dbconn import fast_commit, prepared, prepared_rows
 from agentruns.runtime.lease import Lease
 from agentruns.runtime.state import Ev
 
@@ -227,3 +227,22 @@ def _write_statements(lease: Lease, step: Step) -> dict[str, int]:
     lease.cancel_requested = bool(row)
     lease.generation = CatalogGeneration.objects.values_list("value", flat=True).get(pk=1)
     return {invocation.call_id: invocation.pk for invocation in created}
+
+
+def read(lease: Lease) -> tuple[list[Ev], dict[str, Any] | None]:
+    """The thread's events in order and the run's newest checkpoint state."""
+    if connection.vendor != "postgresql":
+        rows = Event.objects.filter(thread_id=lease.thread_id).order_by("sequence")
+        events = [Ev(*row) for row in rows.values_list("sequence", "type", "payload", "run_id")]
+        latest = Checkpoint.objects.filter(run_id=lease.run_id).order_by("-id")
+        return events, latest.values_list("state", flat=True).first()
+    event, checkpoint = Event._meta.db_table, Checkpoint._meta.db_table
+    rows = prepared_rows(
+        f"SELECT sequence, type, payload::text, run_id FROM {event} WHERE thread_id = %s "
+        f"UNION ALL SELECT NULL, NULL, (SELECT state::text FROM {checkpoint} WHERE run_id = %s "
+        "ORDER BY id DESC LIMIT 1), NULL ORDER BY 1",
+        [lease.thread_id, lease.run_id],
+    )
+    *logged, (_, _, state, _) = rows  # NULL sorts last: the checkpoint row
+    events = [Ev(seq, kind, json.loads(payload), run_id) for seq, kind, payload, run_id in logged]
+    return events, json.loads(state) if state else None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from functools import cache
+from functools import cache, lru_cache
 
 import tiktoken
 
@@ -35,10 +35,19 @@ def message_tokens(message: Message) -> int:
 
 
 def fixed_tokens(system: Sequence[str], tools: Sequence[ToolSpec]) -> int:
-    specs = [[t.name, t.description, t.parameters] for t in tools]
-    return sum(PER_MESSAGE + count(text) for text in system) + (
-        count(json.dumps(specs, sort_keys=True)) if specs else 0
-    )
+    """What every request of a run repeats: counted once per distinct text."""
+    specs = json.dumps([[t.name, t.description, t.parameters] for t in tools], sort_keys=True)
+    return sum(_text_tokens(text) for text in system) + (_specs_tokens(specs) if tools else 0)
+
+
+@lru_cache(maxsize=1024)
+def _text_tokens(text: str) -> int:
+    return PER_MESSAGE + count(text)
+
+
+@lru_cache(maxsize=256)
+def _specs_tokens(specs: str) -> int:
+    return count(specs)
 
 
 def truncate_tokens(text: str, limit: int) -> str:

@@ -154,6 +154,7 @@ REGISTRY.register(
         version="1",
         execute=http_get,
         deferred=True,
+        blocking=True,
     )
 )
 REGISTRY.register(

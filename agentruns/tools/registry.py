@@ -67,6 +67,9 @@ class Tool:
     # transaction that records its result and can never happen without it.
     transactional: bool = False
     human: Human = Human.NONE
+    # It waits on something outside this process (the network, a person): the executor
+    # gives its pooled database connection back while it runs (PERF-6).
+    blocking: bool = False
 
     @property
     def wire_name(self) -> str:

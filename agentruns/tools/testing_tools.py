@@ -69,6 +69,7 @@ def register_test_tools() -> None:
             effect=Effect.READ_ONLY,
             version="1",
             execute=wait_for_release,
+            blocking=True,
         )
     )
     REGISTRY.register(
