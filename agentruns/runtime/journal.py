@@ -23,7 +23,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from agentruns.errors import Fenced
@@ -34,7 +34,7 @@ from agentruns.models import (
     Run,
     ToolInvocation,
 )
-from agentruns.runtime.dbconn import fast_commit, prepared, prepared_rows
+from agentruns.runtime.dbconn import fast_commit, prepared, prepared_rows, this_connection
 from agentruns.runtime.lease import Lease
 from agentruns.runtime.state import Ev
 
@@ -84,7 +84,7 @@ class Step:
 
 def write(lease: Lease, step: Step, *, durable: bool = True) -> dict[str, int]:
     """Write the step or raise Fenced; returns new invocation ids by call id."""
-    if connection.vendor == "postgresql":
+    if this_connection().vendor == "postgresql":
         row = _write_statement(lease, step, fast_commit(durable))
         if not row[0]:
             _lost(lease)
@@ -231,9 +231,9 @@ def _write_statements(lease: Lease, step: Step) -> dict[str, int]:
 
 def read(lease: Lease) -> tuple[list[Ev], dict[str, Any] | None]:
     """The thread's events in order and the run's newest checkpoint state."""
-    if connection.vendor != "postgresql":
-        rows = Event.objects.filter(thread_id=lease.thread_id).order_by("sequence")
-        events = [Ev(*row) for row in rows.values_list("sequence", "type", "payload", "run_id")]
+    if this_connection().vendor != "postgresql":
+        thread = Event.objects.filter(thread_id=lease.thread_id).order_by("sequence")
+        events = [Ev(*row) for row in thread.values_list("sequence", "type", "payload", "run_id")]
         latest = Checkpoint.objects.filter(run_id=lease.run_id).order_by("-id")
         return events, latest.values_list("state", flat=True).first()
     event, checkpoint = Event._meta.db_table, Checkpoint._meta.db_table
