@@ -222,8 +222,9 @@ Q_CLUSTER = {
     "ack_failures": True,
     # Tasks a cluster takes ahead of its workers; few, since a dead cluster's prefetched
     # wake-ups wait for the sweeper (after `timeout`) or q2's redelivery (after `retry`).
-    "queue_limit": 2 * _Q_WORKERS,
-    "bulk": _Q_WORKERS,  # wake-ups taken per dequeue (one statement: agentruns.cluster.broker)
+    "queue_limit": env_int("AGENTRUNS_Q_QUEUE_LIMIT", 2 * _Q_WORKERS),
+    # Wake-ups taken per dequeue (one statement: agentruns.cluster.broker).
+    "bulk": env_int("AGENTRUNS_Q_BULK", _Q_WORKERS),
     "recycle": 1_000_000_000,  # recycling a worker would cut its in-flight runs short.
     "poll": env_float("AGENTRUNS_Q_POLL", 0.05),
     "save_limit": -1,  # successful wake-ups are not stored; failures are

@@ -24,7 +24,7 @@ from agentruns.cluster import sweeper
 from agentruns.cluster.admin import ClusterQueueAdmin
 from agentruns.cluster.status import snapshot
 from agentruns.models import Run, Ticket
-from agentruns.runtime.lease import claim, renew_many
+from agentruns.runtime.lease import claim, claim_queued, renew_many
 from tests.cluster_helpers import configuration, submit
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -102,6 +102,26 @@ def test_clu2_claim_skips_a_locked_run_instead_of_waiting():
         done.set()
         holder.join()
     assert claim(run.pk) is not None
+
+
+def test_clu2_batch_claims_take_queued_runs_oldest_first_and_never_a_live_lease():
+    """PERF-6: a worker with free threads claims a burst of queued runs in one statement;
+    it never takes a running run, even one whose lease expired (only a wake-up or the
+    sweeper reclaims, spending an attempt), and never the same run twice."""
+    runs = submit(quick_config(), 5)
+    running = claim(runs[0].pk)
+    expired = claim(runs[1].pk)
+    assert running and expired
+    expire(runs[1])
+    first = claim_queued(2, owner="batch")
+    assert [lease.run_id for lease in first] == [runs[2].pk, runs[3].pk]
+    assert all(lease.epoch == 1 and not lease.reclaimed for lease in first)
+    rest = claim_queued(10, owner="batch")
+    assert [lease.run_id for lease in rest] == [runs[4].pk]
+    assert claim_queued(10) == []
+    owners = dict(Run.objects.filter(pk__in=[r.pk for r in runs]).values_list("pk", "lease_owner"))
+    assert [owners[r.pk] for r in runs[2:]] == ["batch"] * 3
+    assert Run.objects.get(pk=runs[1].pk).attempts == 0
 
 
 def test_clu2_heartbeat_renews_held_leases_and_marks_lost_ones():

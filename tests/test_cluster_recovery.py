@@ -181,7 +181,9 @@ def test_clu_lost_wakeups_are_recovered_by_the_sweeper(clusters, tmp_path):
     wait_statuses(runs, "completed", timeout=30, clusters=clusters)
     assert_log_consistent(runs)
     after = dict(Run.objects.filter(pk__in=before).values_list("pk", "wake_task_id"))
-    assert all(after[pk] != before[pk] for pk in before)
+    # The sweeper re-enqueued wake-ups; a worker woken by one may claim the other queued
+    # runs in the same statement, so not every run needs a wake-up of its own.
+    assert any(after[pk] != before[pk] for pk in before)
     assert all(run.attempts == 0 for run in Run.objects.filter(pk__in=before))
 
 

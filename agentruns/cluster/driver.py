@@ -174,6 +174,10 @@ class Driver:
             return False
         return self._slots.acquire(timeout=max(0.0, timeout))
 
+    def try_reserve(self) -> bool:
+        """A free thread now, or False; never waits."""
+        return not self._shutting_down and self._slots.acquire(blocking=False)
+
     def unreserve(self) -> None:
         self._slots.release()
 

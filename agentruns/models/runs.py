@@ -104,11 +104,26 @@ class Run(models.Model):
 class Event(models.Model):
     """LOOP-3: append-only; the runtime never updates or deletes a row."""
 
-    # Indexed through the composite indexes below: every index costs each append.
+    # The log's references carry no database constraint and no index of their own: every
+    # index and every deferred foreign-key check (a row lock on the run at each commit) is
+    # paid on every append. Integrity holds by construction: the runtime appends only
+    # behind a lock on the run row (runtime/journal.py), services only behind the thread
+    # row lock, and deletions cascade through Django.
     thread = models.ForeignKey(
-        Thread, on_delete=models.CASCADE, related_name="events", db_index=False
+        Thread,
+        on_delete=models.CASCADE,
+        related_name="events",
+        db_index=False,
+        db_constraint=False,
     )
-    run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.CASCADE, db_index=False)
+    run = models.ForeignKey(
+        Run,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        db_index=False,
+        db_constraint=False,
+    )
     sequence = models.PositiveIntegerField()
     type = models.CharField(max_length=40)
     payload = models.JSONField(default=dict)
@@ -135,8 +150,12 @@ class Checkpoint(models.Model):
         SUSPENSION = "suspension"
         TERMINAL = "terminal"
 
-    run = models.ForeignKey(
-        Run, on_delete=models.CASCADE, related_name="checkpoints", db_index=False
+    run = models.ForeignKey(  # unconstrained like the log's (see Event)
+        Run,
+        on_delete=models.CASCADE,
+        related_name="checkpoints",
+        db_index=False,
+        db_constraint=False,
     )
     kind = models.CharField(max_length=20, choices=Kind.choices)
     last_sequence = models.PositiveIntegerField()
@@ -168,8 +187,12 @@ class ToolInvocation(models.Model):
 
     OPEN = (Status.AUTHORISED, Status.AWAITING_APPROVAL, Status.EXECUTING)
 
-    run = models.ForeignKey(
-        Run, on_delete=models.CASCADE, related_name="invocations", db_index=False
+    run = models.ForeignKey(  # unconstrained like the log's (see Event)
+        Run,
+        on_delete=models.CASCADE,
+        related_name="invocations",
+        db_index=False,
+        db_constraint=False,
     )
     step = models.PositiveIntegerField()
     call_id = models.CharField(max_length=200)

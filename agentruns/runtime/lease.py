@@ -101,6 +101,32 @@ def claim(run_id: int, owner: str | None = None) -> Lease | None:
 def _claim_statement(run_id: int, owner: str, seconds: float) -> dict | None:
     """The claim as one statement on the database clock. Losing it to a database crash
     only makes the run claimable again, so its commit need not wait for the WAL flush."""
+    rows = _claim_rows(
+        "id = %s AND (status = 'queued' OR (status = 'running' AND "
+        "(lease_expires_at IS NULL OR lease_expires_at < now())))",
+        [run_id],
+        owner,
+        seconds,
+    )
+    return rows[0][1] if rows else None
+
+
+def claim_queued(limit: int, owner: str | None = None) -> list[Lease]:
+    """Claim up to `limit` queued runs, oldest first, in one statement: a worker with free
+    threads takes a burst of runs without waiting for each run's own wake-up (which then
+    finds its run taken and does nothing, CLU-1). PostgreSQL only; elsewhere wake-ups do
+    all the claiming."""
+    if limit < 1 or connection.vendor != "postgresql":
+        return []
+    owner = owner or worker_name()
+    seconds = settings.AGENTRUNS_LEASE_SECONDS
+    rows = _claim_rows("status = 'queued' ORDER BY id LIMIT %s", [limit], owner, seconds)
+    return [_lease(run_id, owner, seconds, row) for run_id, row in rows]
+
+
+def _claim_rows(
+    where: str, params: list[Any], owner: str, seconds: float
+) -> list[tuple[int, dict]]:
     table = Run._meta.db_table
     columns = ", ".join(f"old.{c}" for c in CLAIM_FIELDS)
     sql = (
@@ -108,23 +134,23 @@ def _claim_statement(run_id: int, owner: str, seconds: float) -> dict | None:
         "lease_owner = %s, lease_expires_at = now() + %s * interval '1 second', "
         "attempts = r.attempts + (CASE WHEN r.status = 'running' THEN 1 ELSE 0 END) "
         f"FROM (SELECT {', '.join(CLAIM_FIELDS)}, composed_at, id FROM {table} "
-        "WHERE id = %s AND (status = 'queued' OR (status = 'running' AND "
-        "(lease_expires_at IS NULL OR lease_expires_at < now()))) FOR UPDATE SKIP LOCKED) "
-        f"AS old WHERE r.id = old.id RETURNING {columns}, old.composed_at, "
+        f"WHERE {where} FOR UPDATE SKIP LOCKED) "
+        f"AS old WHERE r.id = old.id RETURNING old.id, {columns}, old.composed_at, "
         f"(SELECT value FROM {CatalogGeneration._meta.db_table} WHERE id = 1)"
         + (", set_config('synchronous_commit', 'off', true)" if fast_commit(False) else "")
     )
     with connection.cursor() as cursor:
-        cursor.execute(sql, [owner, seconds, run_id])
-        found = cursor.fetchone()
-    if found is None:
-        return None
+        cursor.execute(sql, [owner, seconds, *params])
+        found = cursor.fetchall()
     names = [*CLAIM_FIELDS, "composed_at", "generation"]
-    row = dict(zip(names, found[: len(names)], strict=True))
-    for key in ("forced_snippet_ids", "forced_skill_ids"):
-        if isinstance(row[key], str):
-            row[key] = json.loads(row[key])
-    return row
+    claimed = []
+    for run_id, *values in found:
+        row = dict(zip(names, values[: len(names)], strict=True))
+        for key in ("forced_snippet_ids", "forced_skill_ids"):
+            if isinstance(row[key], str):
+                row[key] = json.loads(row[key])
+        claimed.append((run_id, row))
+    return claimed
 
 
 def _lease(run_id: int, owner: str, seconds: float, row: dict) -> Lease:
