@@ -154,12 +154,7 @@ class AnthropicAdapter:
 
     def complete(self, link: Link, request: ProviderRequest) -> Reply:
         api_key = api_key_for(link)
-        client = self._clients.get(
-            base_url=link.base_url.strip(),
-            api_key=api_key,
-            timeout=float(link.timeout_seconds),
-            max_retries=int(link.max_retries),
-        )
+        client = self._clients.for_link(link, api_key)
         extra: dict[str, Any] = {}
         if request.system:
             extra["system"] = "\n\n".join(request.system)

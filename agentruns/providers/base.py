@@ -157,3 +157,11 @@ class ClientCache(Generic[C]):
                     self._clients.pop(next(iter(self._clients)))
                 client = self._clients[key] = self._factory(**settings)
             return client
+
+    def for_link(self, link: Link, api_key: str) -> C:
+        return self.get(
+            base_url=link.base_url.strip(),
+            api_key=api_key,
+            timeout=float(link.timeout_seconds),
+            max_retries=int(link.max_retries),
+        )
