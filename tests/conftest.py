@@ -48,3 +48,11 @@ _register_test_tools()
 def _fast_password_hashing(settings):
     # PBKDF2 costs ~0.4 s per user; the suite creates hundreds.
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture
+def effects(tmp_path, monkeypatch):
+    """Where `test.external_write` records its external effects, one line each."""
+    path = tmp_path / "effects.log"
+    monkeypatch.setenv("AGENTRUNS_TEST_EFFECT_FILE", str(path))
+    return path

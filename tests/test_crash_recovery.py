@@ -53,22 +53,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 MAX_TOOL_CALLS = 2
 
 
-@pytest.fixture(autouse=True)
-def _fast_passwords(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def fake():
     with FakeProvider(default=two_tool_reply) as server:
         yield server
-
-
-@pytest.fixture
-def effects(tmp_path, monkeypatch):
-    path = tmp_path / "effects.log"
-    monkeypatch.setenv("AGENTRUNS_TEST_EFFECT_FILE", str(path))
-    return path
 
 
 @pytest.fixture

@@ -46,11 +46,6 @@ def script(call):
     return reply
 
 
-@pytest.fixture(autouse=True)
-def fast_passwords(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def approver(staff):
     return grant(staff, "approve_run")

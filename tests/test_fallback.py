@@ -24,11 +24,6 @@ pytestmark = pytest.mark.django_db
 FALLBACK_TEXT = "answered by the fallback"
 
 
-@pytest.fixture(autouse=True)
-def _fast_passwords(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def fake():
     with FakeProvider() as server:

@@ -35,22 +35,10 @@ from tests.crash import (
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture(autouse=True)
-def _fast_passwords(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def fake():
     with FakeProvider(default=two_tool_reply) as server:
         yield server
-
-
-@pytest.fixture
-def effects(tmp_path, monkeypatch):
-    path = tmp_path / "effects.log"
-    monkeypatch.setenv("AGENTRUNS_TEST_EFFECT_FILE", str(path))
-    return path
 
 
 def taken_over(run_id: int):

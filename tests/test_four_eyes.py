@@ -29,11 +29,6 @@ SCHEMA = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required
 ASK = {"id": "call_q", "name": "ask_user", "arguments": {"question": "Sure?", "schema": SCHEMA}}
 
 
-@pytest.fixture(autouse=True)
-def fast_passwords(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def initiator(staff):
     return grant(staff, "approve_run")

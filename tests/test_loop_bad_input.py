@@ -22,11 +22,6 @@ from tests.factories import make_configuration, make_skill, make_snippet
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture(autouse=True)
-def _fast_passwords(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def fake():
     with FakeProvider() as server:

@@ -50,11 +50,6 @@ def reply(body, path):
     return {"text": "", "tool_calls": [WRITE_A, ECHO, WRITE_B]}
 
 
-@pytest.fixture(autouse=True)
-def fast_passwords(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def approver(staff):
     return grant(staff, "approve_run")

@@ -27,11 +27,6 @@ SECRETS = (OPENAI_KEY, AWS_KEY, PASSWORD, GITHUB_TOKEN, LIVE_KEY)
 INPUT = f"Deploy with {OPENAI_KEY} and {AWS_KEY}; password: {PASSWORD}. Then confirm."
 
 
-@pytest.fixture(autouse=True)
-def _fast_passwords(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def fake():
     with FakeProvider(default={"text": "Confirmed."}) as server:

@@ -50,11 +50,6 @@ def script(call):
 
 
 @pytest.fixture(autouse=True)
-def fast_passwords(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
-@pytest.fixture(autouse=True)
 def enforce(settings):
     settings.AGENTRUNS_DATA_CLASS_ENFORCEMENT = "enforce"
 

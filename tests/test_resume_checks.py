@@ -51,11 +51,6 @@ SCHEMA = {
 ASK = {"name": "ask_user", "arguments": {"question": "How many?", "schema": SCHEMA}}
 
 
-@pytest.fixture(autouse=True)
-def fast_passwords(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def approver(staff):
     return grant(staff, "approve_run")

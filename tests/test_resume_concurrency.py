@@ -30,11 +30,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 THREADS = 20
 
 
-@pytest.fixture(autouse=True)
-def fast_passwords(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def approvers(django_user_model):
     return [

@@ -31,11 +31,6 @@ NOTE = {"id": "call_note", "name": "notes.write", "arguments": {"title": "once",
 EXTERNAL = {"id": "call_ext", "name": "test.external_write", "arguments": {"value": "v1"}}
 
 
-@pytest.fixture(autouse=True)
-def fast_passwords(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def approver(staff):
     return grant(staff, "approve_run")

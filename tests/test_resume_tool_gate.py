@@ -29,11 +29,6 @@ pytestmark = pytest.mark.django_db
 TURNS = [{"tool_calls": [write_call("gated", call_id="call_w")]}, {"text": "done"}]
 
 
-@pytest.fixture(autouse=True)
-def fast_passwords(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def approver(staff):
     return grant(staff, "approve_run")

@@ -28,11 +28,6 @@ NOTE_TURNS = {
 }
 
 
-@pytest.fixture(autouse=True)
-def _fast_passwords(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def notes_config():
     return make_configuration(

@@ -30,11 +30,6 @@ ASK = {"name": "ask_user", "arguments": {"question": "n?", "schema": SCHEMA}}
 
 
 @pytest.fixture(autouse=True)
-def fast_passwords(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
-@pytest.fixture(autouse=True)
 def configs(db):
     scripted_configuration("write", [{"tool_calls": [write_call("w")]}, {"text": "done"}])
     scripted_configuration("ask", [{"tool_calls": [ASK]}, {"text": "done"}])

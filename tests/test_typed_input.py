@@ -54,11 +54,6 @@ def script(*first_calls):
     return reply
 
 
-@pytest.fixture(autouse=True)
-def fast_passwords(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def approver(staff):
     return grant(staff, "approve_run")
