@@ -167,6 +167,7 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    "ENUM_NAME_OVERRIDES": {"DataClassEnum": "agentruns.classes.DATA_CLASS_CHOICES"},
 }
 
 # --- agentruns -------------------------------------------------------------------------

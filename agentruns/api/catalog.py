@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import transaction
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
 from rest_framework import serializers, viewsets
 from rest_framework.decorators import action
 from rest_framework.permissions import IsAdminUser
@@ -72,6 +72,18 @@ class ModeSerializer(serializers.Serializer):
     deferred = serializers.ListField(child=serializers.CharField(max_length=100), default=list)
 
 
+@extend_schema_field(
+    {
+        "type": "object",
+        "additionalProperties": {
+            "type": "object",
+            "properties": {
+                "tools": {"type": "array", "items": {"type": "string"}},
+                "deferred": {"type": "array", "items": {"type": "string"}},
+            },
+        },
+    }
+)
 class ModesField(serializers.Field):
     """§11 shows modes as an ordered object; they are stored as a list to keep the order."""
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.db.models import Count
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
@@ -252,6 +253,7 @@ class TicketViewSet(viewsets.GenericViewSet):
     def get_queryset(self) -> Any:
         return Ticket.objects.none()
 
+    @extend_schema(responses={200: OpenApiTypes.OBJECT})
     def list(self, request: Request) -> Response:
         tickets = (
             Ticket.objects.filter(status=Ticket.Status.ACTIVE, run__in=visible_runs(request.user))
@@ -311,6 +313,8 @@ def thread_dict(thread: Thread) -> dict[str, Any]:
 
 
 class ThreadViewSet(viewsets.GenericViewSet):
+    serializer_class = ModeSerializer
+
     def get_queryset(self) -> Any:
         return (
             Thread.objects.filter(runs__in=visible_runs(self.request.user))
@@ -318,6 +322,7 @@ class ThreadViewSet(viewsets.GenericViewSet):
             .distinct()
         )
 
+    @extend_schema(responses={200: OpenApiTypes.OBJECT})
     def retrieve(self, request: Request, pk: str | None = None) -> Response:
         return Response(thread_dict(self.get_object()))
 
