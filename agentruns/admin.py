@@ -14,6 +14,8 @@ from django.utils.safestring import SafeString
 import agentruns.cluster.admin  # noqa: F401  (cluster summary and status page on the task queue)
 from agentruns.errors import AgentrunsError
 from agentruns.models import (
+    CatalogGeneration,
+    Checkpoint,
     Configuration,
     ConfigurationFallback,
     ConfigurationSkill,
@@ -262,3 +264,35 @@ class NoteAdmin(admin.ModelAdmin):
 class ThreadAdmin(admin.ModelAdmin):
     list_display = ["id", "configuration", "mode", "created_by", "created_at"]
     inlines = [EventInline]
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """The log and its caches are written by the runtime only (LOOP-3)."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+
+@admin.register(Event)
+class EventAdmin(ReadOnlyAdmin):
+    list_display = ["thread", "sequence", "run", "type", "created_at"]
+    list_filter = ["type"]
+    search_fields = ["=thread__id", "=run__id"]
+
+
+@admin.register(Checkpoint)
+class CheckpointAdmin(ReadOnlyAdmin):
+    list_display = ["run", "kind", "last_sequence", "created_at"]
+    list_filter = ["kind"]
+    search_fields = ["=run__id"]
+
+
+@admin.register(CatalogGeneration)
+class CatalogGenerationAdmin(ReadOnlyAdmin):
+    list_display = ["id", "value"]
