@@ -45,16 +45,6 @@ class Fenced(AgentrunsError):
     code = "fenced"
 
 
-class CorruptHistory(AgentrunsError):
-    """LOOP-7: the assembled context breaks the pairing invariant."""
-
-    code = "corrupt_history"
-
-
-class ProviderFailed(AgentrunsError):
-    code = "provider_error"
-
-
 # HITL-3, in the order the resume service checks them.
 class ResumeError(AgentrunsError):
     pass

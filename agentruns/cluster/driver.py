@@ -148,7 +148,6 @@ class Driver:
     pid: int = field(default_factory=os.getpid)
     # By (run, epoch): a run this process lost and then reclaimed is two leases.
     held: dict[tuple[int, int], Lease] = field(default_factory=dict)
-    started_runs: int = 0
 
     def __post_init__(self) -> None:
         self._slots = threading.BoundedSemaphore(self.config.threads)
@@ -185,7 +184,6 @@ class Driver:
         """Drive a claimed run on a thread reserved with `reserve()`."""
         with self._lock:
             self.held[(lease.run_id, lease.epoch)] = lease
-            self.started_runs += 1
             if self._idle == 0 and len(self._threads) < self.config.threads:
                 thread = threading.Thread(
                     target=self._work, name=f"agentruns-executor-{len(self._threads)}", daemon=True

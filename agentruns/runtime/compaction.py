@@ -11,7 +11,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from agentruns import events as ev
-from agentruns.runtime.context import project
 from agentruns.runtime.state import Ev
 
 STARTS_UNIT = {ev.USER, ev.ASSISTANT, ev.COMPACTION}
@@ -43,10 +42,6 @@ def units_of(effective: Sequence[Ev], tokens_of: Callable[[Sequence[Ev]], int]) 
         else:
             groups.append([event])
     return [Unit(tuple(group), tokens_of(group)) for group in groups]
-
-
-def messages_tokens(events: Sequence[Ev], count_message: Callable) -> int:
-    return sum(count_message(message) for message in project(events))
 
 
 @dataclass(frozen=True)
