@@ -222,9 +222,7 @@ class Executor:
             self.token_memo[event.sequence] = tokens
         return tokens
 
-    def _compact_if_needed(
-        self, system: list[str], specs: tuple[ToolSpec, ...], sources: tuple[Source, ...]
-    ) -> str | None:
+    def _compact_if_needed(self, system: list[str], specs: tuple[ToolSpec, ...]) -> str | None:
         budget = self.config.context_budget_tokens
         fixed = fixed_tokens(system, specs)
         units = compaction.units_of(
@@ -311,7 +309,7 @@ class Executor:
         system = [*self._redacted_system(system_texts(sources)), *deferred_catalog(mode)]
         if self.system_kinds and not self.state.system_redacted:
             self._commit([(ev.SECRET_REDACTED, {"where": "system", "kinds": self.system_kinds})])
-        stopped = self._compact_if_needed(system, specs, sources)
+        stopped = self._compact_if_needed(system, specs)
         if stopped:
             return stopped
         messages = project(effective_events(self.events))
@@ -363,8 +361,8 @@ class Executor:
                     config=self.config.view, sources=self._sources(), run_id=self.lease.run_id
                 )
             except ContextRefused as refused:
-                if refused.generation not in (None, known):
-                    self.lease.generation = refused.generation or known
+                if refused.generation is not None and refused.generation != known:
+                    self.lease.generation = refused.generation  # decided on a stale catalog
                     continue
                 return self._finish_failed(
                     "context_refused",
