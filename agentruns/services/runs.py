@@ -341,6 +341,8 @@ def thread_switch_mode(*, user: User, thread_id: int, mode: str) -> Thread:
             "Unknown mode.", fields={"mode": [f"Unknown mode {mode!r}; use {known}."]}
         )
     with transaction.atomic():
+        # The thread row lock orders this check against a concurrent submission's append.
+        Thread.objects.select_for_update().filter(pk=thread.pk).values_list("pk").get()
         if Run.objects.filter(thread=thread).exclude(status__in=Run.TERMINAL).exists():
             raise Conflict("The thread has a run in progress; switch modes between runs.")
         if thread_mode(thread) != mode:
