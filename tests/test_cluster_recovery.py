@@ -83,8 +83,9 @@ def test_clu_runs_survive_a_cluster_killed_mid_flight(clusters, tmp_path):
         latency_ms=400,
         allowed=["test", "notes"],
     )
+    # Cluster b starts only once a holds runs: started together, the one that warms up
+    # first can take every run before the other claims any.
     a = clusters.start("a")
-    b = clusters.start("b")
     runs = submit(writer, 25) + submit(parker, 5)
     expected = {run.pk: "completed" for run in runs[:25]} | {
         run.pk: "awaiting" for run in runs[25:]
@@ -100,6 +101,7 @@ def test_clu_runs_survive_a_cluster_killed_mid_flight(clusters, tmp_path):
         ]
 
     clusters.wait(a_holds_runs, timeout=30, what="cluster a to hold runs")
+    b = clusters.start("b")
     a.kill()
     held = a_holds_runs()  # still running under a dead cluster's leases: crash victims
     assert held
