@@ -38,6 +38,7 @@ lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	DATABASE_URL=$(PG_URL) $(VENV)/bin/mypy .
+	$(VENV)/bin/lint-imports
 
 BENCH_URL ?= postgres://postgres@127.0.0.1:5432/agentruns_bench
 

@@ -31,7 +31,7 @@ from agentruns.models import (
     Ticket,
     ToolInvocation,
 )
-from agentruns.selectors import configuration_readout
+from agentruns.selectors import configuration_readout, run_readout
 from agentruns.services.catalog import fallback_problem
 from agentruns.services.runs import run_cancel
 
@@ -217,8 +217,6 @@ class RunAdmin(admin.ModelAdmin):
 
     @admin.display(description="Context readout (CG-10)")
     def readout_panel(self, obj: Run) -> SafeString:
-        from agentruns.api.runs import run_readout
-
         return render_to_string("admin/agentruns/readout.html", {"r": run_readout(obj)})
 
     @admin.action(description="Cancel selected runs")

@@ -1,3 +1,5 @@
+import importlib
+
 from django.apps import AppConfig
 
 
@@ -11,7 +13,6 @@ class AgentrunsConfig(AppConfig):
         from agentruns import signals  # noqa: F401  (connects the catalog generation bump)
         from agentruns.tools import builtin  # noqa: F401  (registers the built-in tools)
 
-        if settings.AGENTRUNS_TEST_TOOLS:
-            from agentruns.tools.testing_tools import register_test_tools
-
-            register_test_tools()
+        # Tools that are not the product's (the test suite's) register on import.
+        for module in settings.AGENTRUNS_EXTRA_TOOL_MODULES:
+            importlib.import_module(module)

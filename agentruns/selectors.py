@@ -9,7 +9,7 @@ from django.db.models import QuerySet
 
 from agentruns.gate.audit import current_enforcement
 from agentruns.gate.core import compose_sources
-from agentruns.gate.lookups import config_view, forced_for_composition
+from agentruns.gate.lookups import config_view, forced_for_composition, forced_for_resume
 from agentruns.gate.readout import readout
 from agentruns.models import Configuration, Run
 
@@ -26,6 +26,13 @@ def configuration_readout(
     data = readout(view, compose_sources(view, snippets, skills), current_enforcement())
     data["dropped"] = [item.as_dict() for item in dropped]
     return data
+
+
+def run_readout(run: Run) -> dict[str, Any]:
+    """CG-10 for a run: the live configuration plus the run's forced set (RG-2)."""
+    view = config_view(run.configuration)
+    snippets, skills = forced_for_resume(run.forced_snippet_ids, run.forced_skill_ids)
+    return readout(view, compose_sources(view, snippets, skills), current_enforcement())
 
 
 def sees_all_runs(user: Any) -> bool:

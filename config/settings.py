@@ -197,9 +197,10 @@ AGENTRUNS_SWEEP_SECONDS = env_float("AGENTRUNS_SWEEP_SECONDS", 0.0)
 AGENTRUNS_SHUTDOWN_SECONDS = env_float("AGENTRUNS_SHUTDOWN_SECONDS", 20.0)
 # q2's task timeout. A wake-up blocks at most half of it waiting for a free thread.
 AGENTRUNS_Q_TIMEOUT = env_int("AGENTRUNS_Q_TIMEOUT", 60)
-# Only the test suite turns these on: fault injection points and test-only tools.
+# Only the test suite sets these: fault injection points, and modules that register
+# tools outside the product (comma-separated import paths, imported at app ready).
 AGENTRUNS_FAULTS = os.environ.get("AGENTRUNS_FAULTS", "")
-AGENTRUNS_TEST_TOOLS = env_bool("AGENTRUNS_TEST_TOOLS", False)
+AGENTRUNS_EXTRA_TOOL_MODULES = env_list("AGENTRUNS_EXTRA_TOOL_MODULES")
 
 _Q_WORKERS = env_int("AGENTRUNS_Q_WORKERS", 2)
 Q_CLUSTER = {

@@ -68,7 +68,7 @@ class Clusters:
         env = {
             "DATABASE_URL": current_database_url(),
             "SECRET_KEY": settings.SECRET_KEY,
-            "AGENTRUNS_TEST_TOOLS": "1",
+            "AGENTRUNS_EXTRA_TOOL_MODULES": "tests.support.tools",
             "AGENTRUNS_TEST_EFFECT_FILE": str(self.effect_file),
             "AGENTRUNS_LEASE_SECONDS": str(LEASE_SECONDS),
             "AGENTRUNS_Q_TIMEOUT": str(Q_TIMEOUT),

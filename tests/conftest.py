@@ -33,15 +33,9 @@ def grant(user, *codenames: str):
     return user
 
 
-def _register_test_tools() -> None:
-    # The suite's own tools (TOOL-4's uncertain case, blocking and failing tools); child
-    # processes get them through AGENTRUNS_TEST_TOOLS=1.
-    from agentruns.tools.testing_tools import register_test_tools
-
-    register_test_tools()
-
-
-_register_test_tools()
+# The suite's own tools (TOOL-4's uncertain case, blocking and failing tools) register on
+# import; child processes get them through AGENTRUNS_EXTRA_TOOL_MODULES.
+import tests.support.tools  # noqa: E402, F401
 
 
 @pytest.fixture(autouse=True)

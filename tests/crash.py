@@ -2,7 +2,7 @@
 fault point, the in-process equivalent, the two-tool run through the fake OpenAI server,
 and comparing event histories.
 
-A child (`python -m agentruns.testing.child <run_id>`) connects to the *current test
+A child (`python -m tests.support.child <run_id>`) connects to the *current test
 database*, so tests that use one need `@pytest.mark.django_db(transaction=True)`: the rows
 they create must be committed for the child to see them.
 """
@@ -34,8 +34,8 @@ from agentruns.runtime.context import pairing_problems, project
 from agentruns.runtime.executor import execute_run
 from agentruns.runtime.state import Ev
 from agentruns.services.runs import Submission, run_submit
-from agentruns.testing.fake_provider import FakeProvider
 from tests.factories import make_configuration, make_provider
+from tests.support.fake_provider import FakeProvider
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 CHILD_TIMEOUT = 60.0
@@ -85,7 +85,7 @@ def child_env(
     env.update(
         DATABASE_URL=current_database_url(),
         DJANGO_SETTINGS_MODULE="config.settings",
-        AGENTRUNS_TEST_TOOLS="1",
+        AGENTRUNS_EXTRA_TOOL_MODULES="tests.support.tools",
         AGENTRUNS_FAULTS=faults,
         AGENTRUNS_LOG_LEVEL="ERROR",
         PYTHONUNBUFFERED="1",
@@ -109,7 +109,7 @@ def run_child(
 ) -> ChildResult:
     """Drive the run in a fresh worker process and wait for it to exit (or be killed)."""
     completed = subprocess.run(
-        [sys.executable, "-m", "agentruns.testing.child", str(run_id)],
+        [sys.executable, "-m", "tests.support.child", str(run_id)],
         cwd=PROJECT_ROOT,
         env=child_env(faults=faults, trace=trace, effect_file=effect_file, extra=extra_env),
         capture_output=True,

@@ -18,9 +18,9 @@ from agentruns.classes import DataClass
 from agentruns.models import Configuration, Event, Run
 from agentruns.runtime.executor import SUMMARY_INSTRUCTION, execute_run
 from agentruns.services.runs import Submission, run_submit
-from agentruns.testing.fake_provider import FakeProvider, RecordedRequest
 from agentruns.tools.registry import REGISTRY, Effect, Tool, ToolContext, ToolOutput
 from tests.factories import make_configuration, make_provider
+from tests.support.fake_provider import FakeProvider, RecordedRequest
 
 OBJECT: dict[str, Any] = {"type": "object", "additionalProperties": False, "properties": {}}
 LONG_DESCRIPTION = (

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from agentruns.gate.core import SKILL, SNIPPET, ConfigView, Link, Source
+from agentruns.gate.core import SKILL, SNIPPET, ConfigView, Source
 from agentruns.models import Configuration, Provider, Skill, Snippet
+from agentruns.providers.base import Link
 from agentruns.services.catalog import configuration_set_sources
 
 _UNSET = object()

@@ -14,8 +14,8 @@ from rest_framework.test import APIClient
 from agentruns.models import Configuration, Event, Note, Run, Ticket, ToolInvocation
 from agentruns.runtime.executor import execute_run
 from agentruns.services.runs import Submission, run_submit
-from agentruns.testing.fake_provider import FakeProvider
 from tests.factories import make_configuration, make_provider
+from tests.support.fake_provider import FakeProvider
 
 # A credential the fake OpenAI server insists on: it reaches the wire and nowhere else.
 KEY_ENV = "AGENTRUNS_HITL_TEST_KEY"

@@ -9,7 +9,6 @@ import pytest
 from agentruns import events as ev
 from agentruns.models import Note, Run, ToolInvocation
 from agentruns.runtime.executor import execute_run
-from agentruns.testing.fake_provider import FakeProvider
 from tests.crash import (
     EXTERNAL_CALL,
     NOTE_CALL,
@@ -25,6 +24,7 @@ from tests.crash import (
     two_tool_configuration,
     two_tool_reply,
 )
+from tests.support.fake_provider import FakeProvider
 
 pytestmark = pytest.mark.django_db
 

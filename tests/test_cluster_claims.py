@@ -186,9 +186,6 @@ def test_clu3_wakeup_taken_by_a_dead_cluster_counts_as_lost(settings):
 
 
 def test_hitl7_sweeper_expires_due_tickets():
-    function = sweeper.ticket_expiry_function()
-    if function is None:
-        pytest.skip("no ticket expiry service yet")
     config = configuration(
         "expiring",
         [{"tool_calls": [{"name": "notes.write", "arguments": {"title": "t", "body": "b"}}]}],

@@ -24,7 +24,6 @@ from agentruns import events as ev
 from agentruns.models import Checkpoint, Note, Run, ToolInvocation
 from agentruns.runtime import faults
 from agentruns.runtime.executor import execute_run
-from agentruns.testing.fake_provider import FakeProvider
 from tests.crash import (
     EXTERNAL_CALL,
     FINAL_TEXT,
@@ -47,6 +46,7 @@ from tests.crash import (
     two_tool_reply,
     uncertain_write,
 )
+from tests.support.fake_provider import FakeProvider
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

@@ -340,7 +340,7 @@ def test_def4_a_fresh_process_restores_the_same_set_for_the_next_prompt(staff, s
             AGENTRUNS_LOG_LEVEL="ERROR",
         )
         child = subprocess.run(
-            [sys.executable, "-m", "agentruns.testing.child", str(second.pk)],
+            [sys.executable, "-m", "tests.support.child", str(second.pk)],
             cwd=PROJECT_ROOT,
             env=env,
             capture_output=True,

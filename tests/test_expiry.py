@@ -12,7 +12,6 @@ from django.utils import timezone
 from agentruns.models import Note, Run, Ticket, ToolInvocation
 from agentruns.runtime.executor import execute_run
 from agentruns.services.resume import ticket_expire_due
-from agentruns.testing.fake_provider import FakeProvider
 from tests.conftest import grant
 from tests.hitl_support import (
     KEY,
@@ -29,6 +28,7 @@ from tests.hitl_support import (
     start,
     tool_messages,
 )
+from tests.support.fake_provider import FakeProvider
 
 pytestmark = pytest.mark.django_db
 

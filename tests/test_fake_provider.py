@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from agentruns.testing.fake_provider import ANTHROPIC_PATH, OPENAI_PATH, FakeProvider
+from tests.support.fake_provider import ANTHROPIC_PATH, OPENAI_PATH, FakeProvider
 
 OPENAI_HEADERS = {"Authorization": "Bearer sk-local"}
 ANTHROPIC_HEADERS = {"x-api-key": "sk-local", "anthropic-version": "2023-06-01"}

@@ -9,7 +9,6 @@ import pytest
 from agentruns import events as ev
 from agentruns.models import Configuration, Event, GateAudit, Provider, Run
 from agentruns.runtime.executor import execute_run
-from agentruns.testing.fake_provider import ANTHROPIC_PATH, OPENAI_PATH, FakeProvider
 from tests.crash import (
     SimulatedCrash,
     expire_lease,
@@ -18,6 +17,7 @@ from tests.crash import (
     submit,
 )
 from tests.factories import make_configuration, make_provider, make_snippet
+from tests.support.fake_provider import ANTHROPIC_PATH, OPENAI_PATH, FakeProvider
 
 pytestmark = pytest.mark.django_db
 

@@ -17,7 +17,6 @@ from agentruns.models import Event, Note, Run, ToolInvocation
 from agentruns.runtime.executor import FENCED, Executor, execute_run, idempotency_key
 from agentruns.runtime.lease import claim
 from agentruns.runtime.state import Call
-from agentruns.testing.fake_provider import FakeProvider
 from agentruns.tools.registry import REGISTRY
 from tests.crash import (
     EXTERNAL_CALL,
@@ -31,6 +30,7 @@ from tests.crash import (
     two_tool_configuration,
     two_tool_reply,
 )
+from tests.support.fake_provider import FakeProvider
 
 pytestmark = pytest.mark.django_db
 

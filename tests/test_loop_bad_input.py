@@ -14,10 +14,10 @@ from rest_framework.test import APIClient
 from agentruns import events as ev
 from agentruns.models import Event, Note, Run, ToolInvocation
 from agentruns.runtime.executor import execute_run
-from agentruns.testing.fake_provider import FakeProvider
 from tests.conftest import grant
 from tests.crash import make_openai_configuration, provider_pairing_problems, submit
 from tests.factories import make_configuration, make_skill, make_snippet
+from tests.support.fake_provider import FakeProvider
 
 pytestmark = pytest.mark.django_db
 

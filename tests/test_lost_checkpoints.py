@@ -24,7 +24,6 @@ from agentruns import events as ev
 from agentruns.models import Checkpoint, Note, Run, ToolInvocation
 from agentruns.runtime import faults
 from agentruns.runtime.executor import execute_run
-from agentruns.testing.fake_provider import FakeProvider
 from tests.crash import (
     EXTERNAL_CALL,
     FINAL_TEXT,
@@ -51,6 +50,7 @@ from tests.crash import (
     uncertain_write,
 )
 from tests.factories import make_configuration
+from tests.support.fake_provider import FakeProvider
 
 pytestmark = pytest.mark.django_db
 

@@ -17,7 +17,6 @@ from django.utils import timezone
 from agentruns.models import Checkpoint, Event, GateAudit, Note, Run, Ticket, ToolInvocation
 from agentruns.runtime.config import build_runtime_config
 from agentruns.runtime.executor import execute_run
-from agentruns.testing.fake_provider import FakeProvider
 from agentruns.tools.policy import catalog_fingerprint, offered_tools
 from agentruns.tools.registry import digest
 from tests.conftest import grant
@@ -34,6 +33,7 @@ from tests.hitl_support import (
     start,
     tool_messages,
 )
+from tests.support.fake_provider import FakeProvider
 
 pytestmark = pytest.mark.django_db
 

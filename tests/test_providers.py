@@ -12,10 +12,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from agentruns.gate.core import Link
 from agentruns.providers.anthropic_adapter import AnthropicAdapter
 from agentruns.providers.base import (
     AssistantMessage,
+    Link,
     MalformedReply,
     ProviderError,
     ProviderRequest,
@@ -27,7 +27,7 @@ from agentruns.providers.base import (
 from agentruns.providers.dispatch import adapter_for, dispatch
 from agentruns.providers.openai_adapter import OpenAIAdapter
 from agentruns.providers.scripted import FINISHED, ScriptedAdapter
-from agentruns.testing.fake_provider import ANTHROPIC_PATH, OPENAI_PATH, FakeProvider
+from tests.support.fake_provider import ANTHROPIC_PATH, OPENAI_PATH, FakeProvider
 
 KEY = "sk-test-9f8e7d6c5b4a39281706"
 NOTES_WRITE = ToolSpec(

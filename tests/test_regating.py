@@ -15,7 +15,6 @@ import pytest
 from agentruns.models import Event, GateAudit, Note, Run, ToolInvocation
 from agentruns.runtime.executor import execute_run
 from agentruns.services.catalog import configuration_set_sources
-from agentruns.testing.fake_provider import FakeProvider
 from tests.conftest import grant
 from tests.factories import make_configuration, make_provider, make_skill, make_snippet
 from tests.hitl_support import (
@@ -31,6 +30,7 @@ from tests.hitl_support import (
     resume,
     start,
 )
+from tests.support.fake_provider import FakeProvider
 
 pytestmark = pytest.mark.django_db
 

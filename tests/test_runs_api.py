@@ -12,11 +12,11 @@ from rest_framework.test import APIClient
 from agentruns import events as ev
 from agentruns.models import Event, Note, Run, Thread
 from agentruns.runtime.executor import execute_run
-from agentruns.services import wakeups
 from agentruns.services.runs import Submission, run_submit
-from agentruns.testing.fake_provider import FakeProvider
+from agentruns.store import wakeups
 from tests.crash import make_openai_configuration
 from tests.factories import make_configuration, make_snippet
+from tests.support.fake_provider import FakeProvider
 
 pytestmark = pytest.mark.django_db
 

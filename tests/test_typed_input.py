@@ -10,7 +10,6 @@ import pytest
 
 from agentruns.models import Note, Run, Ticket, ToolInvocation
 from agentruns.runtime.executor import execute_run
-from agentruns.testing.fake_provider import FakeProvider
 from tests.conftest import grant
 from tests.hitl_support import (
     KEY,
@@ -28,6 +27,7 @@ from tests.hitl_support import (
     start,
     tool_messages,
 )
+from tests.support.fake_provider import FakeProvider
 
 pytestmark = pytest.mark.django_db
 

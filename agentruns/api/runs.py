@@ -13,12 +13,8 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from agentruns.gate.audit import current_enforcement
-from agentruns.gate.core import compose_sources
-from agentruns.gate.lookups import config_view, forced_for_resume
-from agentruns.gate.readout import readout
 from agentruns.models import Event, Note, Run, Thread, Ticket, ToolInvocation
-from agentruns.selectors import visible_runs
+from agentruns.selectors import run_readout, visible_runs
 from agentruns.services.resume import INPUT, PERMISSION, ResumeCommand, may_answer, run_resume
 from agentruns.services.runs import (
     Submission,
@@ -92,13 +88,6 @@ def ticket_dict(ticket: Ticket | None) -> dict[str, Any] | None:
             "schema": ticket.schema,
         },
     }
-
-
-def run_readout(run: Run) -> dict[str, Any]:
-    """CG-10 for a run: the live configuration plus the run's forced set (RG-2)."""
-    view = config_view(run.configuration)
-    snippets, skills = forced_for_resume(run.forced_snippet_ids, run.forced_skill_ids)
-    return readout(view, compose_sources(view, snippets, skills), current_enforcement())
 
 
 def run_dict(run: Run, *, detail: bool = True) -> dict[str, Any]:

@@ -8,7 +8,7 @@ short transaction) and hands `Executor(lease).drive()` to this process's DRIVER:
 - a pool of up to `AGENTRUNS_EXECUTOR_THREADS` daemon threads, one run each at a time;
 - Django's native psycopg pool for this process (`AGENTRUNS_DB_POOL_MAX` connections, shared
   by all its threads; the executor hands its connection back before every provider call and
-  tool, `agentruns.runtime.dbconn.release_connection`);
+  tool, `agentruns.store.connection.release_connection`);
 - one heartbeat thread that renews every lease the process holds in ONE statement every
   lease/3, marks leases it could not renew as lost (their executors stop without writing
   at their next boundary), refreshes the cancel flags (HITL-11), and runs the sweeper
@@ -37,6 +37,7 @@ from django.db import InterfaceError, OperationalError, connections, transaction
 from psycopg_pool import PoolTimeout
 
 from agentruns.runtime.lease import Lease, abandon, renew_many
+from agentruns.store.wakeups import enqueue_wake
 
 logger = logging.getLogger(__name__)
 
@@ -238,7 +239,6 @@ class Driver:
         wake-up, as a graceful stop does, spending no attempt. If even that fails, the
         lease expires and the sweeper reclaims the run (spending one)."""
         from agentruns.models import Run
-        from agentruns.services.wakeups import enqueue_wake
 
         close_thread_connections()
         try:
@@ -252,8 +252,6 @@ class Driver:
             logger.exception("run %s: could not hand the run back", lease.run_id)
 
     def _abandon(self, lease: Lease) -> None:
-        from agentruns.services.wakeups import enqueue_wake
-
         try:
             with transaction.atomic():
                 if abandon(lease):

@@ -14,8 +14,9 @@ from django.db.models import Count, Max, Min, Q
 from django.utils import timezone
 from django_q.models import Failure, OrmQ
 
-from agentruns.cluster.sweeper import lease_expired, live_wake_tasks, lost_candidates, q_timeouts
+from agentruns.cluster.sweeper import live_wake_tasks, lost_candidates, q_timeouts
 from agentruns.models import Run, Ticket
+from agentruns.store.base import lease_expired
 
 # A running run that wrote nothing for this long is shown as possibly stuck (a provider
 # or tool that hangs; its lease is still renewed, so nobody else will take it).

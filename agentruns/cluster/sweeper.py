@@ -16,9 +16,7 @@ lock after re-checking what was seen, so two sweepers never enqueue twice for on
 
 from __future__ import annotations
 
-import importlib
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -26,21 +24,19 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
-from django.db.models.functions import Now
 from django.utils import timezone
 from django_q.models import OrmQ
 
 from agentruns.models import Run
-from agentruns.services.wakeups import enqueue_wake
+from agentruns.services.resume import ticket_expire_due
+from agentruns.store.base import lease_expired
+from agentruns.store.wakeups import enqueue_wake
 
 logger = logging.getLogger(__name__)
 
 # A wake-up younger than this is not looked for in the queue yet (it is nearly always
 # being delivered); it only spares the sweeper decoding the queue while runs flow.
 LOST_GRACE_SECONDS = 1.0
-
-# HITL-7's expiry lives with the ticket services; the first module that has it wins.
-TICKET_EXPIRY_MODULES = ("agentruns.services.tickets", "agentruns.services.resume")
 
 
 @dataclass
@@ -52,12 +48,6 @@ class SweepReport:
     @property
     def changed(self) -> bool:
         return bool(self.expired_leases or self.lost_wakeups or self.tickets_expired)
-
-
-def lease_expired() -> Q:
-    return Q(status=Run.Status.RUNNING) & (
-        Q(lease_expires_at__lt=Now()) | Q(lease_expires_at__isnull=True)
-    )
 
 
 def q_timeouts() -> tuple[float, float]:
@@ -149,25 +139,6 @@ def requeue_lost_wakeups(limit: int = 500, live: set[str] | None = None) -> list
     return [pk for pk, task in candidates if task not in live and _requeue(pk, task, queued)]
 
 
-def ticket_expiry_function() -> Callable[[], int] | None:
-    for name in TICKET_EXPIRY_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name == name:
-                continue
-            raise
-        function = getattr(module, "ticket_expire_due", None)
-        if function is not None:
-            return function
-    return None
-
-
-def expire_tickets() -> int:
-    function = ticket_expiry_function()
-    return int(function() or 0) if function else 0
-
-
 def sweep(limit: int = 500) -> SweepReport:
     report = SweepReport()
     live: set[str] | None = None
@@ -176,7 +147,7 @@ def sweep(limit: int = 500) -> SweepReport:
         report.expired_leases = requeue_expired_leases(limit, live)
         report.lost_wakeups = requeue_lost_wakeups(limit, live)
     try:
-        report.tickets_expired = expire_tickets()
+        report.tickets_expired = ticket_expire_due()
     except Exception:
         logger.exception("expiring tickets failed")
     if report.changed:

@@ -11,14 +11,13 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
 
 from agentruns.cluster.driver import close_thread_connections, get_driver
-from agentruns.cluster.sweeper import lease_expired
 from agentruns.cluster.sweeper import sweep as run_sweeper
 from agentruns.models import Run
 from agentruns.runtime.lease import claim, claim_queued
-from agentruns.services.wakeups import enqueue_wake
+from agentruns.store.base import claimable
+from agentruns.store.wakeups import enqueue_wake
 
 logger = logging.getLogger(__name__)
 
@@ -88,7 +87,7 @@ def _defer(run_id: int) -> str:
         runnable = (
             Run.objects.select_for_update(skip_locked=True)
             .filter(pk=run_id)
-            .filter(lease_expired() | Q(status=Run.Status.QUEUED))
+            .filter(claimable())
             .exists()
         )
         if runnable:

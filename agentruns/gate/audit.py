@@ -7,7 +7,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.utils import timezone
 
 from agentruns.errors import ContextRefused
 from agentruns.gate.core import (
@@ -20,8 +19,8 @@ from agentruns.gate.core import (
     refusal_fields,
     refusal_message,
 )
-from agentruns.models import CatalogGeneration, GateAudit
-from agentruns.runtime.dbconn import fast_commit, prepared, this_connection
+from agentruns.models import GateAudit
+from agentruns.store import store
 
 logger = logging.getLogger(__name__)
 
@@ -59,30 +58,10 @@ def audit_row(decision: Decision, mode: Enforcement, run_id: int | None) -> Gate
     )
 
 
-AUDIT_FIELDS = [f for f in GateAudit._meta.concrete_fields if not f.primary_key]
-AUDIT_SQL = {
-    fast: (
-        f"WITH a AS (INSERT INTO {GateAudit._meta.db_table} "
-        f"({', '.join(str(f.column) for f in AUDIT_FIELDS)}) "
-        f"VALUES ({', '.join(['%s'] * len(AUDIT_FIELDS))}) RETURNING 1) "
-        f"SELECT (SELECT value FROM {CatalogGeneration._meta.db_table} WHERE id = 1)"
-        + (", set_config('synchronous_commit', 'off', true)" if fast else "")
-        + " FROM a"
-    )
-    for fast in (False, True)
-}
-
-
 def save_audit(row: GateAudit, *, durable: bool) -> int:
     """Write the row; return the live catalog generation. On PostgreSQL that is one
     statement, and a permitted decision's row need not wait for the WAL flush."""
-    if this_connection().vendor != "postgresql":
-        row.save()
-        return CatalogGeneration.objects.values_list("value", flat=True).get(pk=1)
-    row.created_at = timezone.now()
-    values = [getattr(row, f.attname) for f in AUDIT_FIELDS]  # plain str/bool/int/datetime
-    fast = fast_commit(durable)
-    return int(prepared(AUDIT_SQL[fast], values)[0])
+    return store().save_audit(row, durable=durable)
 
 
 def context_assert(

@@ -38,20 +38,12 @@ class Source:
 
 
 @dataclass(frozen=True)
-class Link:
-    """One configuration the dispatcher may attempt: the primary or a fallback (TZ-4)."""
+class Hop:
+    """One configuration of the fallback chain as the gate sees it (TZ-4): its slug and its
+    provider's zone. How to reach the provider is the providers' business (`Link`)."""
 
     slug: str
-    model: str = ""
-    provider_slug: str | None = None
-    provider_kind: str = ""
     provider_zone: str | None = None  # raw stored value; None = no provider
-    base_url: str = ""
-    api_key_env: str = ""
-    timeout_seconds: float = 60.0
-    max_retries: int = 2
-    script: dict | None = None
-    dispatchable: bool = True
 
     @property
     def zone(self) -> Zone:
@@ -65,15 +57,15 @@ class ConfigView:
     id: int
     slug: str
     name: str
-    primary: Link
-    fallbacks: tuple[Link, ...] = ()
+    primary: Hop
+    fallbacks: tuple[Hop, ...] = ()
     system_prompt: str = ""
     system_prompt_class: str = ""
     snippets: tuple[Source, ...] = ()
     skills: tuple[Source, ...] = ()
 
     @property
-    def chain(self) -> tuple[Link, ...]:
+    def chain(self) -> tuple[Hop, ...]:
         """Every configuration the walk sees; the dispatcher attempts only these."""
         return (self.primary, *self.fallbacks)
 

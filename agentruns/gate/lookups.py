@@ -3,10 +3,10 @@ sees every source that still exists (RG-2)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from agentruns.gate.core import SKILL, SNIPPET, ConfigView, Link, Source
+from agentruns.gate.core import SKILL, SNIPPET, ConfigView, Hop, Source
 from agentruns.models import (
     Configuration,
     ConfigurationFallback,
@@ -57,25 +57,17 @@ def skill_source(skill: Skill, *, forced: bool = False) -> Source:
     )
 
 
-def link_for(configuration: Configuration) -> Link:
+def hop_for(configuration: Configuration) -> Hop:
     provider = configuration.provider
-    return Link(
-        slug=configuration.slug,
-        model=configuration.model,
-        provider_slug=provider.slug if provider else None,
-        provider_kind=provider.kind if provider else "",
-        provider_zone=provider.trust_zone if provider else None,
-        base_url=provider.base_url if provider else "",
-        api_key_env=provider.api_key_env if provider else "",
-        timeout_seconds=provider.timeout_seconds if provider else 60.0,
-        max_retries=provider.max_retries if provider else 0,
-        script=configuration.script or None,
-        dispatchable=bool(configuration.active and provider and provider.active),
-    )
+    return Hop(slug=configuration.slug, provider_zone=provider.trust_zone if provider else None)
 
 
-def config_view(configuration: Configuration) -> ConfigView:
-    """The configuration as the gate, the readout and the runtime see it, in 3 queries."""
+def config_view(
+    configuration: Configuration, *, hop: Callable[[Configuration], Hop] = hop_for
+) -> ConfigView:
+    """The configuration as the gate, the readout and the runtime see it, in 3 queries.
+    The runtime passes the providers' `link_for`, so its chain also says how to reach
+    each provider; the gate only ever reads a hop's slug and zone."""
     snippets = ConfigurationSnippet.objects.filter(
         configuration=configuration, snippet__active=True
     ).select_related("snippet")
@@ -89,8 +81,8 @@ def config_view(configuration: Configuration) -> ConfigView:
         id=configuration.pk,
         slug=configuration.slug,
         name=configuration.name,
-        primary=link_for(configuration),
-        fallbacks=tuple(link_for(row.fallback) for row in fallbacks),
+        primary=hop(configuration),
+        fallbacks=tuple(hop(row.fallback) for row in fallbacks),
         system_prompt=configuration.system_prompt,
         system_prompt_class=configuration.system_prompt_data_class,
         snippets=tuple(snippet_source(row.snippet) for row in snippets),

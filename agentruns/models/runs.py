@@ -221,7 +221,6 @@ class Ticket(models.Model):
     class Kind(models.TextChoices):
         TOOL_PERMISSION = "tool_permission"
         REMOTE_INPUT = "remote_input"
-        PAUSE = "pause"
 
     class Status(models.TextChoices):
         ACTIVE = "active"

@@ -8,10 +8,10 @@ import anthropic
 import httpx2
 from anthropic.types import Message
 
-from agentruns.gate.core import Link
 from agentruns.providers.base import (
     AssistantMessage,
     ClientCache,
+    Link,
     MalformedReply,
     ProviderError,
     ProviderRequest,

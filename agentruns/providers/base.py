@@ -13,7 +13,40 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
-from agentruns.gate.core import Link
+from agentruns.gate.core import Hop
+from agentruns.models import Configuration
+
+
+@dataclass(frozen=True)
+class Link(Hop):
+    """A hop of the chain with what the dispatcher needs to attempt it (TZ-4)."""
+
+    model: str = ""
+    provider_slug: str | None = None
+    provider_kind: str = ""
+    base_url: str = ""
+    api_key_env: str = ""
+    timeout_seconds: float = 60.0
+    max_retries: int = 2
+    script: dict | None = None
+    dispatchable: bool = True
+
+
+def link_for(configuration: Configuration) -> Link:
+    provider = configuration.provider
+    return Link(
+        slug=configuration.slug,
+        model=configuration.model,
+        provider_slug=provider.slug if provider else None,
+        provider_kind=provider.kind if provider else "",
+        provider_zone=provider.trust_zone if provider else None,
+        base_url=provider.base_url if provider else "",
+        api_key_env=provider.api_key_env if provider else "",
+        timeout_seconds=provider.timeout_seconds if provider else 60.0,
+        max_retries=provider.max_retries if provider else 0,
+        script=configuration.script or None,
+        dispatchable=bool(configuration.active and provider and provider.active),
+    )
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,7 @@ import logging
 import threading
 from collections.abc import Sequence
 
-from agentruns.gate.core import Link
-from agentruns.providers.base import Adapter, ProviderError, ProviderRequest, Reply
+from agentruns.providers.base import Adapter, Link, ProviderError, ProviderRequest, Reply
 
 log = logging.getLogger(__name__)
 

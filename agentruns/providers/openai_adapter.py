@@ -10,10 +10,10 @@ import httpx2
 import openai
 from openai.types.chat import ChatCompletion
 
-from agentruns.gate.core import Link
 from agentruns.providers.base import (
     AssistantMessage,
     ClientCache,
+    Link,
     MalformedReply,
     ProviderError,
     ProviderRequest,

@@ -10,9 +10,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from agentruns.gate.core import Link
 from agentruns.providers.base import (
     AssistantMessage,
+    Link,
     ProviderError,
     ProviderRequest,
     Reply,

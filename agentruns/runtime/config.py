@@ -12,6 +12,7 @@ from agentruns.classes import DataClass
 from agentruns.gate.core import ConfigView, Source, reachable_zone
 from agentruns.gate.lookups import config_view, forced_for_resume
 from agentruns.models import Configuration
+from agentruns.providers.base import Link, link_for
 from agentruns.tools.policy import Mode, modes_from
 from agentruns.tools.registry import REGISTRY, digest
 
@@ -37,6 +38,17 @@ class RuntimeConfig:
         return self.view.slug
 
     @cached_property
+    def links(self) -> tuple[Link, ...]:
+        """The chain with how to reach each provider (built with `link_for`)."""
+        links = tuple(hop for hop in self.view.chain if isinstance(hop, Link))
+        assert len(links) == len(self.view.chain), "the view was built without link_for"
+        return links
+
+    @property
+    def model(self) -> str:
+        return self.links[0].model
+
+    @cached_property
     def ceiling(self) -> DataClass:
         return reachable_zone(self.view).ceiling
 
@@ -56,7 +68,7 @@ class RuntimeConfig:
         return digest(
             {
                 "configuration": view.slug,
-                "chain": [[link.slug, link.provider_slug, link.model] for link in view.chain],
+                "chain": [[link.slug, link.provider_slug, link.model] for link in self.links],
                 "system_prompt": digest(view.system_prompt),
                 "sources": [[s.kind, s.id, s.declared] for s in (*view.snippets, *view.skills)],
                 "granted": sorted(self.granted),
@@ -69,7 +81,7 @@ class RuntimeConfig:
 
 def build_runtime_config(configuration: Configuration) -> RuntimeConfig:
     return RuntimeConfig(
-        view=config_view(configuration),
+        view=config_view(configuration, hop=link_for),
         granted=frozenset(REGISTRY.expand(configuration.allowed_tools or [])),
         exempt=frozenset(configuration.approval_exempt_tools or []),
         modes=modes_from(configuration.modes, configuration.allowed_tools or []),

@@ -39,7 +39,6 @@ from agentruns.runtime import compaction, faults, journal
 from agentruns.runtime.budget import fit
 from agentruns.runtime.config import RuntimeConfig, forced_sources, runtime_config
 from agentruns.runtime.context import effective_events, pairing_problems, project, system_texts
-from agentruns.runtime.dbconn import release_connection
 from agentruns.runtime.deferred import active_deferred
 from agentruns.runtime.lease import Lease, claim, renew_if_due
 from agentruns.runtime.redaction import redact, redact_value
@@ -56,6 +55,8 @@ from agentruns.runtime.state import (
     restore,
 )
 from agentruns.runtime.tokens import fixed_tokens, message_tokens, truncate_tokens
+from agentruns.store.connection import release_connection
+from agentruns.store.wakeups import enqueue_wake
 from agentruns.tools.policy import (
     Mode,
     catalog_fingerprint,
@@ -237,14 +238,14 @@ class Executor:
             return refused
         summarised = [event for unit in plan.summarised for event in unit.events]
         request = ProviderRequest(
-            model=self.config.view.primary.model,
+            model=self.config.model,
             system=(SUMMARY_INSTRUCTION,),
             messages=(UserMessage(compaction.transcript(summarised)),),
             purpose="summary",
         )
         release_connection()
         try:
-            reply, _link = dispatch(self.config.view.chain, request)
+            reply, _link = dispatch(self.config.links, request)
         except ProviderError as exc:
             return self._finish_failed("provider_error", f"Compaction failed: {exc}")
         summary = truncate_tokens(redact(reply.text)[0], plan.summary_allowance)
@@ -317,7 +318,7 @@ class Executor:
         if problems:
             return self._finish_failed("corrupt_history", "; ".join(problems))
         request = ProviderRequest(
-            model=config.view.primary.model,
+            model=config.model,
             system=tuple(system),
             messages=tuple(messages),
             tools=specs,
@@ -327,7 +328,7 @@ class Executor:
         )
         release_connection()
         try:
-            reply, link = dispatch(config.view.chain, request)
+            reply, link = dispatch(config.links, request)
         except MalformedReply as exc:
             return self._finish_failed("provider_malformed_reply", str(exc))
         except ProviderError as exc:
@@ -541,7 +542,7 @@ class Executor:
                 continue
             self._run_call(turn, call)
         if waiting:
-            return self._park(turn, waiting[0])
+            return self._park(waiting[0])
         return None
 
     def _load_invocations(self, turn: Turn, calls: Sequence[Call]) -> None:
@@ -687,7 +688,7 @@ class Executor:
 
     # ---- parking and ending ------------------------------------------------------------
 
-    def _park(self, turn: Turn, call: Call) -> str:
+    def _park(self, call: Call) -> str:
         """HITL-1, HITL-2: one committed ticket; the run then holds no worker or lease."""
         tool = REGISTRY.get(call.name)
         assert tool is not None and call.arguments is not None
@@ -726,8 +727,6 @@ class Executor:
 
     def _release(self) -> str:
         """A worker shutting down hands the run back without spending an attempt."""
-        from agentruns.services.wakeups import enqueue_wake
-
         with transaction.atomic():
             written = self._write([], run_update=self._run_row(Run.Status.QUEUED))
             enqueue_wake(self.lease.run_id)

@@ -35,7 +35,7 @@ from agentruns.models import Run, Ticket, ToolInvocation
 from agentruns.runtime.redaction import redact, redact_value
 from agentruns.selectors import visible_runs
 from agentruns.services.log import append_events
-from agentruns.services.wakeups import enqueue_wake
+from agentruns.store.wakeups import enqueue_wake
 
 PERMISSION = "permission"
 INPUT = "input"

@@ -34,7 +34,7 @@ from agentruns.runtime.redaction import redact
 from agentruns.runtime.state import Ev, restore
 from agentruns.selectors import can_act_on_run, visible_runs
 from agentruns.services.log import append_events
-from agentruns.services.wakeups import enqueue_wake
+from agentruns.store.wakeups import enqueue_wake
 from agentruns.tools.policy import deferred_catalog, offered_tools
 from agentruns.tools.registry import digest
 
@@ -236,7 +236,7 @@ def run_dry(*, user: User, submission: Submission) -> dict[str, Any]:
     return {
         "dry_run": True,
         "configuration": configuration.slug,
-        "model": config.view.primary.model,
+        "model": config.model,
         "messages": [{"role": "system", "content": t} for t in system]
         + [message_dict(m) for m in [*history, UserMessage(text)]],
         "tools": [{"name": t.name, "wire_name": t.wire_name} for t in tools],

@@ -1,6 +1,7 @@
-"""Tools only the test suite registers (AGENTRUNS_TEST_TOOLS=1): an external write effect
-with a watermark (TOOL-4's `uncertain` case), a tool that waits for a release file, a tool
-that fails, and one whose output is too sensitive for most zones."""
+"""Tools only the test suite registers, on import (child processes get them through
+AGENTRUNS_EXTRA_TOOL_MODULES=tests.support.tools): an external write effect with a
+watermark (TOOL-4's `uncertain` case), a tool that waits for a release file, a tool that
+fails, and one whose output is too sensitive for most zones."""
 
 from __future__ import annotations
 
@@ -108,3 +109,6 @@ def register_test_tools() -> None:
             execute=echo,
         )
     )
+
+
+register_test_tools()

@@ -1,7 +1,8 @@
-"""A worker process for crash tests: `python -m agentruns.testing.child <run_id>`.
+"""A worker process for crash tests: `python -m tests.support.child <run_id>`.
 
 It sets Django up from its environment (DATABASE_URL, AGENTRUNS_FAULTS,
-AGENTRUNS_FAULT_TRACE, AGENTRUNS_TEST_TOOLS, ...), claims the run and drives it with
+AGENTRUNS_FAULT_TRACE, AGENTRUNS_EXTRA_TOOL_MODULES, ...), claims the run and drives it
+with
 `execute_run`, exactly as a cluster worker would, then prints the outcome. A fault point
 named in AGENTRUNS_FAULTS kills the process with SIGKILL, so the parent sees exit -9.
 
@@ -18,7 +19,7 @@ NOT_CLAIMABLE = 3
 
 def main(argv: list[str]) -> int:
     if len(argv) != 2 or not argv[1].isdigit():
-        print("usage: python -m agentruns.testing.child <run_id>", file=sys.stderr)
+        print("usage: python -m tests.support.child <run_id>", file=sys.stderr)
         return 2
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     import django

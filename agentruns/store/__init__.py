@@ -1,0 +1,28 @@
+"""Persistence below the gate, the tools and the runtime: connection handling, the
+wake-up outbox, run-status transitions and the loop's statements behind one interface
+(`base.SystemStore`), whose implementation is chosen once, here."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from django.db import DEFAULT_DB_ALIAS, connections
+
+if TYPE_CHECKING:
+    from agentruns.store.base import SystemStore
+
+_chosen: SystemStore | None = None
+
+
+def store() -> SystemStore:
+    global _chosen
+    if _chosen is None:
+        if connections[DEFAULT_DB_ALIAS].vendor == "postgresql":
+            from agentruns.store.postgres import PostgresStore
+
+            _chosen = PostgresStore()
+        else:
+            from agentruns.store.portable import PortableStore
+
+            _chosen = PortableStore()
+    return _chosen

@@ -1,0 +1,57 @@
+"""The one interface to the loop's persistence (after DBOS's `SystemDatabase`): the step
+statement, the log read, claims, renewals and the gate's audit row. `agentruns.store.store()`
+picks the implementation once: PostgreSQL (`postgres.py`, what production and the suite
+run) or the portable one (`portable.py`, only what the embedded SQLite demo needs)."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from django.db.models import Q
+from django.db.models.functions import Now
+
+from agentruns.models import GateAudit, Run
+from agentruns.store.records import Lease, Step
+
+# (sequence, type, payload, run_id) in log order.
+LogRow = tuple[int, str, dict[str, Any], int | None]
+
+
+def lease_expired() -> Q:
+    """A running run whose worker let its lease lapse (or never had one): CLU-3."""
+    return Q(status=Run.Status.RUNNING) & (
+        Q(lease_expires_at__lt=Now()) | Q(lease_expires_at__isnull=True)
+    )
+
+
+def claimable() -> Q:
+    """CLU-2: queued, or running under an expired lease (a crash reclaim)."""
+    return Q(status=Run.Status.QUEUED) | lease_expired()
+
+
+class SystemStore(Protocol):
+    def write_step(self, lease: Lease, step: Step, *, durable: bool) -> dict[str, int]:
+        """Write the step fenced by the lease or raise Fenced; refresh the lease's cancel
+        flag and catalog generation; return new invocation ids by call id."""
+        ...
+
+    def read_log(self, thread_id: int, run_id: int) -> tuple[list[LogRow], dict | None]:
+        """The thread's events in order and the run's newest checkpoint state."""
+        ...
+
+    def claim(self, run_id: int, owner: str, seconds: float) -> dict | None:
+        """Take the run if claimable: its CLAIM_FIELDS as they were, `composed_at` and the
+        catalog `generation`; None if it is not claimable (or being claimed right now)."""
+        ...
+
+    def claim_queued(self, limit: int, owner: str, seconds: float) -> list[tuple[int, dict]]:
+        """Claim up to `limit` queued runs, oldest first ([] where unsupported)."""
+        ...
+
+    def renew_many(self, leases: list[Lease], seconds: float) -> dict[int, bool]:
+        """Renew every still-held lease; the cancel flag of each one renewed, by run id."""
+        ...
+
+    def save_audit(self, row: GateAudit, *, durable: bool) -> int:
+        """Write the audit row; return the live catalog generation."""
+        ...

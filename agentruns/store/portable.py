@@ -1,0 +1,94 @@
+"""The store anywhere but PostgreSQL: what the embedded SQLite demo (`make run`, web and a
+real cluster on one machine) needs, as ORM statements inside a transaction. The suite runs
+on PostgreSQL; only tests/test_loop_smoke.py and tests/test_hitl_smoke.py run this. No
+batch claims: wake-ups do all the claiming here."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.db import transaction
+from django.db.models import F
+from django.db.models.functions import Now
+from django.utils import timezone
+
+from agentruns.errors import Fenced
+from agentruns.models import CatalogGeneration, Checkpoint, Event, GateAudit, Run, ToolInvocation
+from agentruns.store.base import LogRow, claimable
+from agentruns.store.records import CLAIM_FIELDS, Lease, Step, checkpoint_row, event_row
+
+
+def _generation() -> int:
+    return CatalogGeneration.objects.values_list("value", flat=True).get(pk=1)
+
+
+def _lost(lease: Lease) -> None:
+    lease.lost = True
+    raise Fenced("the lease was taken by another worker")
+
+
+class PortableStore:
+    def write_step(self, lease: Lease, step: Step, *, durable: bool) -> dict[str, int]:
+        with transaction.atomic():
+            fenced = Run.objects.select_for_update().filter(lease.fence)
+            row = fenced.values_list("cancel_requested", flat=True).first()
+            if row is None:
+                _lost(lease)
+            now = timezone.now()
+            Event.objects.bulk_create(Event(**event_row(lease, e, now)) for e in step.events)
+            Checkpoint.objects.bulk_create(
+                Checkpoint(**checkpoint_row(lease, cp, now)) for cp in step.checkpoints
+            )
+            created = ToolInvocation.objects.bulk_create(
+                ToolInvocation(**row, created_at=now) for row in step.new_invocations
+            )
+            for pk, changes in step.invocation_updates:
+                ToolInvocation.objects.filter(pk=pk).update(**changes)
+            if step.run_update and not Run.objects.filter(lease.fence).update(**step.run_update):
+                _lost(lease)
+            lease.cancel_requested = bool(row)
+            lease.generation = _generation()
+        return {invocation.call_id: invocation.pk for invocation in created}
+
+    def read_log(self, thread_id: int, run_id: int) -> tuple[list[LogRow], dict | None]:
+        thread = Event.objects.filter(thread_id=thread_id).order_by("sequence")
+        events: list[LogRow] = list(thread.values_list("sequence", "type", "payload", "run_id"))
+        latest = Checkpoint.objects.filter(run_id=run_id).order_by("-id")
+        state: dict | None = latest.values_list("state", flat=True).first()
+        return events, state
+
+    def claim(self, run_id: int, owner: str, seconds: float) -> dict | None:
+        with transaction.atomic():
+            row = (
+                Run.objects.select_for_update(skip_locked=True)
+                .filter(claimable(), pk=run_id)
+                .values(*CLAIM_FIELDS, "composed_at")
+                .first()
+            )
+            if row is None:
+                return None
+            Run.objects.filter(pk=run_id).update(
+                status=Run.Status.RUNNING,
+                epoch=F("epoch") + 1,
+                lease_owner=owner,
+                lease_expires_at=Now() + timedelta(seconds=seconds),
+                attempts=F("attempts") + int(row["status"] == Run.Status.RUNNING),
+            )
+            return {**row, "generation": _generation()}
+
+    def claim_queued(self, limit: int, owner: str, seconds: float) -> list[tuple[int, dict]]:
+        return []
+
+    def renew_many(self, leases: list[Lease], seconds: float) -> dict[int, bool]:
+        renewed = {}
+        for lease in leases:
+            rows = Run.objects.filter(lease.fence, status=Run.Status.RUNNING)
+            if rows.update(lease_expires_at=Now() + timedelta(seconds=seconds)):
+                renewed[lease.run_id] = bool(
+                    rows.values_list("cancel_requested", flat=True).first()
+                )
+        return renewed
+
+    def save_audit(self, row: GateAudit, *, durable: bool) -> int:
+        row.save()
+        return _generation()

@@ -1,0 +1,229 @@
+"""The store on PostgreSQL: each of the loop's writes is ONE statement on the database
+clock (runtime/journal.py says why a step is one statement and when it may skip the WAL
+flush). Statuses are interpolated from `Run.Status`, never spelled in SQL."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.db import connection
+from django.utils import timezone
+
+from agentruns.errors import Fenced
+from agentruns.models import CatalogGeneration, Checkpoint, Event, GateAudit, Run, ToolInvocation
+from agentruns.store.base import LogRow
+from agentruns.store.connection import fast_commit, prepared, prepared_rows
+from agentruns.store.records import CLAIM_FIELDS, Lease, Step, checkpoint_row, event_row
+
+RUN = Run._meta.db_table
+GENERATION = f"(SELECT value FROM {CatalogGeneration._meta.db_table} WHERE id = 1)"
+# Appended to a statement that is its own transaction: that commit skips the WAL flush.
+RELAX_COMMIT = ", set_config('synchronous_commit', 'off', true)"
+QUEUED, RUNNING = f"'{Run.Status.QUEUED.value}'", f"'{Run.Status.RUNNING.value}'"
+# base.claimable() in SQL.
+CLAIMABLE = (
+    f"(status = {QUEUED} OR (status = {RUNNING} AND "
+    "(lease_expires_at IS NULL OR lease_expires_at < now())))"
+)
+
+JSON_COLUMNS = {
+    "payload",
+    "state",
+    "arguments",
+    "result",
+    "failure",
+    "forced_snippet_ids",
+    "forced_skill_ids",
+}
+TIME_COLUMNS = {
+    "created_at",
+    "completed_at",
+    "effect_sent_at",
+    "lease_expires_at",
+    "updated_at",
+    "composed_at",
+}
+EVENT_COLUMNS = ("thread_id", "run_id", "sequence", "type", "payload", "created_at")
+CHECKPOINT_COLUMNS = ("run_id", "kind", "last_sequence", "state", "created_at")
+INVOCATION_COLUMNS = (
+    "run_id",
+    "step",
+    "call_id",
+    "tool",
+    "tool_version",
+    "arguments",
+    "arguments_digest",
+    "idempotency_key",
+    "status",
+    "created_at",
+)
+AUDIT_FIELDS = [f for f in GateAudit._meta.concrete_fields if not f.primary_key]
+AUDIT_SQL = {
+    fast: (
+        f"WITH a AS (INSERT INTO {GateAudit._meta.db_table} "
+        f"({', '.join(str(f.column) for f in AUDIT_FIELDS)}) "
+        f"VALUES ({', '.join(['%s'] * len(AUDIT_FIELDS))}) RETURNING 1) "
+        f"SELECT {GENERATION}" + (RELAX_COMMIT if fast else "") + " FROM a"
+    )
+    for fast in (False, True)
+}
+
+
+def _cast(column: str) -> str:
+    if column in JSON_COLUMNS:
+        return "::jsonb"
+    if column in TIME_COLUMNS:
+        return "::timestamptz"
+    return ""
+
+
+def _value(column: str, value: Any) -> Any:
+    if column in JSON_COLUMNS and value is not None:
+        return json.dumps(value)
+    return value
+
+
+def _insert(name: str, table: str, columns: tuple[str, ...], rows: list[dict], params: list) -> str:
+    row = "(" + ", ".join(f"%s{_cast(c)}" for c in columns) + ")"
+    for values in rows:
+        params.extend(_value(c, values[c]) for c in columns)
+    names = ", ".join(columns)
+    returning = "id, call_id" if name == "inv" else "1"
+    return (
+        f"{name} AS (INSERT INTO {table} ({names}) SELECT * FROM (VALUES "
+        f"{', '.join([row] * len(rows))}) AS v ({names}) "
+        f"WHERE EXISTS (SELECT 1 FROM fence) RETURNING {returning})"
+    )
+
+
+def _update(name: str, table: str, changes: dict[str, Any], where: str, params: list) -> str:
+    sets = ", ".join(f"{c} = %s{_cast(c)}" for c in changes)
+    params.extend(_value(c, v) for c, v in changes.items())
+    return f"{name} AS (UPDATE {table} SET {sets} WHERE {where} RETURNING 1)"
+
+
+def step_statement(lease: Lease, step: Step, fast: bool) -> tuple:
+    """The whole step as data-modifying CTEs behind a `FOR SHARE` fence on the run row;
+    returns (fence held, cancel flag, catalog generation, [[call_id, invocation id]])."""
+    params: list[Any] = [lease.run_id, lease.epoch]
+    parts = [f"fence AS (SELECT id FROM {RUN} WHERE id = %s AND epoch = %s FOR SHARE)"]
+    now = timezone.now()
+    if step.events:
+        rows = [event_row(lease, event, now) for event in step.events]
+        parts.append(_insert("ev", Event._meta.db_table, EVENT_COLUMNS, rows, params))
+    if step.checkpoints:
+        rows = [checkpoint_row(lease, cp, now) for cp in step.checkpoints]
+        parts.append(_insert("cp", Checkpoint._meta.db_table, CHECKPOINT_COLUMNS, rows, params))
+    if step.new_invocations:
+        rows = [{**row, "created_at": now} for row in step.new_invocations]
+        parts.append(
+            _insert("inv", ToolInvocation._meta.db_table, INVOCATION_COLUMNS, rows, params)
+        )
+    for index, (pk, changes) in enumerate(step.invocation_updates):
+        parts.append(
+            _update(
+                f"up{index}",
+                ToolInvocation._meta.db_table,
+                changes,
+                "id = %s AND EXISTS (SELECT 1 FROM fence)",
+                params,
+            )
+        )
+        params.append(pk)
+    if step.run_update:
+        parts.append(_update("run", RUN, step.run_update, "id = %s AND epoch = %s", params))
+        params.extend([lease.run_id, lease.epoch])
+    created = (
+        "(SELECT json_agg(json_build_array(call_id, id)) FROM inv)"
+        if step.new_invocations
+        else "NULL"
+    )
+    sql = (
+        "WITH "
+        + ", ".join(parts)
+        + f" SELECT (SELECT count(*) FROM fence), (SELECT cancel_requested FROM {RUN} "
+        f"WHERE id = %s), {GENERATION}, {created}{RELAX_COMMIT if fast else ''}"
+    )
+    params.append(lease.run_id)
+    return prepared(sql, params)
+
+
+def _claim_rows(
+    where: str, params: list[Any], owner: str, seconds: float
+) -> list[tuple[int, dict]]:
+    """Claims only make the run claimable again if a database crash loses them, so their
+    commit need not wait for the WAL flush."""
+    columns = ", ".join(f"old.{c}" for c in CLAIM_FIELDS)
+    sql = (
+        f"UPDATE {RUN} AS r SET status = {RUNNING}, epoch = r.epoch + 1, "
+        "lease_owner = %s, lease_expires_at = now() + %s * interval '1 second', "
+        f"attempts = r.attempts + (CASE WHEN r.status = {RUNNING} THEN 1 ELSE 0 END) "
+        f"FROM (SELECT {', '.join(CLAIM_FIELDS)}, composed_at, id FROM {RUN} "
+        f"WHERE {where} FOR UPDATE SKIP LOCKED) "
+        f"AS old WHERE r.id = old.id RETURNING old.id, {columns}, old.composed_at, "
+        f"{GENERATION}" + (RELAX_COMMIT if fast_commit(False) else "")
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [owner, seconds, *params])
+        found = cursor.fetchall()
+    names = [*CLAIM_FIELDS, "composed_at", "generation"]
+    claimed = []
+    for run_id, *values in found:
+        row = dict(zip(names, values[: len(names)], strict=True))
+        for key in ("forced_snippet_ids", "forced_skill_ids"):
+            if isinstance(row[key], str):
+                row[key] = json.loads(row[key])
+        claimed.append((run_id, row))
+    return claimed
+
+
+class PostgresStore:
+    def write_step(self, lease: Lease, step: Step, *, durable: bool) -> dict[str, int]:
+        row = step_statement(lease, step, fast_commit(durable))
+        if not row[0]:
+            lease.lost = True
+            raise Fenced("the lease was taken by another worker")
+        lease.cancel_requested, lease.generation = bool(row[1]), row[2]
+        return {call_id: pk for call_id, pk in (row[3] or [])}
+
+    def read_log(self, thread_id: int, run_id: int) -> tuple[list[LogRow], dict | None]:
+        event, checkpoint = Event._meta.db_table, Checkpoint._meta.db_table
+        rows = prepared_rows(
+            f"SELECT sequence, type, payload::text, run_id FROM {event} WHERE thread_id = %s "
+            f"UNION ALL SELECT NULL, NULL, (SELECT state::text FROM {checkpoint} "
+            "WHERE run_id = %s ORDER BY id DESC LIMIT 1), NULL ORDER BY 1",
+            [thread_id, run_id],
+        )
+        *logged, (_, _, state, _) = rows  # NULL sorts last: the checkpoint row
+        events = [(seq, kind, json.loads(payload), run) for seq, kind, payload, run in logged]
+        return events, json.loads(state) if state else None
+
+    def claim(self, run_id: int, owner: str, seconds: float) -> dict | None:
+        rows = _claim_rows(f"id = %s AND {CLAIMABLE}", [run_id], owner, seconds)
+        return rows[0][1] if rows else None
+
+    def claim_queued(self, limit: int, owner: str, seconds: float) -> list[tuple[int, dict]]:
+        where = f"status = {QUEUED} ORDER BY id LIMIT %s"
+        return _claim_rows(where, [limit], owner, seconds)
+
+    def renew_many(self, leases: list[Lease], seconds: float) -> dict[int, bool]:
+        sql = (
+            f"UPDATE {RUN} AS r SET lease_expires_at = now() + %s * interval '1 second' "
+            "FROM (SELECT unnest(%s::bigint[]) AS id, unnest(%s::bigint[]) AS epoch) AS held "
+            f"WHERE r.id = held.id AND r.epoch = held.epoch AND r.status = {RUNNING} "
+            "RETURNING r.id, r.cancel_requested"
+        )
+        params: list[Any] = [
+            seconds,
+            [lease.run_id for lease in leases],
+            [lease.epoch for lease in leases],
+        ]
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return dict(cursor.fetchall())
+
+    def save_audit(self, row: GateAudit, *, durable: bool) -> int:
+        row.created_at = timezone.now()
+        values = [getattr(row, f.attname) for f in AUDIT_FIELDS]  # plain str/bool/int/datetime
+        return int(prepared(AUDIT_SQL[fast_commit(durable)], values)[0])

@@ -1,0 +1,264 @@
+"""A real HTTP server on loopback that speaks Chat Completions and Messages, as strictly as
+the real APIs reject bad histories, so tests exercise the official SDKs end to end.
+
+    with FakeProvider() as fake:
+        fake.queue({"text": "hi"}, {"status": 503, "message": "busy"},
+                   {"tool_calls": [{"name": "notes_write", "arguments": {"title": "t"}}]})
+        ... point a provider at fake.openai_base_url or fake.anthropic_base_url ...
+        assert [r.path for r in fake.requests] == [...]
+
+An item is a reply {"text", "tool_calls": [{"name", "arguments": dict | raw str, "id"}],
+"thinking", "redacted_thinking", "choices" (OpenAI only, verbatim)}, an error
+{"status", "message"}, either with "delay" seconds and extra response "headers" (e.g.
+{"retry-after-ms": "5"}), or a callable(body, path) -> item.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import socket
+import threading
+from collections import deque
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from tests.support.fake_wire import (
+    ANTHROPIC_PATH,
+    OPENAI_PATH,
+    SECRET_HEADERS,
+    WIRES,
+    Answer,
+    Item,
+    RecordedRequest,
+    Rejected,
+    Wire,
+    openai_error,
+)
+
+__all__ = ["ANTHROPIC_PATH", "OPENAI_PATH", "FakeProvider", "RecordedRequest"]
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive: benchmarks would exhaust ports otherwise
+    disable_nagle_algorithm = True
+    server: _Server
+
+    def setup(self) -> None:
+        super().setup()
+        self.server.provider._opened(self.connection)
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+        finally:
+            self.server.provider._closed(self.connection)
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length)
+        answer = self.server.provider._answer(self.path.split("?")[0], self.headers, raw)
+        if answer is not None:
+            self._send(*answer)
+
+    def do_GET(self) -> None:
+        self._send(404, openai_error(404, f"Unknown path {self.path}"), {})
+
+    def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str]) -> None:
+        data = json.dumps(payload).encode()
+        try:
+            self.send_response(status)
+            for name, value in headers.items():
+                self.send_header(name, value)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        except OSError:
+            self.close_connection = True  # the client gave up (e.g. its timeout fired)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 1024
+    provider: FakeProvider
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # a client hanging up mid-reply is routine here
+
+
+class FakeProvider:
+    def __init__(
+        self,
+        *,
+        default: Item | None = None,
+        latency: float = 0.0,
+        api_key: str | None = None,
+    ) -> None:
+        self.default = default
+        self.latency = latency
+        # When set, a request carrying any other credential gets a 401.
+        self.api_key = api_key
+        self._items: deque[Item] = deque()
+        self._log: list[RecordedRequest] = []
+        self._lock = threading.Lock()
+        self._serial = itertools.count(1)
+        self._connections: set[socket.socket] = set()
+        self._stopping = threading.Event()
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle
+
+    def start(self) -> FakeProvider:
+        if self._server is not None:
+            raise RuntimeError("FakeProvider is already running")
+        self._stopping.clear()
+        self._server = _Server(("127.0.0.1", 0), _Handler)
+        self._server.provider = self
+        self._thread = threading.Thread(
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name="fake-provider",
+            daemon=True,
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        server, self._server = self._server, None
+        if server is None:
+            return
+        self._stopping.set()  # wakes delayed replies so nothing outlives the test
+        server.shutdown()
+        server.server_close()
+        with self._lock:
+            connections = list(self._connections)
+        for connection in connections:
+            with contextlib.suppress(OSError):
+                connection.shutdown(socket.SHUT_RDWR)
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def __enter__(self) -> FakeProvider:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def url(self) -> str:
+        if self._server is None:
+            raise RuntimeError("FakeProvider is not running; call start() first")
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    @property
+    def openai_base_url(self) -> str:
+        return f"{self.url}/v1"
+
+    @property
+    def anthropic_base_url(self) -> str:
+        return self.url
+
+    # -- scripting and inspection
+
+    def queue(self, *items: Item) -> None:
+        with self._lock:
+            self._items.extend(items)
+
+    @property
+    def pending(self) -> int:
+        with self._lock:
+            return len(self._items)
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        with self._lock:
+            return list(self._log)
+
+    @property
+    def paths(self) -> list[str]:
+        return [request.path for request in self.requests]
+
+    def clear(self) -> None:
+        with self._lock:
+            self._log.clear()
+            self._items.clear()
+
+    # -- serving
+
+    def _opened(self, connection: socket.socket) -> None:
+        with self._lock:
+            self._connections.add(connection)
+
+    def _closed(self, connection: socket.socket) -> None:
+        with self._lock:
+            self._connections.discard(connection)
+
+    def _answer(self, path: str, headers: Any, raw: bytes) -> Answer | None:
+        body = _json_object(raw)
+        self._record(path, headers, body)
+        wire = WIRES.get(path)
+        if wire is None:
+            return 404, openai_error(404, f"Unknown path {path}"), {}
+        if body is None:
+            return 400, wire.error(400, "We could not parse the JSON body of your request."), {}
+        if not self._authorised(wire, headers):
+            return 401, wire.error(401, "invalid x-api-key / missing bearer token"), {}
+        missing = [name for name in wire.required_headers if not headers.get(name)]
+        if missing:
+            return 400, wire.error(400, f"{missing[0]}: header is required"), {}
+        try:
+            wire.validate(body)
+        except Rejected as rejected:
+            return 400, wire.error(400, str(rejected)), {}
+        except (AttributeError, TypeError, KeyError) as error:
+            return 400, wire.error(400, f"Invalid request body ({type(error).__name__})."), {}
+        try:
+            return self._reply(wire, path, body)
+        except Exception as error:  # a broken scripted item is the test's bug: say so loudly
+            return 500, wire.error(500, f"fake provider: bad item: {error!r}"), {}
+
+    def _authorised(self, wire: Wire, headers: Any) -> bool:
+        credential = wire.credential(headers)
+        return bool(credential) and self.api_key in (None, credential)
+
+    def _reply(self, wire: Wire, path: str, body: dict[str, Any]) -> Answer | None:
+        item = self._next()
+        if callable(item):
+            item = item(body, path)
+        delay = float(item.get("delay") or 0) + self.latency
+        if delay and self._stopping.wait(delay):
+            return None
+        status = int(item.get("status") or 200)
+        if status >= 400:
+            payload = wire.error(status, item.get("message") or f"fake HTTP {status}")
+        else:
+            status, payload = 200, wire.render(item, body, next(self._serial))
+        return status, payload, dict(item.get("headers") or {})
+
+    def _next(self) -> Item:
+        with self._lock:
+            if self._items:
+                return self._items.popleft()
+        return self.default or {"status": 500, "message": "script exhausted"}
+
+    def _record(self, path: str, headers: Any, body: dict[str, Any] | None) -> None:
+        kept = {
+            name.lower(): "present" if name.lower() in SECRET_HEADERS else value
+            for name, value in headers.items()
+        }
+        with self._lock:
+            self._log.append(RecordedRequest(path, kept, body or {}))
+
+
+def _json_object(raw: bytes) -> dict[str, Any] | None:
+    try:
+        value = json.loads(raw or b"null")
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
