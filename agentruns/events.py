@@ -1,5 +1,9 @@
 """Event and result vocabularies: part of the API contract (§11)."""
 
+from __future__ import annotations
+
+from typing import Any
+
 USER = "message.user"
 ASSISTANT = "message.assistant"
 TOOL_RESULT = "tool.result"
@@ -26,3 +30,15 @@ EXPIRED = "expired"
 UNCERTAIN = "uncertain"
 NOT_PERMITTED = "not_permitted"
 RESULT_STATUSES = (OK, ERROR, REFUSED, DENIED, EXPIRED, UNCERTAIN, NOT_PERMITTED)
+
+# ticket.decided decisions (an expiry decides EXPIRED)
+ALLOW = "allow"
+DENY = "deny"
+
+
+def result_item(
+    call_id: str, tool: str, status: str, content: str, **extra: Any
+) -> tuple[str, dict[str, Any]]:
+    """The one shape of a `tool.result` event, whoever writes it (loop, resume, cancel)."""
+    payload = {"call_id": call_id, "tool": tool, "status": status, "content": content}
+    return TOOL_RESULT, {**payload, **extra}

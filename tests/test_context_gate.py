@@ -261,7 +261,7 @@ def test_cg4_permitted_assert_returns_the_decision_and_does_not_raise(settings):
     settings.AGENTRUNS_DATA_CLASS_ENFORCEMENT = "enforce"
     asserted = context_assert(config=view(zone="local"), sources=[source("s", "secret")])
     assert asserted.decision.verdict is Verdict.PERMITTED
-    assert asserted.mode is Enforcement.ENFORCE
+    assert asserted.enforcement is Enforcement.ENFORCE
     assert not asserted.observed_refusal
     assert GateAudit.objects.get().mode == "enforced"
 

@@ -16,7 +16,7 @@ from agentruns import events as ev
 from agentruns.models import Event, Note, Run, ToolInvocation
 from agentruns.runtime.executor import FENCED, Executor, execute_run, idempotency_key
 from agentruns.runtime.lease import claim
-from agentruns.runtime.state import Call
+from agentruns.runtime.state import ProposedCall
 from agentruns.tools.registry import REGISTRY
 from tests.crash import (
     EXTERNAL_CALL,
@@ -199,25 +199,29 @@ def test_the_idempotency_key_depends_on_what_the_call_is_never_on_the_attempt(st
     assert after == before
     for call in (NOTE_CALL, EXTERNAL_CALL):
         tool = REGISTRY.by_wire(call["name"])
-        expected = idempotency_key(run.pk, 0, Call(call["id"], tool.name, call["arguments"]), tool)
+        expected = idempotency_key(
+            run.pk, 0, ProposedCall(call["id"], tool.name, call["arguments"]), tool
+        )
         assert after[call["id"]] == expected
     assert [k for k, _ in history(run.pk)].count(ev.TOOL_RESULT) == 2
 
 
 def test_the_idempotency_key_covers_every_identity_field_and_only_those():
     tool = REGISTRY.get("notes.write")
-    call = Call("c1", "notes.write", {"title": "t", "body": "b"})
+    call = ProposedCall("c1", "notes.write", {"title": "t", "body": "b"})
     key = idempotency_key(7, 1, call, tool)
 
     # Canonical arguments: key order does not matter; raw text kept for replay neither.
-    reordered = Call("c1", "notes.write", {"body": "b", "title": "t"}, raw_arguments=None)
+    reordered = ProposedCall("c1", "notes.write", {"body": "b", "title": "t"}, raw_arguments=None)
     assert idempotency_key(7, 1, reordered, tool) == key
     variants = [
         idempotency_key(8, 1, call, tool),
         idempotency_key(7, 2, call, tool),
-        idempotency_key(7, 1, Call("c2", "notes.write", call.arguments), tool),
-        idempotency_key(7, 1, Call("c1", "notes.write", {"title": "t", "body": "B"}), tool),
-        idempotency_key(7, 1, Call("c1", "notes.read", call.arguments), REGISTRY.get("notes.read")),
+        idempotency_key(7, 1, ProposedCall("c2", "notes.write", call.arguments), tool),
+        idempotency_key(7, 1, ProposedCall("c1", "notes.write", {"title": "t", "body": "B"}), tool),
+        idempotency_key(
+            7, 1, ProposedCall("c1", "notes.read", call.arguments), REGISTRY.get("notes.read")
+        ),
     ]
     assert key not in variants
     assert len(set(variants)) == len(variants)

@@ -37,6 +37,7 @@ from django.db import InterfaceError, OperationalError, connections, transaction
 from psycopg_pool import PoolTimeout
 
 from agentruns.runtime.lease import Lease, abandon, renew_many
+from agentruns.store.transitions import run_hand_back
 from agentruns.store.wakeups import enqueue_wake
 
 logger = logging.getLogger(__name__)
@@ -238,15 +239,10 @@ class Driver:
         """Overload or a database hiccup is not a crash: put the run back to queued with a
         wake-up, as a graceful stop does, spending no attempt. If even that fails, the
         lease expires and the sweeper reclaims the run (spending one)."""
-        from agentruns.models import Run
-
         close_thread_connections()
         try:
             with transaction.atomic():
-                back = Run.objects.filter(lease.fence, status=Run.Status.RUNNING).update(
-                    status=Run.Status.QUEUED, lease_owner="", lease_expires_at=None
-                )
-                if back:
+                if run_hand_back(lease):
                     enqueue_wake(lease.run_id)
         except Exception:
             logger.exception("run %s: could not hand the run back", lease.run_id)

@@ -32,21 +32,25 @@ def current_enforcement() -> Enforcement:
 @dataclass(frozen=True)
 class Asserted:
     decision: Decision
-    mode: Enforcement
+    enforcement: Enforcement
     # The catalog generation read in the same statement as the audit row: a caller that
     # decided on a cached configuration learns whether it was still the live one (CG-9).
     generation: int
 
     @property
     def observed_refusal(self) -> bool:
-        return self.decision.refused and self.mode is Enforcement.OBSERVE
+        return self.decision.refused and self.enforcement is Enforcement.OBSERVE
 
 
-def audit_row(decision: Decision, mode: Enforcement, run_id: int | None) -> GateAudit:
+def audit_row(decision: Decision, enforcement: Enforcement, run_id: int | None) -> GateAudit:
     source = decision.source
     return GateAudit(
         verdict=decision.verdict.value,
-        mode=GateAudit.Mode.OBSERVED if mode is Enforcement.OBSERVE else GateAudit.Mode.ENFORCED,
+        mode=(
+            GateAudit.Mode.OBSERVED
+            if enforcement is Enforcement.OBSERVE
+            else GateAudit.Mode.ENFORCED
+        ),
         configuration=decision.configuration,
         run_id=run_id,
         zone=decision.zone.label if decision.zone else "",
@@ -68,12 +72,12 @@ def context_assert(
     *, config: ConfigView, sources: Sequence[Source], run_id: int | None = None
 ) -> Asserted:
     decision = decide(config, sources)
-    mode = current_enforcement()
-    generation = save_audit(audit_row(decision, mode, run_id), durable=decision.refused)
+    enforcement = current_enforcement()
+    generation = save_audit(audit_row(decision, enforcement, run_id), durable=decision.refused)
     if decision.refused:
-        if mode is Enforcement.ENFORCE:
+        if enforcement is Enforcement.ENFORCE:
             refused = ContextRefused(refusal_message(decision), **refusal_fields(decision))
             refused.generation = generation
             raise refused
         logger.warning("context refusal observed: %s", refusal_message(decision))
-    return Asserted(decision, mode, generation)
+    return Asserted(decision, enforcement, generation)

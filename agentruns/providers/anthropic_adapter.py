@@ -20,8 +20,8 @@ from agentruns.providers.base import (
     ToolResultMessage,
     UserMessage,
     api_key_for,
-    redact,
     retryable_status,
+    scrub_credential,
 )
 
 # The SDK keeps only 100 idle connections; a busy cluster would reconnect for every call.
@@ -137,7 +137,7 @@ def provider_error(link: Link, error: anthropic.AnthropicError, api_key: str) ->
     who = f"Provider {link.provider_slug or link.slug!r}"
     if isinstance(error, anthropic.APIStatusError):
         status = error.status_code
-        detail = redact(error.api_message or error.message, api_key)[:2000]
+        detail = scrub_credential(error.api_message or error.message, api_key)[:2000]
         return ProviderError(
             f"{who}: HTTP {status}: {detail}", retryable=retryable_status(status), status=status
         )
@@ -145,7 +145,7 @@ def provider_error(link: Link, error: anthropic.AnthropicError, api_key: str) ->
         return ProviderError(f"{who}: {type(error).__name__}: connection failed", retryable=True)
     if isinstance(error, anthropic.APIResponseValidationError):
         return MalformedReply(f"{who}: the reply did not match the Messages schema.")
-    return ProviderError(f"{who}: {redact(str(error), api_key)}", retryable=False)
+    return ProviderError(f"{who}: {scrub_credential(str(error), api_key)}", retryable=False)
 
 
 class AnthropicAdapter:

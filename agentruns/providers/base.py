@@ -160,7 +160,7 @@ def api_key_for(link: Link) -> str:
     return key
 
 
-def redact(text: str, secret: str) -> str:
+def scrub_credential(text: str, secret: str) -> str:
     """Error bodies may echo the credential back (OpenAI's 401 does, partly)."""
     return text.replace(secret, "[redacted]") if secret and secret != NO_KEY else text
 

@@ -22,8 +22,8 @@ from agentruns.providers.base import (
     ToolResultMessage,
     UserMessage,
     api_key_for,
-    redact,
     retryable_status,
+    scrub_credential,
 )
 
 # The SDK keeps only 100 idle connections; a busy cluster would reconnect for every call.
@@ -127,7 +127,7 @@ def provider_error(link: Link, error: openai.OpenAIError, api_key: str) -> Provi
     who = f"Provider {link.provider_slug or link.slug!r}"
     if isinstance(error, openai.APIStatusError):
         status = error.status_code
-        detail = redact(error.message, api_key)
+        detail = scrub_credential(error.message, api_key)
         return ProviderError(
             f"{who}: HTTP {status}: {detail}"[:2000],
             retryable=retryable_status(status),
@@ -137,7 +137,7 @@ def provider_error(link: Link, error: openai.OpenAIError, api_key: str) -> Provi
         return ProviderError(f"{who}: {type(error).__name__}: {error.message}", retryable=True)
     if isinstance(error, openai.APIResponseValidationError):
         return MalformedReply(f"{who}: the reply did not match the Chat Completions schema.")
-    return ProviderError(f"{who}: {redact(str(error), api_key)}", retryable=False)
+    return ProviderError(f"{who}: {scrub_credential(str(error), api_key)}", retryable=False)
 
 
 class OpenAIAdapter:

@@ -9,7 +9,6 @@ approval take the same path (REC-1..REC-4).
 from __future__ import annotations
 
 import logging
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -37,18 +36,20 @@ from agentruns.providers.base import (
 from agentruns.providers.dispatch import dispatch
 from agentruns.runtime import compaction, faults, journal
 from agentruns.runtime.budget import fit
+from agentruns.runtime.closing import UNKNOWN, close_open_calls, closed_status
+from agentruns.runtime.compose import Composed, compose_request, thread_mode
 from agentruns.runtime.config import RuntimeConfig, forced_sources, runtime_config
-from agentruns.runtime.context import effective_events, pairing_problems, project, system_texts
+from agentruns.runtime.context import effective_events, pairing_problems, project
 from agentruns.runtime.deferred import active_deferred
 from agentruns.runtime.lease import Lease, claim, renew_if_due
 from agentruns.runtime.redaction import redact, redact_value
 from agentruns.runtime.state import (
     AskModel,
-    Call,
+    CallTools,
     Complete,
-    Dispatch,
     Ev,
     Finished,
+    ProposedCall,
     RunState,
     Turn,
     next_action,
@@ -56,11 +57,11 @@ from agentruns.runtime.state import (
 )
 from agentruns.runtime.tokens import fixed_tokens, message_tokens, truncate_tokens
 from agentruns.store.connection import release_connection
+from agentruns.store.transitions import released
 from agentruns.store.wakeups import enqueue_wake
 from agentruns.tools.policy import (
     Mode,
     catalog_fingerprint,
-    deferred_catalog,
     needs_human,
     offered_tools,
     tool_refusal,
@@ -88,28 +89,19 @@ SUMMARY_INSTRUCTION = (
     "Summarise the conversation below for your own later use: the user's goals, decisions, "
     "facts and tool results that still matter. Be concise; do not invent anything."
 )
-UNKNOWN = (
-    "Outcome unknown: the effect may have happened before the worker stopped. It will not "
-    "be repeated automatically; an approver has been shown this call."
-)
-INTERRUPTED = "Interrupted: the run ended before this call ran."
 
 
-def idempotency_key(run_id: int, step: int, call: Call, tool: Tool | None) -> str:
+def idempotency_key(run_id: int, step: int, call: ProposedCall, tool: Tool | None) -> str:
     """TOOL-3: from what the call *is*, never from which attempt runs it."""
     version = tool.version if tool else ""
     return digest([run_id, step, call.id, call.name, version, digest(call.arguments)])
 
 
-def result_payload(call: Call, status: str, content: str, **extra: Any) -> dict[str, Any]:
-    return {"call_id": call.id, "tool": call.name, "status": status, "content": content, **extra}
-
-
 @dataclass
-class Verdict:
+class Screened:
     """What the loop decided about one proposed call before dispatch."""
 
-    call: Call
+    call: ProposedCall
     status: str | None = None  # a result status when the call will not run
     content: str = ""
 
@@ -126,7 +118,6 @@ class Executor:
     active_memo: tuple[tuple[int, int], set[str]] | None = None
     # DEF-1: a thread switches modes only between runs, so one read at load suffices.
     mode_name: str | None = None
-    system_kinds: dict[str, int] = field(default_factory=dict)
 
     # ---- entry -------------------------------------------------------------------------
 
@@ -145,8 +136,7 @@ class Executor:
         """REC-1 (and PERF-4): the thread's log and the newest checkpoint, read once."""
         self.events, checkpoint = journal.read(self.lease)
         self.next_sequence = (self.events[-1].sequence + 1) if self.events else 1
-        switches = [e.payload.get("mode") for e in self.events if e.type == ev.MODE_SWITCHED]
-        self.mode_name = switches[-1] if switches else None
+        self.mode_name = thread_mode(self.events)
         mine = [event for event in self.events if event.run_id == self.lease.run_id]
         self.state = restore(checkpoint, mine)
 
@@ -170,8 +160,8 @@ class Executor:
             if isinstance(action, AskModel):
                 outcome = self._model_turn(action.step)
             else:
-                assert isinstance(action, Dispatch)
-                outcome = self._dispatch(action.turn, action.calls)
+                assert isinstance(action, CallTools)
+                outcome = self._call_tools(action.turn, action.calls)
             if outcome:
                 return outcome
 
@@ -303,25 +293,25 @@ class Executor:
         if refused:
             return refused
         config = self.config
-        sources = self._sources()
-        mode = self.mode
-        tools = offered_tools(mode, self._active_deferred())
-        specs = tuple(ToolSpec(t.wire_name, t.description, t.parameters) for t in tools)
-        system = [*self._redacted_system(system_texts(sources)), *deferred_catalog(mode)]
-        if self.system_kinds and not self.state.system_redacted:
-            self._commit([(ev.SECRET_REDACTED, {"where": "system", "kinds": self.system_kinds})])
-        stopped = self._compact_if_needed(system, specs)
+        composed = self._composed()
+        if composed.system_redacted and not self.state.system_redacted:
+            self._commit(
+                [(ev.SECRET_REDACTED, {"where": "system", "kinds": composed.system_redacted})]
+            )
+        logged = len(self.events)
+        stopped = self._compact_if_needed(list(composed.system), composed.specs)
         if stopped:
             return stopped
-        messages = project(effective_events(self.events))
-        problems = pairing_problems(messages)
+        if len(self.events) != logged:  # compacted: send the log as it is now
+            composed = self._composed()
+        problems = pairing_problems(composed.messages)
         if problems:
             return self._finish_failed("corrupt_history", "; ".join(problems))
         request = ProviderRequest(
             model=config.model,
-            system=tuple(system),
-            messages=tuple(messages),
-            tools=specs,
+            system=composed.system,
+            messages=composed.messages,
+            tools=composed.specs,
             continuation=self.state.continuation,
             run=self.lease.run_id,
             step=step,
@@ -341,7 +331,15 @@ class Executor:
         continuation = (
             {"link": link.slug, "data": reply.continuation} if reply.continuation else None
         )
-        return self._record_turn(step, reply, {t.name for t in tools}, continuation)
+        return self._record_turn(step, reply, {t.name for t in composed.tools}, continuation)
+
+    def _composed(self) -> Composed:
+        return compose_request(
+            sources=self._sources(),
+            mode=self.mode,
+            active=self._active_deferred(),
+            events=effective_events(self.events),
+        )
 
     def _sources(self) -> tuple[Source, ...]:
         """CG-1 against the live configuration; the forced set by identity (RG-1, RG-2)."""
@@ -377,16 +375,6 @@ class Executor:
         if asserted.observed_refusal and not self.state.observed:
             self._commit([(ev.CONTEXT_OBSERVED, {"verdict": "refused (observed)"})])
         return None
-
-    def _redacted_system(self, texts: list[str]) -> list[str]:
-        """CG-11 on every send; what it found is recorded once per run."""
-        cleaned, found = [], Counter[str]()
-        for text in texts:
-            clean, kinds = redact(text)
-            cleaned.append(clean)
-            found.update(kinds)
-        self.system_kinds = dict(found)
-        return cleaned
 
     def _record_turn(
         self, step: int, reply: Reply, offered: set[str], continuation: Any = None
@@ -428,7 +416,7 @@ class Executor:
                 )
         payload["granted"] = granted
         refusals = [
-            (ev.TOOL_RESULT, result_payload(v.call, v.status, v.content))
+            ev.result_item(v.call.id, v.call.name, v.status, v.content)
             for v in verdicts
             if v.status is not None
         ]
@@ -444,21 +432,21 @@ class Executor:
         )
         return None
 
-    def _call_from(self, tool_call: Any, found: dict[str, int]) -> Call:
+    def _call_from(self, tool_call: Any, found: dict[str, int]) -> ProposedCall:
         """The registry name, and arguments redacted like any text (CG-11)."""
         tool = REGISTRY.by_wire(tool_call.name)
         arguments, kinds = redact_value(tool_call.arguments)
         raw, raw_kinds = redact(tool_call.raw_arguments or "")
         for kind, count in (*kinds.items(), *raw_kinds.items()):
             found[kind] = found.get(kind, 0) + count
-        return Call(
+        return ProposedCall(
             id=tool_call.id,
             name=tool.name if tool else tool_call.name,
             arguments=arguments,
             raw_arguments=raw if tool_call.raw_arguments is not None else None,
         )
 
-    def _reused_call_ids(self, calls: list[Call]) -> set[str]:
+    def _reused_call_ids(self, calls: list[ProposedCall]) -> set[str]:
         """Call ids pair calls with results (LOOP-7): one reused inside a turn or from the
         thread's history would break the pairing, so such a turn is never acted on."""
         ids = [call.id for call in calls]
@@ -471,31 +459,33 @@ class Executor:
         }
         return reused | (set(ids) & earlier)
 
-    def _judge(self, call: Call, offered: set[str]) -> Verdict:
+    def _judge(self, call: ProposedCall, offered: set[str]) -> Screened:
         """TOOL-2 and argument validation; a bad proposal becomes a model-visible result."""
         if call.arguments is None:
-            return Verdict(call, ev.ERROR, "Error: the arguments are not a JSON object.")
+            return Screened(call, ev.ERROR, "Error: the arguments are not a JSON object.")
         refusal = tool_refusal(call.name, granted=self.config.granted, ceiling=self.config.ceiling)
         if refusal:
-            return Verdict(call, ev.REFUSED, f"Refused: {refusal[1]}")
+            return Screened(call, ev.REFUSED, f"Refused: {refusal[1]}")
         if call.name not in offered:
             if call.name in self.mode.deferred:
-                return Verdict(
+                return Screened(
                     call,
                     ev.REFUSED,
                     f"Refused: {call.name!r} is not available yet; use tool_search to activate it.",
                 )
-            return Verdict(call, ev.REFUSED, f"Refused: {call.name!r} is not offered in this mode.")
+            return Screened(
+                call, ev.REFUSED, f"Refused: {call.name!r} is not offered in this mode."
+            )
         tool = REGISTRY.get(call.name)
         assert tool is not None
         errors = tool.argument_errors(call.arguments)
         if not errors and tool.human is Human.INPUT:
             errors = schema_problems(call.arguments.get("schema"))
         if errors:
-            return Verdict(call, ev.ERROR, "Error: invalid arguments: " + "; ".join(errors))
-        return Verdict(call)
+            return Screened(call, ev.ERROR, "Error: invalid arguments: " + "; ".join(errors))
+        return Screened(call)
 
-    def _new_invocation(self, step: int, call: Call) -> dict[str, Any]:
+    def _new_invocation(self, step: int, call: ProposedCall) -> dict[str, Any]:
         tool = REGISTRY.get(call.name)
         assert tool is not None
         human = needs_human(tool, self.config.exempt)
@@ -517,17 +507,17 @@ class Executor:
 
     # ---- dispatching a batch -----------------------------------------------------------
 
-    def _dispatch(self, turn: Turn, calls: Sequence[Call]) -> str | None:
+    def _call_tools(self, turn: Turn, calls: Sequence[ProposedCall]) -> str | None:
         """HITL-1: calls that need no person run now; then the first that needs one parks
         the run. Results reach the model only when the whole turn is answered."""
         self._load_invocations(turn, calls)
-        if any(turn.decisions.get(call.id) == "allow" for call in calls):
+        if any(turn.decisions.get(call.id) == ev.ALLOW for call in calls):
             # RG-1..RG-4: a resumed run re-gates before the approved call runs; if its
             # context may no longer be sent there is no point in acting on it.
             refused = self._assert_context()
             if refused:
                 return refused
-        waiting: list[Call] = []
+        waiting: list[ProposedCall] = []
         for call in calls:
             stopped = self._boundary()
             if stopped:
@@ -537,7 +527,7 @@ class Executor:
                 continue
             tool = REGISTRY.get(call.name)
             human = needs_human(tool, self.config.exempt) if tool else None
-            if human and turn.decisions.get(call.id) != "allow":
+            if human and turn.decisions.get(call.id) != ev.ALLOW:
                 waiting.append(call)
                 continue
             self._run_call(turn, call)
@@ -545,7 +535,7 @@ class Executor:
             return self._park(waiting[0])
         return None
 
-    def _load_invocations(self, turn: Turn, calls: Sequence[Call]) -> None:
+    def _load_invocations(self, turn: Turn, calls: Sequence[ProposedCall]) -> None:
         missing = [call.id for call in calls if call.id not in self.invocations]
         if missing:
             rows = ToolInvocation.objects.filter(
@@ -554,10 +544,10 @@ class Executor:
             for call_id, pk, version, sent in rows:
                 self.invocations[call_id] = Invocation(pk, version, sent)
 
-    def _run_call(self, turn: Turn, call: Call) -> None:
+    def _run_call(self, turn: Turn, call: ProposedCall) -> None:
         tool = REGISTRY.get(call.name)
         invocation = self.invocations.get(call.id)
-        problem = self._live_gate(call, tool, invocation, turn.decisions.get(call.id) == "allow")
+        problem = self._live_gate(call, tool, invocation, turn.decisions.get(call.id) == ev.ALLOW)
         if problem or tool is None or invocation is None:
             self._record_result(
                 call,
@@ -590,7 +580,7 @@ class Executor:
         self._record_output(call, output, invocation, durable=tool.effect is Effect.WRITE)
 
     def _live_gate(
-        self, call: Call, tool: Tool | None, invocation: Invocation | None, approved: bool
+        self, call: ProposedCall, tool: Tool | None, invocation: Invocation | None, approved: bool
     ) -> str:
         """HITL-10: at execution the live configuration must still grant this exact tool,
         and an approval covers only the exact call its ticket showed (HITL-5)."""
@@ -612,7 +602,7 @@ class Executor:
         return ""
 
     def _run_transactional(
-        self, call: Call, tool: Tool, context: ToolContext, invocation: Invocation
+        self, call: ProposedCall, tool: Tool, context: ToolContext, invocation: Invocation
     ) -> None:
         """TOOL-4: the effect and the record of its result commit together or not at all."""
         with transaction.atomic():
@@ -638,12 +628,12 @@ class Executor:
         invocation.effect_sent_at = now
         faults.fault_point(faults.EFFECT_SENT)
 
-    def _record_uncertain(self, call: Call) -> None:
+    def _record_uncertain(self, call: ProposedCall) -> None:
         self._record_result(
             call, ev.UNCERTAIN, UNKNOWN, invocation_status=ToolInvocation.Status.UNCERTAIN
         )
 
-    def _output_items(self, call: Call, output: ToolOutput) -> Items:
+    def _output_items(self, call: ProposedCall, output: ToolOutput) -> Items:
         content, redacted = redact(output.content)
         status = ev.OK if output.ok else ev.ERROR
         extra = (
@@ -653,11 +643,11 @@ class Executor:
         )
         return [
             *self._redaction_items(f"tool:{call.name}", redacted),
-            (ev.TOOL_RESULT, result_payload(call, status, content, **extra)),
+            ev.result_item(call.id, call.name, status, content, **extra),
         ]
 
     def _record_output(
-        self, call: Call, output: ToolOutput, invocation: Invocation, *, durable: bool
+        self, call: ProposedCall, output: ToolOutput, invocation: Invocation, *, durable: bool
     ) -> None:
         self._commit(
             self._output_items(call, output),
@@ -667,7 +657,7 @@ class Executor:
         )
 
     def _record_result(
-        self, call: Call, status: str, content: str, *, invocation_status: str | None = None
+        self, call: ProposedCall, status: str, content: str, *, invocation_status: str | None = None
     ) -> None:
         invocation = self.invocations.get(call.id)
         updates = []
@@ -676,7 +666,7 @@ class Executor:
                 (invocation.pk, {"status": invocation_status, "completed_at": timezone.now()})
             )
         self._commit(
-            [(ev.TOOL_RESULT, result_payload(call, status, content))],
+            [ev.result_item(call.id, call.name, status, content)],
             invocation_updates=updates,
             checkpoints=((Checkpoint.Kind.TOOL_COMPLETED, None),),
         )
@@ -688,7 +678,7 @@ class Executor:
 
     # ---- parking and ending ------------------------------------------------------------
 
-    def _park(self, call: Call) -> str:
+    def _park(self, call: ProposedCall) -> str:
         """HITL-1, HITL-2: one committed ticket; the run then holds no worker or lease."""
         tool = REGISTRY.get(call.name)
         assert tool is not None and call.arguments is not None
@@ -770,39 +760,30 @@ class Executor:
         return status
 
     def _interrupted(self, turn: Turn) -> tuple[Items, list[tuple[int, dict[str, Any]]]]:
-        """A thread stays usable and no invocation looks in flight: every call of a run
-        that ends early gets a result, and its row a final status."""
+        """Close the open calls of a run that ends early (`close_open_calls`), and give
+        their invocation rows a final status."""
         open_calls = turn.open_calls()
         self._load_invocations(turn, open_calls)
-        items: Items = []
-        updates = []
-        for call in open_calls:
-            invocation = self.invocations.get(call.id)
-            sent = invocation is not None and invocation.effect_sent_at is not None
-            if sent:
-                items.append((ev.TOOL_RESULT, result_payload(call, ev.UNCERTAIN, UNKNOWN)))
-            else:
-                items.append((ev.TOOL_RESULT, result_payload(call, ev.ERROR, INTERRUPTED)))
-            if invocation:
-                closed = (
-                    ToolInvocation.Status.UNCERTAIN if sent else ToolInvocation.Status.INTERRUPTED
-                )
-                updates.append((invocation.pk, {"status": closed, "completed_at": timezone.now()}))
-        return items, updates
+        known = {call.id: self.invocations.get(call.id) for call in open_calls}
+        sent = {cid for cid, inv in known.items() if inv and inv.effect_sent_at is not None}
+        now = timezone.now()
+        updates = [
+            (inv.pk, {"status": closed_status(cid in sent), "completed_at": now})
+            for cid, inv in known.items()
+            if inv is not None
+        ]
+        return close_open_calls(open_calls, sent), updates
 
     def _run_row(self, status: str, **changes: Any) -> dict[str, Any]:
         """The run row's cached columns as of the folded state; parking or ending frees
         the lease."""
-        return {
+        return released(
+            status,
             **changes,
-            "status": status,
-            "lease_owner": "",
-            "lease_expires_at": None,
-            "steps": self.state.steps,
-            "tool_calls_used": self.state.tool_calls_used,
-            "last_sequence": self.state.last_sequence,
-            "updated_at": timezone.now(),
-        }
+            steps=self.state.steps,
+            tool_calls_used=self.state.tool_calls_used,
+            last_sequence=self.state.last_sequence,
+        )
 
     # ---- the one way to write ----------------------------------------------------------
 
@@ -896,7 +877,7 @@ class Invocation:
 
 
 def run_tool(
-    tool: Tool, call: Call, context: ToolContext, *, savepoint: bool = False
+    tool: Tool, call: ProposedCall, context: ToolContext, *, savepoint: bool = False
 ) -> ToolOutput:
     """A failing tool is a model-visible error result, never a crashed run. Inside a
     transaction it runs in a savepoint, so its failure leaves the step's writes usable."""

@@ -22,7 +22,7 @@ class Ev:
 
 
 @dataclass(frozen=True)
-class Call:
+class ProposedCall:
     id: str
     name: str
     arguments: dict[str, Any] | None
@@ -35,7 +35,7 @@ class Call:
         return data
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Call:
+    def from_dict(cls, data: dict[str, Any]) -> ProposedCall:
         return cls(data["id"], data["name"], data.get("arguments"), data.get("raw_arguments"))
 
 
@@ -45,14 +45,14 @@ class Turn:
 
     step: int
     text: str
-    calls: list[Call]
+    calls: list[ProposedCall]
     granted: list[str]
     before: int
     results: dict[str, str] = field(default_factory=dict)
     decisions: dict[str, str] = field(default_factory=dict)
     ticket_call: str | None = None
 
-    def open_calls(self) -> list[Call]:
+    def open_calls(self) -> list[ProposedCall]:
         return [call for call in self.calls if call.id not in self.results]
 
     def as_dict(self) -> dict[str, Any]:
@@ -72,7 +72,7 @@ class Turn:
         return cls(
             step=data["step"],
             text=data.get("text", ""),
-            calls=[Call.from_dict(c) for c in data["calls"]],
+            calls=[ProposedCall.from_dict(c) for c in data["calls"]],
             granted=list(data["granted"]),
             before=data["before"],
             results=dict(data.get("results", {})),
@@ -127,7 +127,7 @@ class RunState:
 
 
 def _on_assistant(state: RunState, payload: dict[str, Any]) -> None:
-    calls = [Call.from_dict(c) for c in payload.get("tool_calls", [])]
+    calls = [ProposedCall.from_dict(c) for c in payload.get("tool_calls", [])]
     granted = list(payload.get("granted", [c.id for c in calls]))
     before = payload.get("tool_calls_before", state.tool_calls_used)
     state.turn = Turn(payload["step"], payload.get("text", ""), calls, granted, before)
@@ -208,14 +208,14 @@ class AskModel:
 
 
 @dataclass(frozen=True)
-class Dispatch:
+class CallTools:
     """REC-2/REC-3: the newest turn's unanswered calls, at the step it was proposed in."""
 
     turn: Turn
-    calls: list[Call]
+    calls: list[ProposedCall]
 
 
-Action = Finished | Complete | AskModel | Dispatch
+Action = Finished | Complete | AskModel | CallTools
 
 
 def next_action(state: RunState) -> Action:
@@ -229,4 +229,4 @@ def next_action(state: RunState) -> Action:
     open_calls = turn.open_calls()
     if not open_calls:
         return AskModel(state.steps)
-    return Dispatch(turn, open_calls)
+    return CallTools(turn, open_calls)

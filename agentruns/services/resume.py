@@ -35,12 +35,13 @@ from agentruns.models import Run, Ticket, ToolInvocation
 from agentruns.runtime.redaction import redact, redact_value
 from agentruns.selectors import visible_runs
 from agentruns.services.log import append_events
+from agentruns.store.transitions import run_requeue_answered
 from agentruns.store.wakeups import enqueue_wake
 
 PERMISSION = "permission"
 INPUT = "input"
-ALLOW = "allow"
-DENY = "deny"
+ALLOW = ev.ALLOW
+DENY = ev.DENY
 KIND_FOR_TARGET: dict[str, str] = {
     Ticket.Kind.TOOL_PERMISSION.value: PERMISSION,
     Ticket.Kind.REMOTE_INPUT.value: INPUT,
@@ -183,18 +184,12 @@ def _apply(run: Run, ticket: Ticket, command: ResumeCommand, user: Any) -> None:
 
 
 def _result(ticket: Ticket, status: str, content: str) -> tuple[str, dict[str, Any]]:
-    return (
-        ev.TOOL_RESULT,
-        {"call_id": ticket.call_id, "tool": ticket.tool, "status": status, "content": content},
-    )
+    return ev.result_item(ticket.call_id, ticket.tool, status, content)
 
 
 def _requeue(run: Run) -> None:
     """CLU-4: the run becomes runnable and its wake-up commits in the same transaction."""
-    updated = Run.objects.filter(pk=run.pk, status=Run.Status.AWAITING).update(
-        status=Run.Status.QUEUED, updated_at=timezone.now()
-    )
-    assert updated == 1
+    run_requeue_answered(run.pk)
     enqueue_wake(run.pk)
 
 
@@ -206,13 +201,13 @@ def ticket_expire(*, ticket_id: int) -> bool:
     now = timezone.now()
     moved = Ticket.objects.filter(
         pk=ticket.pk, status=Ticket.Status.ACTIVE, deadline__lt=now
-    ).update(status=Ticket.Status.EXPIRED, resolved_at=now, resolution={"decision": "expired"})
+    ).update(status=Ticket.Status.EXPIRED, resolved_at=now, resolution={"decision": ev.EXPIRED})
     if not moved:
         return False
     decided = {
         "correlation_id": str(ticket.correlation_id),
         "call_id": ticket.call_id,
-        "decision": "expired",
+        "decision": ev.EXPIRED,
         "by": None,
         "note": "",
     }

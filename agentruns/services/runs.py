@@ -27,15 +27,18 @@ from agentruns.models import (
     ToolInvocation,
 )
 from agentruns.providers.base import AssistantMessage, Message, ToolResultMessage, UserMessage
+from agentruns.runtime.closing import close_open_calls, closed_status
+from agentruns.runtime.compose import compose_request
+from agentruns.runtime.compose import thread_mode as log_mode
 from agentruns.runtime.config import build_runtime_config
-from agentruns.runtime.context import effective_events, project, system_texts
+from agentruns.runtime.context import effective_events
 from agentruns.runtime.deferred import active_deferred
 from agentruns.runtime.redaction import redact
 from agentruns.runtime.state import Ev, restore
 from agentruns.selectors import can_act_on_run, visible_runs
 from agentruns.services.log import append_events
+from agentruns.store.transitions import run_cancel_parked
 from agentruns.store.wakeups import enqueue_wake
-from agentruns.tools.policy import deferred_catalog, offered_tools
 from agentruns.tools.registry import digest
 
 MAX_INPUT_CHARS = 100_000
@@ -193,14 +196,10 @@ def _create(
 
 
 def thread_mode(thread: Thread) -> str:
-    """The thread's mode by name; a thread that never switched is in the default mode."""
-    switched = (
-        Event.objects.filter(thread=thread, type=ev.MODE_SWITCHED)
-        .order_by("-sequence")
-        .values_list("payload", flat=True)
-        .first()
-    )
-    named = (switched or {}).get("mode") or thread.mode or None
+    """The thread's mode by name (DEF-1): the one its log last switched to, else the
+    configuration's default."""
+    switches = Event.objects.filter(thread=thread, type=ev.MODE_SWITCHED).order_by("sequence")
+    named = log_mode(Ev(*row) for row in switches.values_list("sequence", "type", "payload"))
     return build_runtime_config(thread.configuration).mode(named).name
 
 
@@ -213,33 +212,29 @@ def run_dry(*, user: User, submission: Submission) -> dict[str, Any]:
         submission.forced_snippets, submission.forced_skills
     )
     sources = compose_sources(config.view, snippets, skills)
-    effective: list[Ev] = []
+    logged: list[Ev] = []
     mode_name = submission.mode
     if thread is not None:
         rows = Event.objects.filter(thread=thread).order_by("sequence")
-        effective = list(
-            effective_events(
-                [
-                    Ev(seq, kind, payload, run_id)
-                    for seq, kind, payload, run_id in rows.values_list(
-                        "sequence", "type", "payload", "run_id"
-                    )
-                ]
-            )
-        )
+        logged = [Ev(*row) for row in rows.values_list("sequence", "type", "payload", "run_id")]
         mode_name = mode_name or thread_mode(thread)
     mode = config.mode(mode_name)
     text, kinds = redact(submission.input)
-    system = [*(redact(t)[0] for t in system_texts(sources)), *deferred_catalog(mode)]
-    tools = offered_tools(mode, active_deferred(effective, mode.deferred))
-    history = project(effective)
+    # The run's first send: the thread's log with this input as its newest user message.
+    effective = [*effective_events(logged), Ev(0, ev.USER, {"text": text})]
+    composed = compose_request(
+        sources=sources,
+        mode=mode,
+        active=active_deferred(effective, mode.deferred),
+        events=effective,
+    )
     return {
         "dry_run": True,
         "configuration": configuration.slug,
         "model": config.model,
-        "messages": [{"role": "system", "content": t} for t in system]
-        + [message_dict(m) for m in [*history, UserMessage(text)]],
-        "tools": [{"name": t.name, "wire_name": t.wire_name} for t in tools],
+        "messages": [{"role": "system", "content": t} for t in composed.system]
+        + [message_dict(m) for m in composed.messages],
+        "tools": [{"name": t.name, "wire_name": t.wire_name} for t in composed.tools],
         "redacted": kinds,
         "readout": {
             **readout(config.view, sources, current_enforcement()),
@@ -296,37 +291,17 @@ def _cancel_parked(run: Run) -> None:
             run=run, call_id__in=[c.id for c in open_calls], effect_sent_at__isnull=False
         ).values_list("call_id", flat=True)
     )
-    items: list[tuple[str, dict[str, Any]]] = [
-        (
-            ev.TOOL_RESULT,
-            {
-                "call_id": c.id,
-                "tool": c.name,
-                "status": ev.UNCERTAIN if c.id in sent else ev.ERROR,
-                "content": (
-                    "Outcome unknown: the effect may have happened before the run stopped."
-                    if c.id in sent
-                    else "Interrupted: the run was cancelled before this call ran."
-                ),
-            },
-        )
-        for c in open_calls
-    ]
+    items = close_open_calls(open_calls, sent)
     open_rows = ToolInvocation.objects.filter(
         run=run, call_id__in=[c.id for c in open_calls], status__in=ToolInvocation.OPEN
     )
-    open_rows.filter(effect_sent_at__isnull=False).update(
-        status=ToolInvocation.Status.UNCERTAIN, completed_at=now
-    )
-    open_rows.filter(effect_sent_at__isnull=True).update(
-        status=ToolInvocation.Status.INTERRUPTED, completed_at=now
-    )
+    for was_sent in (True, False):
+        open_rows.filter(effect_sent_at__isnull=not was_sent).update(
+            status=closed_status(was_sent), completed_at=now
+        )
     items.append((ev.RUN_CANCELLED, {}))
     append_events(thread_id=run.thread_id, run_id=run.pk, items=items)
-    updated = Run.objects.filter(
-        pk=run.pk, status__in=[Run.Status.QUEUED, Run.Status.AWAITING]
-    ).update(status=Run.Status.CANCELLED, lease_owner="", lease_expires_at=None, updated_at=now)
-    assert updated == 1
+    run_cancel_parked(run.pk)
 
 
 def thread_switch_mode(*, user: User, thread_id: int, mode: str) -> Thread:

@@ -1,0 +1,56 @@
+"""Every change of `Run.status`, each a fenced or conditional update whose row count is
+checked, with ONE set of "release the lease" columns. Claims (queued/expired → running)
+are the store's claim statement; a running run's own endings and parkings go through the
+step statement with `released(...)` as its run update, fenced by the lease."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import Q
+from django.utils import timezone
+
+from agentruns.models import Run
+from agentruns.store.records import Lease
+
+Status = Run.Status
+
+
+class LostTransition(AssertionError):
+    """A transition the caller's row lock guaranteed did not change exactly one row."""
+
+
+def release_columns() -> dict[str, Any]:
+    """The run holds no worker and no lease (parked, handed back or ended)."""
+    return {"lease_owner": "", "lease_expires_at": None, "updated_at": timezone.now()}
+
+
+def released(status: str, **changes: Any) -> dict[str, Any]:
+    """A run update that moves the run to `status` and frees its lease."""
+    return {**changes, "status": status, **release_columns()}
+
+
+def _move(condition: Q, status: str, **changes: Any) -> bool:
+    return Run.objects.filter(condition).update(**released(status, **changes)) == 1
+
+
+def _must(moved: bool, what: str) -> None:
+    if not moved:
+        raise LostTransition(f"run transition {what} changed no row")
+
+
+def run_hand_back(lease: Lease) -> bool:
+    """running → queued under this worker's epoch, spending no attempt (a graceful stop,
+    overload). False if the lease was lost meanwhile."""
+    return _move(lease.fence & Q(status=Status.RUNNING), Status.QUEUED)
+
+
+def run_requeue_answered(run_id: int) -> None:
+    """awaiting → queued once its ticket resolved (HITL-3, HITL-7); under the run lock."""
+    _must(_move(Q(pk=run_id, status=Status.AWAITING), Status.QUEUED), "awaiting → queued")
+
+
+def run_cancel_parked(run_id: int) -> None:
+    """queued or awaiting → cancelled (HITL-11); under the run lock."""
+    parked = Q(pk=run_id, status__in=[Status.QUEUED, Status.AWAITING])
+    _must(_move(parked, Status.CANCELLED), "parked → cancelled")
