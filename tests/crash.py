@@ -31,7 +31,7 @@ from agentruns import events as ev
 from agentruns.models import Configuration, Event, Note, Run, ToolInvocation
 from agentruns.runtime import faults
 from agentruns.runtime.context import pairing_problems, project
-from agentruns.runtime.executor import execute_run
+from agentruns.runtime.loop import execute_run
 from agentruns.runtime.state import Ev
 from agentruns.services.runs import Submission, run_submit
 from tests.factories import make_configuration, make_provider

@@ -16,7 +16,8 @@ from typing import Any
 
 from agentruns.classes import DataClass
 from agentruns.models import Configuration, Event, Run
-from agentruns.runtime.executor import SUMMARY_INSTRUCTION, execute_run
+from agentruns.runtime.loop import execute_run
+from agentruns.runtime.steps.compact import SUMMARY_INSTRUCTION
 from agentruns.services.runs import Submission, run_submit
 from agentruns.tools.registry import REGISTRY, Effect, Tool, ToolContext, ToolOutput
 from tests.factories import make_configuration, make_provider

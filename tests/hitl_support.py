@@ -12,7 +12,7 @@ from rest_framework.response import Response
 from rest_framework.test import APIClient
 
 from agentruns.models import Configuration, Event, Note, Run, Ticket, ToolInvocation
-from agentruns.runtime.executor import execute_run
+from agentruns.runtime.loop import execute_run
 from agentruns.services.runs import Submission, run_submit
 from tests.factories import make_configuration, make_provider
 from tests.support.fake_provider import FakeProvider

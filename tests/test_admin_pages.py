@@ -7,7 +7,7 @@ from django.contrib import admin
 
 from agentruns.demo import load_demo_data
 from agentruns.models import Run
-from agentruns.runtime.executor import execute_run
+from agentruns.runtime.loop import execute_run
 from agentruns.services.runs import Submission, run_submit
 
 pytestmark = pytest.mark.django_db

@@ -8,7 +8,7 @@ import pytest
 
 from agentruns import events as ev
 from agentruns.models import Note, Run, ToolInvocation
-from agentruns.runtime.executor import execute_run
+from agentruns.runtime.loop import execute_run
 from tests.crash import (
     EXTERNAL_CALL,
     NOTE_CALL,

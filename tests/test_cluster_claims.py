@@ -192,7 +192,7 @@ def test_hitl7_sweeper_expires_due_tickets():
         allowed=["notes"],
     )
     (run,) = submit(config)
-    from agentruns.runtime.executor import execute_run
+    from agentruns.runtime.loop import execute_run
 
     assert execute_run(run.pk) == "awaiting"
     Ticket.objects.filter(run=run).update(deadline=timezone.now() - timedelta(seconds=1))

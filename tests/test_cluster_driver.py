@@ -14,7 +14,7 @@ from django_q.models import OrmQ
 
 from agentruns.cluster.driver import Driver, DriverConfig
 from agentruns.models import Run
-from agentruns.runtime import executor as executor_module
+from agentruns.runtime import loop as executor_module
 from agentruns.runtime.lease import Lease, claim
 from tests.cluster_helpers import configuration, submit, wait_for
 

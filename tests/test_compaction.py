@@ -26,8 +26,9 @@ from agentruns.providers.base import (
 from agentruns.runtime import compaction
 from agentruns.runtime.context import SUMMARY_PREFIX, effective_events, pairing_problems
 from agentruns.runtime.deferred import active_deferred
-from agentruns.runtime.executor import SUMMARY_INSTRUCTION, execute_run
+from agentruns.runtime.loop import execute_run
 from agentruns.runtime.state import Ev
+from agentruns.runtime.steps.compact import SUMMARY_INSTRUCTION
 from agentruns.runtime.tokens import fixed_tokens, message_tokens
 from tests.deferred_support import (
     call,

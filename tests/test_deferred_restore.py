@@ -25,7 +25,7 @@ from agentruns import events as ev
 from agentruns.models import Run, Ticket
 from agentruns.runtime import faults
 from agentruns.runtime.deferred import active_deferred
-from agentruns.runtime.executor import execute_run
+from agentruns.runtime.loop import execute_run
 from agentruns.runtime.state import Ev
 from tests.deferred_support import (
     call,

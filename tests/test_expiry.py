@@ -10,7 +10,7 @@ import pytest
 from django.utils import timezone
 
 from agentruns.models import Note, Run, Ticket, ToolInvocation
-from agentruns.runtime.executor import execute_run
+from agentruns.runtime.loop import execute_run
 from agentruns.services.resume import ticket_expire_due
 from tests.conftest import grant
 from tests.hitl_support import (

@@ -14,9 +14,10 @@ from django.utils import timezone
 
 from agentruns import events as ev
 from agentruns.models import Event, Note, Run, ToolInvocation
-from agentruns.runtime.executor import FENCED, Executor, execute_run, idempotency_key
 from agentruns.runtime.lease import claim
+from agentruns.runtime.loop import Executor, Outcome, execute_run
 from agentruns.runtime.state import ProposedCall
+from agentruns.runtime.steps.model_turn import idempotency_key
 from agentruns.tools.registry import REGISTRY
 from tests.crash import (
     EXTERNAL_CALL,
@@ -72,7 +73,7 @@ def test_a_taken_over_worker_stops_without_writing_an_event(staff, fake):
     events_before = list(Event.objects.values_list("pk", flat=True))
     old, new = taken_over(run.pk)
 
-    assert Executor(old).drive() == FENCED
+    assert Executor(old).drive() == Outcome.FENCED
 
     assert old.lost
     assert list(Event.objects.values_list("pk", flat=True)) == events_before
@@ -97,7 +98,7 @@ def test_a_fenced_transactional_write_rolls_back_with_its_note(staff, fake, effe
 
     post_save.connect(spy, sender=Note, dispatch_uid="fencing-spy")
     try:
-        assert Executor(old).drive() == FENCED
+        assert Executor(old).drive() == Outcome.FENCED
     finally:
         post_save.disconnect(sender=Note, dispatch_uid="fencing-spy")
 
@@ -127,7 +128,7 @@ def test_a_fenced_worker_never_sends_an_external_effect(staff, fake, effects):
         execute_run(run.pk)
     old, new = taken_over(run.pk)
 
-    assert Executor(old).drive() == FENCED
+    assert Executor(old).drive() == Outcome.FENCED
 
     assert effect_lines(effects, run.pk) == []
     invocation = ToolInvocation.objects.get(run=run, call_id=EXTERNAL_CALL["id"])
@@ -257,10 +258,10 @@ def test_no_transaction_is_open_across_a_provider_call_or_an_external_tool(
     """LOOP-5: the worker holds no database transaction while it waits on the model or on
     a tool with an external effect (only the transactional `notes.write` runs inside the
     transaction that records it, by design: TOOL-4)."""
-    from agentruns.runtime import executor
+    from agentruns.runtime.steps import model_turn, tool_calls
 
     seen: list[tuple[str, bool]] = []
-    real_dispatch, real_run_tool = executor.dispatch, executor.run_tool
+    real_dispatch, real_run_tool = model_turn.dispatch, tool_calls.run_tool
 
     def dispatch(*args, **kwargs):
         seen.append(("provider", connection.in_atomic_block))
@@ -271,8 +272,8 @@ def test_no_transaction_is_open_across_a_provider_call_or_an_external_tool(
             seen.append((tool.name, connection.in_atomic_block))
         return real_run_tool(tool, call, context, savepoint=savepoint)
 
-    monkeypatch.setattr(executor, "dispatch", dispatch)
-    monkeypatch.setattr(executor, "run_tool", run_tool)
+    monkeypatch.setattr(model_turn, "dispatch", dispatch)
+    monkeypatch.setattr(tool_calls, "run_tool", run_tool)
     two_tool_configuration(fake)
     run = submit(staff, "two-tool")
 

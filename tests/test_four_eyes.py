@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from agentruns.models import Note, Run, Ticket
-from agentruns.runtime.executor import execute_run
+from agentruns.runtime.loop import execute_run
 from tests.conftest import grant
 from tests.hitl_support import (
     active_ticket,

@@ -1,7 +1,7 @@
 import pytest
 
 from agentruns.models import Note, Run
-from agentruns.runtime.executor import execute_run
+from agentruns.runtime.loop import execute_run
 from tests.conftest import grant
 from tests.factories import make_configuration, make_provider
 

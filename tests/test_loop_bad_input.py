@@ -13,7 +13,7 @@ from rest_framework.test import APIClient
 
 from agentruns import events as ev
 from agentruns.models import Event, Note, Run, ToolInvocation
-from agentruns.runtime.executor import execute_run
+from agentruns.runtime.loop import execute_run
 from tests.conftest import grant
 from tests.crash import make_openai_configuration, provider_pairing_problems, submit
 from tests.factories import make_configuration, make_skill, make_snippet

@@ -1,7 +1,7 @@
 import pytest
 
 from agentruns.models import Configuration, Event, Note, Provider, Run
-from agentruns.runtime.executor import execute_run
+from agentruns.runtime.loop import execute_run
 from agentruns.services.runs import Submission, run_submit
 
 pytestmark = pytest.mark.django_db

@@ -23,7 +23,7 @@ import pytest
 from agentruns import events as ev
 from agentruns.models import Checkpoint, Note, Run, ToolInvocation
 from agentruns.runtime import faults
-from agentruns.runtime.executor import execute_run
+from agentruns.runtime.loop import execute_run
 from tests.crash import (
     EXTERNAL_CALL,
     FINAL_TEXT,

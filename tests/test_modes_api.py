@@ -10,7 +10,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from agentruns.models import Configuration, Event, Run, Thread
-from agentruns.runtime.executor import execute_run
+from agentruns.runtime.loop import execute_run
 from tests.deferred_support import call as tool_call
 from tests.deferred_support import (
     fake_server,

@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from agentruns.models import Checkpoint, Event, GateAudit, Note, Run, Ticket, ToolInvocation
 from agentruns.runtime.config import build_runtime_config
-from agentruns.runtime.executor import execute_run
+from agentruns.runtime.loop import execute_run
 from agentruns.tools.policy import catalog_fingerprint, offered_tools
 from agentruns.tools.registry import digest
 from tests.conftest import grant

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 from agentruns.models import Event, GateAudit, Note, Run, ToolInvocation
-from agentruns.runtime.executor import execute_run
+from agentruns.runtime.loop import execute_run
 from agentruns.services.catalog import configuration_set_sources
 from tests.conftest import grant
 from tests.factories import make_configuration, make_provider, make_skill, make_snippet

@@ -11,7 +11,7 @@ import pytest
 from django.utils import timezone
 
 from agentruns.models import Note, Run, Ticket
-from agentruns.runtime.executor import execute_run
+from agentruns.runtime.loop import execute_run
 from tests.conftest import grant
 from tests.hitl_support import (
     active_ticket,

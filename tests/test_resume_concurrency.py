@@ -12,7 +12,7 @@ from django.db import connection
 
 from agentruns.errors import NotAwaiting
 from agentruns.models import Event, Note, Run, Ticket, ToolInvocation
-from agentruns.runtime.executor import execute_run
+from agentruns.runtime.loop import execute_run
 from agentruns.services.resume import ResumeCommand, run_resume
 from tests.conftest import grant
 from tests.hitl_support import (

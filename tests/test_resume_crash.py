@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from agentruns.models import Event, Note, Run, ToolInvocation
-from agentruns.runtime.executor import execute_run
+from agentruns.runtime.loop import execute_run
 from tests.conftest import grant
 from tests.crash import effect_lines, expire_lease, run_child
 from tests.hitl_processes import claim_and_die

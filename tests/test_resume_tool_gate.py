@@ -10,7 +10,7 @@ import dataclasses
 import pytest
 
 from agentruns.models import Note, Run, Ticket, ToolInvocation
-from agentruns.runtime.executor import execute_run
+from agentruns.runtime.loop import execute_run
 from agentruns.tools.registry import REGISTRY
 from tests.conftest import grant
 from tests.hitl_support import (

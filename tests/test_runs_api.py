@@ -11,7 +11,7 @@ from rest_framework.test import APIClient
 
 from agentruns import events as ev
 from agentruns.models import Event, Note, Run, Thread
-from agentruns.runtime.executor import execute_run
+from agentruns.runtime.loop import execute_run
 from agentruns.services.runs import Submission, run_submit
 from agentruns.store import wakeups
 from tests.crash import make_openai_configuration

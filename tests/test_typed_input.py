@@ -9,7 +9,7 @@ import json
 import pytest
 
 from agentruns.models import Note, Run, Ticket, ToolInvocation
-from agentruns.runtime.executor import execute_run
+from agentruns.runtime.loop import execute_run
 from tests.conftest import grant
 from tests.hitl_support import (
     KEY,

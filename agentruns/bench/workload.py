@@ -10,7 +10,7 @@ from django.contrib.auth import get_user_model
 
 from agentruns.classes import DataClass
 from agentruns.models import Configuration, Provider, Run
-from agentruns.runtime.executor import execute_run
+from agentruns.runtime.loop import execute_run
 from agentruns.services.runs import Submission, run_submit
 from agentruns.tools.registry import REGISTRY, Effect, Tool, ToolContext, ToolOutput
 

@@ -124,7 +124,7 @@ def warm_up() -> None:
     them on their critical path, and racing threads pay them several times over (the
     token encoder's table takes ~0.3 s of CPU to load)."""
     try:
-        import agentruns.runtime.executor  # noqa: F401  (the runtime's imports)
+        import agentruns.runtime.loop  # noqa: F401  (the runtime's imports)
         from agentruns.runtime.tokens import count
 
         count("warm-up")
@@ -204,7 +204,7 @@ class Driver:
     # ---- executor threads ---------------------------------------------------------------
 
     def _work(self) -> None:
-        from agentruns.runtime.executor import FENCED, Executor
+        from agentruns.runtime.loop import Executor, Outcome
 
         while True:
             lease = self._jobs.get()
@@ -212,7 +212,7 @@ class Driver:
                 return
             try:
                 outcome = Executor(lease).drive()
-                if outcome == FENCED:
+                if outcome == Outcome.FENCED:
                     logger.info("run %s: lease taken over; stopped without writing", lease.run_id)
                 else:
                     logger.debug("run %s: %s", lease.run_id, outcome)

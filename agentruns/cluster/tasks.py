@@ -38,7 +38,7 @@ def wake(run_id: int) -> str:
     """Claim the run (a short transaction) and hand it to this process's driver; return
     at once so the q2 worker can take the next wake-up."""
     if settings.Q_CLUSTER.get("sync"):
-        from agentruns.runtime.executor import execute_run
+        from agentruns.runtime.loop import execute_run
 
         return str(execute_run(run_id))
     driver = get_driver()

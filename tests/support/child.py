@@ -26,7 +26,7 @@ def main(argv: list[str]) -> int:
 
     django.setup()
 
-    from agentruns.runtime.executor import execute_run
+    from agentruns.runtime.loop import execute_run
 
     outcome = execute_run(int(argv[1]))
     print(f"outcome={outcome}", flush=True)

@@ -1,0 +1,178 @@
+"""What every step of the loop shares: the claimed run's lease, its log and folded state,
+the live configuration and mode, and the one way to write a durable step (`_commit`)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from django.db import IntegrityError
+
+from agentruns import events as ev
+from agentruns.errors import Fenced
+from agentruns.models import Run, ToolInvocation
+from agentruns.runtime import faults, journal
+from agentruns.runtime.config import RuntimeConfig, runtime_config
+from agentruns.runtime.context import effective_events
+from agentruns.runtime.deferred import active_deferred
+from agentruns.runtime.lease import Lease
+from agentruns.runtime.state import (
+    Ev,
+    ProposedCall,
+    RunState,
+    Turn,
+)
+from agentruns.tools.policy import (
+    Mode,
+    offered_tools,
+)
+from agentruns.tools.registry import (
+    Tool,
+)
+
+logger = logging.getLogger(__name__)
+
+Items = list[tuple[str, dict[str, Any]]]
+
+
+class Outcome(StrEnum):
+    """Where a drive stopped: a status the run reached, or why this worker let go of it."""
+
+    COMPLETED = Run.Status.COMPLETED.value
+    FAILED = Run.Status.FAILED.value
+    CANCELLED = Run.Status.CANCELLED.value
+    AWAITING = Run.Status.AWAITING.value
+    RELEASED = "released"  # handed back to the queue (a shutdown)
+    FENCED = "fenced"  # another worker holds the run now
+
+
+@dataclass
+class Invocation:
+    """What the executor needs of an invocation row between writes."""
+
+    pk: int
+    tool_version: str
+    effect_sent_at: Any
+
+
+@dataclass
+class RunCore:
+    lease: Lease
+    events: list[Ev] = field(default_factory=list)
+    state: RunState = field(default_factory=RunState)
+    next_sequence: int = 1
+    invocations: dict[str, Invocation] = field(default_factory=dict)
+    token_memo: dict[int, int] = field(default_factory=dict)
+    config_memo: tuple[int, RuntimeConfig] | None = None
+    active_memo: tuple[tuple[int, int], set[str]] | None = None
+    # DEF-1: a thread switches modes only between runs, so one read at load suffices.
+    mode_name: str | None = None
+
+    @property
+    def config(self) -> RuntimeConfig:
+        """The live configuration: reloaded whenever the catalog generation moved on."""
+        memo = self.config_memo
+        if memo is None or memo[0] != self.lease.generation:
+            config = runtime_config(self.lease.configuration_id, self.lease.generation)
+            self.config_memo = memo = (self.lease.generation, config)
+        return memo[1]
+
+    @property
+    def mode(self) -> Mode:
+        return self.config.mode(self.mode_name)
+
+    def _active_deferred(self) -> set[str]:
+        """DEF-4: derived from the log; recomputed only when the log or catalog changed."""
+        if not self.mode.deferred:
+            return set()
+        key = (len(self.events), self.lease.generation)
+        if self.active_memo is None or self.active_memo[0] != key:
+            active = active_deferred(effective_events(self.events), self.mode.deferred)
+            self.active_memo = (key, active)
+        return self.active_memo[1]
+
+    def _offered(self) -> list[Tool]:
+        return offered_tools(self.mode, self._active_deferred())
+
+    def _load_invocations(self, turn: Turn, calls: Sequence[ProposedCall]) -> None:
+        missing = [call.id for call in calls if call.id not in self.invocations]
+        if missing:
+            rows = ToolInvocation.objects.filter(
+                run_id=self.lease.run_id, step=turn.step, call_id__in=missing
+            ).values_list("call_id", "pk", "tool_version", "effect_sent_at")
+            for call_id, pk, version, sent in rows:
+                self.invocations[call_id] = Invocation(pk, version, sent)
+
+    def _commit(self, items: Items, **writes: Any) -> list[Ev]:
+        """Write one durable step and make it this executor's view of the log."""
+        written = self._write(items, **writes)
+        self._committed(written)
+        return written
+
+    def _write(
+        self,
+        items: Items,
+        *,
+        checkpoints: Sequence[tuple[str, int | None]] = (),
+        continuation: Any = None,
+        new_invocations: Sequence[dict[str, Any]] = (),
+        invocation_updates: Sequence[tuple[int, dict[str, Any]]] = (),
+        run_update: dict[str, Any] | Callable[[], dict[str, Any]] | None = None,
+        durable: bool = True,
+    ) -> list[Ev]:
+        """Events fenced by the lease, folded into the state, with the checkpoints taken
+        on the way and the step's row changes — written as one unit (journal.write)."""
+        written = [
+            Ev(self.next_sequence + offset, kind, payload, self.lease.run_id)
+            for offset, (kind, payload) in enumerate(items)
+        ]
+        snapshots = self._fold(written, checkpoints, continuation)
+        step = journal.Step(
+            events=written,
+            checkpoints=snapshots,
+            new_invocations=list(new_invocations),
+            invocation_updates=list(invocation_updates),
+            run_update=(run_update() if callable(run_update) else run_update) or {},
+        )
+        try:
+            created = journal.write(self.lease, step, durable=durable)
+        except IntegrityError as exc:
+            # Another writer appended to this thread: this worker's view is stale.
+            self.lease.lost = True
+            raise Fenced(str(exc)) from exc
+        for row in new_invocations:
+            self.invocations[row["call_id"]] = Invocation(
+                created[row["call_id"]], row["tool_version"], None
+            )
+        return written
+
+    def _committed(self, written: list[Ev]) -> None:
+        self.events.extend(written)
+        self.next_sequence += len(written)
+        faults.fault_point(faults.COMMIT)
+
+    def _fold(
+        self,
+        written: list[Ev],
+        checkpoints: Sequence[tuple[str, int | None]],
+        continuation: Any,
+    ) -> list[tuple[str, int, dict[str, Any]]]:
+        snapshots = []
+        applied = 0
+        for kind, upto in checkpoints:
+            upto = len(written) if upto is None else upto
+            for event in written[applied:upto]:
+                self._apply(event, continuation)
+            applied = max(applied, upto)
+            snapshots.append((kind, self.state.last_sequence, self.state.as_dict()))
+        for event in written[applied:]:
+            self._apply(event, continuation)
+        return snapshots
+
+    def _apply(self, event: Ev, continuation: Any) -> None:
+        self.state.apply(event)
+        if event.type == ev.ASSISTANT:
+            self.state.continuation = continuation

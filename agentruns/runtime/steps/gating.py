@@ -1,0 +1,81 @@
+"""The context a send carries: forced sources composed once at the start (FS-4), the
+sources of every send (CG-1, RG-1, RG-2) and the gate asserted before each (CG-4..CG-9)."""
+
+from __future__ import annotations
+
+import logging
+
+from django.utils import timezone
+
+from agentruns import events as ev
+from agentruns.errors import ContextRefused
+from agentruns.gate.audit import context_assert
+from agentruns.gate.core import Source, compose_sources
+from agentruns.gate.lookups import forced_for_composition
+from agentruns.runtime.config import forced_sources
+from agentruns.runtime.steps.base import Items, Outcome
+from agentruns.runtime.steps.endings import Endings
+
+logger = logging.getLogger(__name__)
+
+
+class Gating(Endings):
+    def _compose(self) -> None:
+        """FS-4: a starting run injects only active forced sources and says what it left.
+        A run that forces nothing has nothing to compose, and nothing to record."""
+        if not (self.lease.forced_snippet_ids or self.lease.forced_skill_ids):
+            self.lease.composed = True
+            return
+        snippets, skills, dropped = forced_for_composition(
+            self.lease.forced_snippet_ids, self.lease.forced_skill_ids
+        )
+        self.lease.forced_snippet_ids = [s.id for s in snippets]
+        self.lease.forced_skill_ids = [s.id for s in skills]
+        items: Items = []
+        if dropped:
+            items.append((ev.SOURCES_DROPPED, {"sources": [d.as_dict() for d in dropped]}))
+        self._commit(
+            items,
+            run_update={
+                "forced_snippet_ids": self.lease.forced_snippet_ids,
+                "forced_skill_ids": self.lease.forced_skill_ids,
+                "composed_at": timezone.now(),
+            },
+            durable=False,
+        )
+        self.lease.composed = True
+
+    def _sources(self) -> tuple[Source, ...]:
+        """CG-1 against the live configuration; the forced set by identity (RG-1, RG-2)."""
+        snippets, skills = forced_sources(
+            self.lease.forced_snippet_ids, self.lease.forced_skill_ids, self.lease.generation
+        )
+        return compose_sources(self.config.view, snippets, skills)
+
+    def _assert_context(self) -> Outcome | None:
+        """CG-4..CG-9: an audit row per assert, decided on the configuration as cached for
+        the catalog generation this executor knows; the same statement reads the live
+        generation, and a decision taken on a stale one is taken again. A refusal ends the
+        run before anything is sent."""
+        for _ in range(3):
+            known = self.lease.generation
+            try:
+                asserted = context_assert(
+                    config=self.config.view, sources=self._sources(), run_id=self.lease.run_id
+                )
+            except ContextRefused as refused:
+                if refused.generation is not None and refused.generation != known:
+                    self.lease.generation = refused.generation  # decided on a stale catalog
+                    continue
+                return self._finish_failed(
+                    "context_refused",
+                    refused.detail,
+                    fields=refused.fields,
+                    extra=[(ev.CONTEXT_REFUSED, {"detail": refused.detail, **refused.fields})],
+                )
+            self.lease.generation = asserted.generation
+            if asserted.generation == known:
+                break
+        if asserted.observed_refusal and not self.state.observed:
+            self._commit([(ev.CONTEXT_OBSERVED, {"verdict": "refused (observed)"})])
+        return None
