@@ -9,7 +9,7 @@ import pytest
 from agentruns import events as ev
 from agentruns.models import Note, Run, ToolInvocation
 from agentruns.runtime.loop import execute_run
-from tests.crash import (
+from tests.support.crash import (
     EXTERNAL_CALL,
     NOTE_CALL,
     effect_lines,

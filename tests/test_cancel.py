@@ -9,7 +9,7 @@ import pytest
 from agentruns.models import Note, Run, Ticket, ToolInvocation
 from agentruns.runtime.loop import execute_run
 from tests.conftest import grant
-from tests.hitl_support import (
+from tests.support.hitl import (
     active_ticket,
     allow,
     client_for,
@@ -20,9 +20,9 @@ from tests.hitl_support import (
     resume,
     run_events,
     scripted_configuration,
-    start,
     write_call,
 )
+from tests.support.runs import submit
 
 pytestmark = pytest.mark.django_db
 
@@ -44,7 +44,7 @@ def cancel(user, run_id):
 
 
 def test_hitl11_cancelling_a_queued_run(member, approver):
-    run = start(member, "c")
+    run = submit(member, "c")
     response = cancel(member, run.pk)
     assert response.status_code == 200, response.json()
     assert response.json()["status"] == "cancelled"
@@ -104,7 +104,7 @@ def test_hitl11_an_allowed_run_cancelled_before_a_worker_took_it_never_runs_the_
 def test_hitl11_a_cancelled_threads_next_run_may_start(approver):
     run = park(approver, "c")
     assert cancel(approver, run.pk).status_code == 200
-    again = start(approver, "c", thread=run.thread_id)
+    again = submit(approver, "c", thread=run.thread_id)
     assert again.status == Run.Status.QUEUED
 
 
@@ -116,10 +116,10 @@ def test_hitl11_cancelling_a_finished_run_is_409(approver, outcome):
         assert execute_run(run.pk) == "completed"
     elif outcome == "failed":
         scripted_configuration("broken", [{"error": {"status": 400, "message": "bad"}}])
-        run = start(approver, "broken")
+        run = submit(approver, "broken")
         assert execute_run(run.pk) == "failed"
     else:
-        run = start(approver, "c")
+        run = submit(approver, "c")
         assert cancel(approver, run.pk).status_code == 200
     before = picture(run.pk)
     response = cancel(approver, run.pk)

@@ -13,7 +13,7 @@ from agentruns.models import (
     Skill,
     Snippet,
 )
-from tests.factories import (
+from tests.support.factories import (
     make_configuration,
     make_provider,
     make_skill,

@@ -12,14 +12,14 @@ from agentruns import events as ev
 from agentruns.errors import NotAwaiting
 from agentruns.models import Run, Ticket
 from agentruns.services.runs import run_cancel
-from tests.cluster_helpers import (
+from tests.support.clusters import (
     Clusters,
     assert_log_consistent,
     bench_user,
     configuration,
     events,
     running_clusters,
-    submit,
+    submit_batch,
     wait_statuses,
 )
 
@@ -33,7 +33,7 @@ def clusters(transactional_db: None, tmp_path: Path) -> Iterator[Clusters]:
 
 def test_hitl11_cancel_queued_run_then_its_wakeup_is_harmless(clusters):
     config = configuration("cancel-queued", [{"text": "done"}])
-    (run,) = submit(config)
+    (run,) = submit_batch(config)
     run_cancel(user=bench_user(), run_id=run.pk)
     cancelled = events(run)
     assert [kind for _, kind, _ in cancelled][-1] == ev.RUN_CANCELLED
@@ -55,7 +55,7 @@ def test_hitl11_cancel_awaiting_run_voids_ticket_and_resume_is_not_awaiting(clus
         allowed=["notes"],
     )
     clusters.start("a")
-    (run,) = submit(config)
+    (run,) = submit_batch(config)
     wait_statuses([run], "awaiting", timeout=30, clusters=clusters)
     ticket = Ticket.objects.get(run=run, status=Ticket.Status.ACTIVE)
     run_cancel(user=bench_user(), run_id=run.pk)
@@ -98,7 +98,7 @@ def test_hitl11_cancel_running_run_stops_at_next_boundary_after_the_call_complet
         ],
     )
     clusters.start("a")
-    (run,) = submit(config)
+    (run,) = submit_batch(config)
     clusters.wait(started.exists, timeout=30, what="the wait tool to start")
     run_cancel(user=bench_user(), run_id=run.pk)
     run.refresh_from_db()

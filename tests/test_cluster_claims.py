@@ -25,7 +25,7 @@ from agentruns.cluster.admin import ClusterQueueAdmin
 from agentruns.cluster.status import snapshot
 from agentruns.models import Run, Ticket
 from agentruns.runtime.lease import claim, claim_queued, renew_many
-from tests.cluster_helpers import configuration, submit
+from tests.support.clusters import configuration, submit_batch
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -43,7 +43,7 @@ def queued_task_ids() -> set[str]:
 
 
 def test_clu2_concurrent_claims_receive_different_runs():
-    runs = submit(quick_config(), 24)
+    runs = submit_batch(quick_config(), 24)
     ids = [run.pk for run in runs]
     workers = 4
     barrier = threading.Barrier(workers)
@@ -79,7 +79,7 @@ def test_clu2_concurrent_claims_receive_different_runs():
 
 
 def test_clu2_claim_skips_a_locked_run_instead_of_waiting():
-    (run,) = submit(quick_config())
+    (run,) = submit_batch(quick_config())
     locked, done = threading.Event(), threading.Event()
 
     def hold() -> None:
@@ -108,7 +108,7 @@ def test_clu2_batch_claims_take_queued_runs_oldest_first_and_never_a_live_lease(
     """PERF-6: a worker with free threads claims a burst of queued runs in one statement;
     it never takes a running run, even one whose lease expired (only a wake-up or the
     sweeper reclaims, spending an attempt), and never the same run twice."""
-    runs = submit(quick_config(), 5)
+    runs = submit_batch(quick_config(), 5)
     running = claim(runs[0].pk)
     expired = claim(runs[1].pk)
     assert running and expired
@@ -125,7 +125,7 @@ def test_clu2_batch_claims_take_queued_runs_oldest_first_and_never_a_live_lease(
 
 
 def test_clu2_heartbeat_renews_held_leases_and_marks_lost_ones():
-    runs = submit(quick_config(), 3)
+    runs = submit_batch(quick_config(), 3)
     leases = [claim(run.pk) for run in runs]
     kept, taken, cancelled = (lease for lease in leases if lease is not None)
     expire(runs[1])
@@ -143,7 +143,7 @@ def test_clu2_heartbeat_renews_held_leases_and_marks_lost_ones():
 
 
 def test_clu3_sweeper_reenqueues_expired_leases_once():
-    (run,) = submit(quick_config())
+    (run,) = submit_batch(quick_config())
     OrmQ.objects.all().delete()
     assert claim(run.pk) is not None
     assert sweeper.sweep().expired_leases == []  # a live lease is left alone
@@ -158,7 +158,7 @@ def test_clu3_sweeper_reenqueues_expired_leases_once():
 
 
 def test_clu3_sweeper_finds_lost_wakeups_and_leaves_live_ones():
-    lost, _live = submit(quick_config(), 2)
+    lost, _live = submit_batch(quick_config(), 2)
     Run.objects.update(wake_enqueued_at=timezone.now() - timedelta(seconds=5))
     lost_task = Run.objects.get(pk=lost.pk).wake_task_id
     for row in OrmQ.objects.all():
@@ -173,7 +173,7 @@ def test_clu3_sweeper_finds_lost_wakeups_and_leaves_live_ones():
 
 
 def test_clu3_wakeup_taken_by_a_dead_cluster_counts_as_lost(settings):
-    (run,) = submit(quick_config())
+    (run,) = submit_batch(quick_config())
     Run.objects.update(wake_enqueued_at=timezone.now() - timedelta(seconds=5))
     timeout, retry = settings.Q_CLUSTER["timeout"], settings.Q_CLUSTER["retry"]
     # Taken just now by some cluster: still live.
@@ -191,7 +191,7 @@ def test_hitl7_sweeper_expires_due_tickets():
         [{"tool_calls": [{"name": "notes.write", "arguments": {"title": "t", "body": "b"}}]}],
         allowed=["notes"],
     )
-    (run,) = submit(config)
+    (run,) = submit_batch(config)
     from agentruns.runtime.loop import execute_run
 
     assert execute_run(run.pk) == "awaiting"
@@ -203,7 +203,7 @@ def test_hitl7_sweeper_expires_due_tickets():
 
 
 def test_cluster_status_reports_queue_runs_and_stuck():
-    runs = submit(quick_config(), 3)
+    runs = submit_batch(quick_config(), 3)
     assert claim(runs[0].pk) is not None
     expire(runs[0])
     Run.objects.filter(pk=runs[1].pk).update(wake_enqueued_at=timezone.now() - timedelta(seconds=5))
@@ -237,7 +237,7 @@ def test_cluster_admin_page_is_read_only_and_shows_the_summary(client, django_us
 
         importlib.reload(config.urls)
         clear_url_caches()
-    submit(quick_config(), 2)
+    submit_batch(quick_config(), 2)
     user = django_user_model.objects.create_superuser("root", password="pw")
     client.force_login(user)
     page = client.get(reverse("admin:agentruns_cluster_status"))

@@ -16,7 +16,7 @@ from agentruns.cluster.driver import Driver, DriverConfig
 from agentruns.models import Run
 from agentruns.runtime import loop as executor_module
 from agentruns.runtime.lease import Lease, claim
-from tests.cluster_helpers import configuration, submit, wait_for
+from tests.support.clusters import configuration, submit_batch, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -55,7 +55,7 @@ def fake_executor(monkeypatch: pytest.MonkeyPatch) -> type[FakeExecutor]:
 
 
 def drive_one(driver: Driver) -> Run:
-    (run,) = submit(configuration("driven", [{"text": "done"}]))
+    (run,) = submit_batch(configuration("driven", [{"text": "done"}]))
     assert driver.reserve(timeout=1)
     lease = claim(run.pk)
     assert lease is not None
@@ -114,7 +114,7 @@ def test_driver_shutdown_asks_executors_to_release_and_waits(driver, fake_execut
         return "released"
 
     fake_executor.behaviour = wait_for_stop
-    (run,) = submit(configuration("stopping", [{"text": "done"}]))
+    (run,) = submit_batch(configuration("stopping", [{"text": "done"}]))
     assert driver.reserve(timeout=1)
     lease = claim(run.pk)
     assert lease is not None

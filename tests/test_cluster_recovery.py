@@ -16,14 +16,14 @@ from django_q.models import OrmQ
 
 from agentruns import events as ev
 from agentruns.models import Run, Ticket
-from tests.cluster_helpers import (
+from tests.support.clusters import (
     Clusters,
     assert_log_consistent,
     configuration,
     effect_lines,
     events,
     running_clusters,
-    submit,
+    submit_batch,
     wait_statuses,
 )
 
@@ -86,7 +86,7 @@ def test_clu_runs_survive_a_cluster_killed_mid_flight(clusters, tmp_path):
     # Cluster b starts only once a holds runs: started together, the one that warms up
     # first can take every run before the other claims any.
     a = clusters.start("a")
-    runs = submit(writer, 25) + submit(parker, 5)
+    runs = submit_batch(writer, 25) + submit_batch(parker, 5)
     expected = {run.pk: "completed" for run in runs[:25]} | {
         run.pk: "awaiting" for run in runs[25:]
     }
@@ -139,7 +139,7 @@ def test_clu_paused_worker_loses_its_lease_and_writes_nothing(clusters, tmp_path
     config = configuration("clu-pause", [wait_turn(tmp_path, "w"), {"text": "done"}])
     started, release = tmp_path / "w.started", tmp_path / "w.release"
     a = clusters.start("a")
-    (run,) = submit(config)
+    (run,) = submit_batch(config)
     paused = clusters.wait(lambda: started_pid(started), timeout=30, what="the wait tool to start")
     assert paused is not None
     epoch = Run.objects.get(pk=run.pk).epoch
@@ -176,7 +176,7 @@ def test_clu_lost_wakeups_are_recovered_by_the_sweeper(clusters, tmp_path):
     config = configuration(
         "clu-lost", [{"tool_calls": [{"name": "clock.now", "arguments": {}}]}, {"text": "done"}]
     )
-    runs = submit(config, 6)
+    runs = submit_batch(config, 6)
     before = dict(Run.objects.filter(pk__in=[r.pk for r in runs]).values_list("pk", "wake_task_id"))
     OrmQ.objects.all().delete()
     clusters.start("a")
@@ -199,7 +199,7 @@ def test_clu_attempts_exhausted_when_workers_keep_dying(clusters, tmp_path):
     config = configuration("clu-doomed", [wait_turn(tmp_path, "d"), {"text": "done"}])
     started = tmp_path / "d.started"
     cluster = clusters.start("a", AGENTRUNS_MAX_ATTEMPTS=1)
-    (run,) = submit(config)
+    (run,) = submit_batch(config)
     killed: int | None = None
     for crash in range(2):  # the first execution and one reclaim; the second gives up
         pid = clusters.wait(
@@ -229,7 +229,7 @@ def test_clu_graceful_stop_hands_runs_back_without_spending_attempts(clusters, t
         latency_ms=700,
     )
     a = clusters.start("a")
-    runs = submit(config, 8)
+    runs = submit_batch(config, 8)
     clusters.wait(
         lambda: Run.objects.filter(pk__in=[r.pk for r in runs], status="running").count() == 8,
         timeout=30,

@@ -30,12 +30,11 @@ from agentruns.runtime.loop import execute_run
 from agentruns.runtime.state import Ev
 from agentruns.runtime.steps.compact import SUMMARY_INSTRUCTION
 from agentruns.runtime.tokens import fixed_tokens, message_tokens
-from tests.deferred_support import (
+from tests.support.deferred import (
     call,
     fake_server,
     modes,
     offered,
-    openai_configuration,
     prompt,
     search,
     submit,
@@ -44,7 +43,7 @@ from tests.deferred_support import (
     turn,
     turn_requests,
 )
-from tests.factories import make_configuration, make_provider
+from tests.support.factories import make_configuration, make_openai_configuration, make_provider
 
 SUMMARY = "SUMMARY-TEXT"
 
@@ -113,7 +112,7 @@ def assert_summary_request_is_plain(body: dict[str, Any]) -> None:
 def test_def6_an_over_budget_context_is_compacted_before_it_is_sent(staff):
     budget = 400
     with fake_server(search("weather"), summary=SUMMARY) as (fake, _script):
-        openai_configuration(
+        make_openai_configuration(
             "cfg",
             fake,
             allowed_tools=["clock.now", "deftest"],
@@ -188,7 +187,7 @@ def test_def6_compaction_mid_prompt_never_splits_a_call_from_its_result(staff, w
 @pytest.mark.django_db
 def test_def6_a_context_that_cannot_fit_even_after_compaction_fails(staff):
     with fake_server(summary=SUMMARY) as (fake, _script):
-        openai_configuration(
+        make_openai_configuration(
             "cfg",
             fake,
             allowed_tools=["clock.now"],
@@ -209,7 +208,7 @@ def test_def6_a_context_that_cannot_fit_even_after_compaction_fails(staff):
 @pytest.mark.django_db
 def test_def6_a_first_prompt_over_budget_fails_instead_of_being_sent(staff):
     with fake_server() as (fake, _script):
-        openai_configuration(
+        make_openai_configuration(
             "cfg",
             fake,
             allowed_tools=["clock.now"],
@@ -230,7 +229,7 @@ def test_def6_the_request_after_compaction_is_within_budget_to_the_token(staff):
     budget = 300
     with fake_server(summary="S") as (fake, _script):
         # No tools and no system text: the whole budget is messages.
-        openai_configuration(
+        make_openai_configuration(
             "cfg", fake, allowed_tools=[], modes=modes(plain=([], [])), context_budget_tokens=budget
         )
         first = prompt(staff, "cfg", words(50))

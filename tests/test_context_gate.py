@@ -25,7 +25,7 @@ from agentruns.gate.core import (
 )
 from agentruns.models import GateAudit
 from agentruns.selectors import configuration_readout
-from tests.factories import (
+from tests.support.factories import (
     link,
     make_configuration,
     make_provider,

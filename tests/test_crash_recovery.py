@@ -24,7 +24,7 @@ from agentruns import events as ev
 from agentruns.models import Checkpoint, Note, Run, ToolInvocation
 from agentruns.runtime import faults
 from agentruns.runtime.loop import execute_run
-from tests.crash import (
+from tests.support.crash import (
     EXTERNAL_CALL,
     FINAL_TEXT,
     NOTE_CALL,

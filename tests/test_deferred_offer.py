@@ -11,14 +11,13 @@ import json
 import pytest
 
 from agentruns.models import Ticket
-from tests.deferred_support import (
+from tests.support.deferred import (
     LEDGER_TOOLS,
     SCHEMA_MARKER,
     call,
     fake_server,
     modes,
     offered,
-    openai_configuration,
     prompt,
     search,
     system_of,
@@ -26,6 +25,7 @@ from tests.deferred_support import (
     turn,
     turn_requests,
 )
+from tests.support.factories import make_openai_configuration
 
 pytestmark = pytest.mark.django_db
 
@@ -56,7 +56,7 @@ def catalog_entries(request) -> dict[str, str]:
 
 
 def configure(fake, deferred, *, allowed=("clock.now", "deftest", "http.get"), **kw):
-    return openai_configuration(
+    return make_openai_configuration(
         "cfg",
         fake,
         allowed_tools=list(allowed),
@@ -97,7 +97,7 @@ def test_def2_a_mode_without_a_catalog_offers_no_tool_search_and_no_catalog(staf
 
 def test_def2_empty_modes_put_granted_deferred_tools_behind_tool_search(staff):
     with fake_server() as (fake, _script):
-        openai_configuration("cfg", fake, allowed_tools=["clock.now", "http.get"])
+        make_openai_configuration("cfg", fake, allowed_tools=["clock.now", "http.get"])
         prompt(staff, "cfg")
     [first] = turn_requests(fake)
     assert offered(first) == ["clock_now", "tool_search"]

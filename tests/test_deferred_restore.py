@@ -27,12 +27,11 @@ from agentruns.runtime import faults
 from agentruns.runtime.deferred import active_deferred
 from agentruns.runtime.loop import execute_run
 from agentruns.runtime.state import Ev
-from tests.deferred_support import (
+from tests.support.deferred import (
     call,
     fake_server,
     modes,
     offered,
-    openai_configuration,
     page_server,
     prompt,
     search,
@@ -42,6 +41,7 @@ from tests.deferred_support import (
     turn,
     turn_requests,
 )
+from tests.support.factories import make_openai_configuration
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 BASE = ["clock_now", "tool_search"]
@@ -143,7 +143,9 @@ uses_db = pytest.mark.django_db
 
 
 def configure(fake, *, allowed=("clock.now", "deftest", "http.get"), **mode_spec):
-    return openai_configuration("cfg", fake, allowed_tools=list(allowed), modes=modes(**mode_spec))
+    return make_openai_configuration(
+        "cfg", fake, allowed_tools=list(allowed), modes=modes(**mode_spec)
+    )
 
 
 @uses_db
@@ -323,7 +325,7 @@ def test_def4_a_fresh_process_restores_the_same_set_for_the_next_prompt(staff, s
             turn(call("http.get", {"url": url})),
         ) as (fake, _script),
     ):
-        openai_configuration(
+        make_openai_configuration(
             "cfg",
             fake,
             allowed_tools=["clock.now", "http.get"],

@@ -13,7 +13,8 @@ from agentruns.models import Note, Run, Ticket, ToolInvocation
 from agentruns.runtime.loop import execute_run
 from agentruns.services.resume import ticket_expire_due
 from tests.conftest import grant
-from tests.hitl_support import (
+from tests.support.fake_provider import FakeProvider
+from tests.support.hitl import (
     KEY,
     KEY_ENV,
     active_ticket,
@@ -25,10 +26,9 @@ from tests.hitl_support import (
     picture,
     resume,
     run_events,
-    start,
     tool_messages,
 )
-from tests.support.fake_provider import FakeProvider
+from tests.support.runs import submit
 
 pytestmark = pytest.mark.django_db
 
@@ -63,7 +63,7 @@ def parked(fake, user, call=WRITE, timeout=3600):
     openai_configuration(
         "x", fake, allowed_tools=["notes", "ask_user"], approval_timeout_seconds=timeout
     )
-    run = start(user, "x")
+    run = submit(user, "x")
     before = timezone.now()
     assert execute_run(run.pk) == "awaiting"
     return run, active_ticket(run.pk), before
@@ -83,7 +83,7 @@ def test_hitl7_the_default_timeout_is_a_day(approver, fake):
     fake.default = script(WRITE)
     config = openai_configuration("d", fake, allowed_tools=["notes"])
     assert config.approval_timeout_seconds == 24 * 3600
-    run = start(approver, "d")
+    run = submit(approver, "d")
     assert execute_run(run.pk) == "awaiting"
     left = active_ticket(run.pk).deadline - timezone.now()
     assert timedelta(hours=23, minutes=59) < left <= timedelta(hours=24)

@@ -9,14 +9,14 @@ import pytest
 from agentruns import events as ev
 from agentruns.models import Configuration, Event, GateAudit, Provider, Run
 from agentruns.runtime.loop import execute_run
-from tests.crash import (
+from tests.support.crash import (
     SimulatedCrash,
     expire_lease,
     fault_hook,
     make_openai_configuration,
     submit,
 )
-from tests.factories import make_configuration, make_provider, make_snippet
+from tests.support.factories import make_configuration, make_provider, make_snippet
 from tests.support.fake_provider import ANTHROPIC_PATH, OPENAI_PATH, FakeProvider
 
 pytestmark = pytest.mark.django_db

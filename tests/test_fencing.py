@@ -19,7 +19,7 @@ from agentruns.runtime.loop import Executor, Outcome, execute_run
 from agentruns.runtime.state import ProposedCall
 from agentruns.runtime.steps.model_turn import idempotency_key
 from agentruns.tools.registry import REGISTRY
-from tests.crash import (
+from tests.support.crash import (
     EXTERNAL_CALL,
     NOTE_CALL,
     SimulatedCrash,

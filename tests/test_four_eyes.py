@@ -8,7 +8,7 @@ import pytest
 from agentruns.models import Note, Run, Ticket
 from agentruns.runtime.loop import execute_run
 from tests.conftest import grant
-from tests.hitl_support import (
+from tests.support.hitl import (
     active_ticket,
     allow,
     answer,

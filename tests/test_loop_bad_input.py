@@ -15,9 +15,15 @@ from agentruns import events as ev
 from agentruns.models import Event, Note, Run, ToolInvocation
 from agentruns.runtime.loop import execute_run
 from tests.conftest import grant
-from tests.crash import make_openai_configuration, provider_pairing_problems, submit
-from tests.factories import make_configuration, make_skill, make_snippet
+from tests.support.crash import provider_pairing_problems
+from tests.support.factories import (
+    make_configuration,
+    make_openai_configuration,
+    make_skill,
+    make_snippet,
+)
 from tests.support.fake_provider import FakeProvider
+from tests.support.runs import submit
 
 pytestmark = pytest.mark.django_db
 

@@ -11,16 +11,15 @@ from rest_framework.test import APIClient
 
 from agentruns.models import Configuration, Event, Run, Thread
 from agentruns.runtime.loop import execute_run
-from tests.deferred_support import call as tool_call
-from tests.deferred_support import (
+from tests.support.deferred import call as tool_call
+from tests.support.deferred import (
     fake_server,
     modes,
     offered,
-    openai_configuration,
     turn,
     turn_requests,
 )
-from tests.factories import make_provider
+from tests.support.factories import make_openai_configuration, make_provider
 
 pytestmark = pytest.mark.django_db
 
@@ -52,7 +51,7 @@ def configure(fake, slug: str = "cfg", **kw):
         "modes",
         modes(agent=(["clock.now"], ["http.get"]), chat=(["notes.read"], [])),
     )
-    return openai_configuration(slug, fake, **kw)
+    return make_openai_configuration(slug, fake, **kw)
 
 
 def post_run(api: APIClient, **body):

@@ -20,7 +20,8 @@ from agentruns.runtime.loop import execute_run
 from agentruns.tools.policy import catalog_fingerprint, offered_tools
 from agentruns.tools.registry import digest
 from tests.conftest import grant
-from tests.hitl_support import (
+from tests.support.fake_provider import FakeProvider
+from tests.support.hitl import (
     KEY,
     KEY_ENV,
     active_ticket,
@@ -30,10 +31,9 @@ from tests.hitl_support import (
     openai_configuration,
     resume,
     run_events,
-    start,
     tool_messages,
 )
-from tests.support.fake_provider import FakeProvider
+from tests.support.runs import submit
 
 pytestmark = pytest.mark.django_db
 
@@ -78,7 +78,7 @@ def seq(run_id, type_, call_id):
 def test_hitl1_read_only_calls_run_first_and_one_ticket_parks_a_leaseless_run(
     approver, fake, config
 ):
-    run = start(approver, "p")
+    run = submit(approver, "p")
     assert execute_run(run.pk) == "awaiting"
     run.refresh_from_db()
     assert run.status == Run.Status.AWAITING
@@ -103,7 +103,7 @@ def test_hitl1_read_only_calls_run_first_and_one_ticket_parks_a_leaseless_run(
 
 
 def test_hitl1_hitl5_mixed_decisions_reach_the_model_in_model_order(approver, fake, config):
-    run = start(approver, "p")
+    run = submit(approver, "p")
     client = client_for(approver)
     assert execute_run(run.pk) == "awaiting"
 
@@ -152,7 +152,7 @@ def test_hitl1_hitl5_mixed_decisions_reach_the_model_in_model_order(approver, fa
 
 
 def test_hitl5_deny_never_runs_the_tool_and_the_same_run_continues(approver, fake, config):
-    run = start(approver, "p")
+    run = submit(approver, "p")
     client = client_for(approver)
     assert execute_run(run.pk) == "awaiting"
     assert resume(client, run.pk, deny(active_ticket(run.pk), "no a")).status_code == 200
@@ -166,7 +166,7 @@ def test_hitl5_deny_never_runs_the_tool_and_the_same_run_continues(approver, fak
 
 
 def test_hitl2_ticket_fields_and_no_credential_anywhere(approver, fake, config):
-    run = start(approver, "p")
+    run = submit(approver, "p")
     before = timezone.now()
     assert execute_run(run.pk) == "awaiting"
     after = timezone.now()
@@ -226,7 +226,7 @@ def parked_on_write(user, fake):
         else {"text": "", "tool_calls": [WRITE_A]}
     )
     openai_configuration("one", fake, allowed_tools=["notes"])
-    run = start(user, "one")
+    run = submit(user, "one")
     assert execute_run(run.pk) == "awaiting"
     return run, active_ticket(run.pk)
 

@@ -16,8 +16,9 @@ from agentruns.models import Event, GateAudit, Note, Run, ToolInvocation
 from agentruns.runtime.loop import execute_run
 from agentruns.services.catalog import configuration_set_sources
 from tests.conftest import grant
-from tests.factories import make_configuration, make_provider, make_skill, make_snippet
-from tests.hitl_support import (
+from tests.support.factories import make_configuration, make_provider, make_skill, make_snippet
+from tests.support.fake_provider import FakeProvider
+from tests.support.hitl import (
     KEY,
     KEY_ENV,
     active_ticket,
@@ -28,9 +29,8 @@ from tests.hitl_support import (
     openai_configuration,
     results_by_call,
     resume,
-    start,
 )
-from tests.support.fake_provider import FakeProvider
+from tests.support.runs import submit
 
 pytestmark = pytest.mark.django_db
 
@@ -95,7 +95,7 @@ def provider(fake, slug, zone):
 
 
 def parked(user, fake, **forced_sets):
-    run = start(user, "rg", **forced_sets)
+    run = submit(user, "rg", **forced_sets)
     assert execute_run(run.pk) == "awaiting"
     assert len(fake.requests) == 1
     return run

@@ -13,7 +13,7 @@ from django.utils import timezone
 from agentruns.models import Note, Run, Ticket
 from agentruns.runtime.loop import execute_run
 from tests.conftest import grant
-from tests.hitl_support import (
+from tests.support.hitl import (
     active_ticket,
     allow,
     answer,
@@ -24,9 +24,9 @@ from tests.hitl_support import (
     picture,
     resume,
     scripted_configuration,
-    start,
     write_call,
 )
+from tests.support.runs import submit
 
 pytestmark = pytest.mark.django_db
 
@@ -114,7 +114,7 @@ def test_hitl9_not_permitted_for_a_viewer_who_may_see_but_not_decide(
 
 
 def test_hitl3_not_awaiting_for_a_queued_run(approver, config):
-    run = start(approver, "c")
+    run = submit(approver, "c")
     body = {
         "correlation_id": str(uuid.uuid4()),
         "run": run.pk,

@@ -15,7 +15,7 @@ from agentruns.models import Event, Note, Run, Ticket, ToolInvocation
 from agentruns.runtime.loop import execute_run
 from agentruns.services.resume import ResumeCommand, run_resume
 from tests.conftest import grant
-from tests.hitl_support import (
+from tests.support.hitl import (
     active_ticket,
     allow,
     client_for,

@@ -13,9 +13,8 @@ import pytest
 from agentruns.models import Event, Note, Run, ToolInvocation
 from agentruns.runtime.loop import execute_run
 from tests.conftest import grant
-from tests.crash import effect_lines, expire_lease, run_child
-from tests.hitl_processes import claim_and_die
-from tests.hitl_support import (
+from tests.support.crash import effect_lines, expire_lease, run_child
+from tests.support.hitl import (
     active_ticket,
     allow,
     client_for,
@@ -24,6 +23,7 @@ from tests.hitl_support import (
     resume,
     scripted_configuration,
 )
+from tests.support.hitl_processes import claim_and_die
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

@@ -13,7 +13,7 @@ from agentruns.models import Note, Run, Ticket, ToolInvocation
 from agentruns.runtime.loop import execute_run
 from agentruns.tools.registry import REGISTRY
 from tests.conftest import grant
-from tests.hitl_support import (
+from tests.support.hitl import (
     active_ticket,
     allow,
     client_for,

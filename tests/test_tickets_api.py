@@ -12,7 +12,7 @@ from django.utils import timezone
 from agentruns.models import Ticket
 from agentruns.services.resume import ticket_expire_due
 from tests.conftest import grant
-from tests.hitl_support import (
+from tests.support.hitl import (
     active_ticket,
     allow,
     answer,

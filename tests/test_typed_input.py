@@ -11,7 +11,8 @@ import pytest
 from agentruns.models import Note, Run, Ticket, ToolInvocation
 from agentruns.runtime.loop import execute_run
 from tests.conftest import grant
-from tests.hitl_support import (
+from tests.support.fake_provider import FakeProvider
+from tests.support.hitl import (
     KEY,
     KEY_ENV,
     active_ticket,
@@ -24,10 +25,9 @@ from tests.hitl_support import (
     results_by_call,
     resume,
     run_events,
-    start,
     tool_messages,
 )
-from tests.support.fake_provider import FakeProvider
+from tests.support.runs import submit
 
 pytestmark = pytest.mark.django_db
 
@@ -69,7 +69,7 @@ def fake(monkeypatch):
 def parked(fake, user, *calls):
     fake.default = script(*calls)
     openai_configuration("q", fake, allowed_tools=["ask_user", "notes"])
-    run = start(user, "q")
+    run = submit(user, "q")
     assert execute_run(run.pk) == "awaiting"
     return run, active_ticket(run.pk)
 
@@ -195,7 +195,7 @@ def test_hitl6_a_model_proposing_an_invalid_schema_gets_an_error_not_a_ticket(
     bad = {"id": "call_bad", "name": "ask_user", "arguments": {"question": "?", "schema": schema}}
     fake.default = script(bad)
     openai_configuration("q", fake, allowed_tools=["ask_user"])
-    run = start(approver, "q")
+    run = submit(approver, "q")
     assert execute_run(run.pk) == "completed"
     assert Ticket.objects.filter(run=run).count() == 0
     assert not [e for e in run_events(run.pk) if e.type == "ticket.opened"]

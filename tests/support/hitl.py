@@ -13,9 +13,9 @@ from rest_framework.test import APIClient
 
 from agentruns.models import Configuration, Event, Note, Run, Ticket, ToolInvocation
 from agentruns.runtime.loop import execute_run
-from agentruns.services.runs import Submission, run_submit
-from tests.factories import make_configuration, make_provider
+from tests.support.factories import make_configuration, make_openai_configuration, make_provider
 from tests.support.fake_provider import FakeProvider
+from tests.support.runs import submit
 
 # A credential the fake OpenAI server insists on: it reaches the wire and nowhere else.
 KEY_ENV = "AGENTRUNS_HITL_TEST_KEY"
@@ -48,32 +48,14 @@ def scripted_configuration(
 def openai_configuration(
     slug: str, fake: FakeProvider, *, zone: str = "local", **kw: Any
 ) -> Configuration:
-    """A configuration whose provider is the fake Chat Completions server (key from KEY_ENV)."""
+    """`make_openai_configuration` with the HITL tools and the key from KEY_ENV."""
     kw.setdefault("allowed_tools", ["notes", "test", "ask_user"])
-    kw.setdefault("model", "gpt-test")
-    provider = make_provider(
-        f"{slug}-openai",
-        zone=zone,
-        kind="openai",
-        base_url=fake.openai_base_url,
-        api_key_env=KEY_ENV,
-        max_retries=0,
-        timeout_seconds=10,
-    )
-    return make_configuration(slug, provider=provider, **kw)
-
-
-def start(user: Any, configuration: str, text: str = "go", **submission: Any) -> Run:
-    run, created = run_submit(
-        user=user,
-        submission=Submission(configuration=configuration, input=text, **submission),
-    )
-    assert created
-    return run
+    provider_kw = {"api_key_env": KEY_ENV}
+    return make_openai_configuration(slug, fake, zone=zone, provider_kw=provider_kw, **kw)
 
 
 def park(user: Any, configuration: str, text: str = "go", **submission: Any) -> Run:
-    run = start(user, configuration, text, **submission)
+    run = submit(user, configuration, text, **submission)
     assert execute_run(run.pk) == "awaiting"
     run.refresh_from_db()
     return run

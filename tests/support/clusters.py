@@ -14,16 +14,15 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import quote
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db import connection
 
 from agentruns import events as ev
 from agentruns.cluster.process import ClusterProcess, start_cluster, wait_for
 from agentruns.models import Configuration, Event, Provider, Run
 from agentruns.services.runs import Submission, run_submit
+from tests.support.runs import current_database_url
 
 T = TypeVar("T")
 
@@ -39,21 +38,10 @@ __all__ = [
     "effect_lines",
     "events",
     "running_clusters",
-    "submit",
+    "submit_batch",
     "wait_for",
     "wait_statuses",
 ]
-
-
-def current_database_url() -> str:
-    """The database this test runs against (pytest-django's test database)."""
-    db = connection.settings_dict
-    user = quote(db.get("USER") or "")
-    password = db.get("PASSWORD") or ""
-    auth = f"{user}:{quote(password)}@" if password else (f"{user}@" if user else "")
-    host = db.get("HOST") or "127.0.0.1"
-    port = db.get("PORT") or "5432"
-    return f"postgres://{auth}{host}:{port}/{db['NAME']}"
 
 
 class Clusters:
@@ -148,7 +136,7 @@ def configuration(
     )
 
 
-def submit(config: Configuration, n: int = 1, text: str = "go") -> list[Run]:
+def submit_batch(config: Configuration, n: int = 1, text: str = "go") -> list[Run]:
     user = bench_user()
     return [
         run_submit(user=user, submission=Submission(configuration=config.slug, input=text))[0]

@@ -15,13 +15,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from agentruns.classes import DataClass
-from agentruns.models import Configuration, Event, Run
+from agentruns.models import Event, Run
 from agentruns.runtime.loop import execute_run
 from agentruns.runtime.steps.compact import SUMMARY_INSTRUCTION
-from agentruns.services.runs import Submission, run_submit
 from agentruns.tools.registry import REGISTRY, Effect, Tool, ToolContext, ToolOutput
-from tests.factories import make_configuration, make_provider
 from tests.support.fake_provider import FakeProvider, RecordedRequest
+from tests.support.runs import submit
 
 OBJECT: dict[str, Any] = {"type": "object", "additionalProperties": False, "properties": {}}
 LONG_DESCRIPTION = (
@@ -134,30 +133,9 @@ def search(query: Any, id: str | None = None) -> dict[str, Any]:
     return turn(call("tool_search", {"query": query}, id=id))
 
 
-def openai_configuration(slug: str, fake: FakeProvider, **kw: Any) -> Configuration:
-    provider = make_provider(
-        f"{slug}-openai",
-        zone="local",
-        kind="openai",
-        base_url=fake.openai_base_url,
-        max_retries=0,
-        timeout_seconds=10,
-    )
-    kw.setdefault("model", "gpt-test")
-    return make_configuration(slug, provider=provider, **kw)
-
-
 def modes(**spec: tuple[list[str], list[str]]) -> list[dict[str, Any]]:
     """modes(agent=(core, deferred), chat=(...)) in the stored (list) shape."""
     return [{"name": n, "tools": list(c), "deferred": list(d)} for n, (c, d) in spec.items()]
-
-
-def submit(user: Any, configuration: str, text: str = "go", **kw: Any) -> Run:
-    run, created = run_submit(
-        user=user, submission=Submission(configuration=configuration, input=text, **kw)
-    )
-    assert created
-    return run
 
 
 def prompt(user: Any, configuration: str, text: str = "go", expect: str = "completed", **kw):

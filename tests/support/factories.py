@@ -7,11 +7,13 @@ build plain values for pure tests and never touch the database.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from agentruns.gate.core import SKILL, SNIPPET, ConfigView, Source
 from agentruns.models import Configuration, Provider, Skill, Snippet
 from agentruns.providers.base import Link
 from agentruns.services.catalog import configuration_set_sources
+from tests.support.fake_provider import FakeProvider
 
 _UNSET = object()
 
@@ -75,6 +77,18 @@ def make_configuration(
         fallback_ids=[c.pk for c in fallbacks],
     )
     return configuration
+
+
+def make_openai_configuration(
+    slug: str, fake: FakeProvider, *, zone: str = "local", provider_kw: Any = None, **kw: Any
+) -> Configuration:
+    """A configuration whose provider is the fake server's Chat Completions endpoint."""
+    fields = {"base_url": fake.openai_base_url, "max_retries": 0, "timeout_seconds": 10}
+    provider = make_provider(
+        f"{slug}-openai", zone=zone, kind="openai", **{**fields, **(provider_kw or {})}
+    )
+    kw.setdefault("model", "gpt-test")
+    return make_configuration(slug, provider=provider, **kw)
 
 
 # --- pure gate values -------------------------------------------------------------------

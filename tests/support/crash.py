@@ -22,9 +22,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 from unittest import mock
-from urllib.parse import quote
 
-from django.db import connection
 from django.utils import timezone
 
 from agentruns import events as ev
@@ -33,11 +31,11 @@ from agentruns.runtime import faults
 from agentruns.runtime.context import pairing_problems, project
 from agentruns.runtime.loop import execute_run
 from agentruns.runtime.state import Ev
-from agentruns.services.runs import Submission, run_submit
-from tests.factories import make_configuration, make_provider
+from tests.support.factories import make_openai_configuration
 from tests.support.fake_provider import FakeProvider
+from tests.support.runs import current_database_url, submit
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 CHILD_TIMEOUT = 60.0
 
 
@@ -61,17 +59,6 @@ class ChildResult:
 
     def __str__(self) -> str:
         return f"exit {self.returncode}\n--- stdout\n{self.stdout}\n--- stderr\n{self.stderr}"
-
-
-def current_database_url() -> str:
-    """The database this test runs against (pytest-django's test database)."""
-    settings = connection.settings_dict
-    user = quote(settings.get("USER") or "")
-    password = settings.get("PASSWORD") or ""
-    auth = f"{user}:{quote(password)}@" if password else (f"{user}@" if user else "")
-    host = settings.get("HOST") or "127.0.0.1"
-    port = settings.get("PORT") or "5432"
-    return f"postgres://{auth}{host}:{port}/{settings['NAME']}"
 
 
 def child_env(
@@ -225,26 +212,6 @@ def point_where(
 
 
 # ---------------------------------------------------------------- runs and histories
-
-
-def make_openai_configuration(
-    slug: str, fake: FakeProvider, *, zone: str = "local", provider_kw: Any = None, **kw: Any
-) -> Configuration:
-    """A configuration whose provider is the fake server's Chat Completions endpoint."""
-    fields = {"base_url": fake.openai_base_url, "max_retries": 0, "timeout_seconds": 10}
-    provider = make_provider(
-        f"{slug}-openai", zone=zone, kind="openai", **{**fields, **(provider_kw or {})}
-    )
-    kw.setdefault("model", "gpt-test")
-    return make_configuration(slug, provider=provider, **kw)
-
-
-def submit(user: Any, configuration: str, text: str = "Write the note and the record.") -> Run:
-    run, created = run_submit(
-        user=user, submission=Submission(configuration=configuration, input=text)
-    )
-    assert created
-    return run
 
 
 def run_events(run_id: int) -> list[Ev]:

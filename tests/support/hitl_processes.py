@@ -1,7 +1,7 @@
 """A worker child that claims a run and dies at once (SIGKILL), before it executes anything:
 the crash between an approval being committed and the approved tool starting. The fault
 points of `agentruns.runtime.faults` all sit after some step was written, so this one is
-a separate child; the others are `tests.crash.run_child`.
+a separate child; the others are `tests.support.crash.run_child`.
 
 Like every child, it connects to the current test database: tests using it need
 `@pytest.mark.django_db(transaction=True)`."""
@@ -11,7 +11,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from tests.crash import CHILD_TIMEOUT, PROJECT_ROOT, ChildResult, child_env
+from tests.support.crash import CHILD_TIMEOUT, PROJECT_ROOT, ChildResult, child_env
 
 CLAIM_AND_DIE = """
 import os, signal, sys
