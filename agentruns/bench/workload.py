@@ -8,9 +8,11 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 
+from agentruns import events as ev
 from agentruns.classes import DataClass
-from agentruns.models import Configuration, Provider, Run
+from agentruns.models import Configuration, Provider, Run, Ticket
 from agentruns.runtime.loop import execute_run
+from agentruns.services.resume import PERMISSION, ResumeCommand
 from agentruns.services.runs import Submission, run_submit
 from agentruns.tools.registry import REGISTRY, Effect, Tool, ToolContext, ToolOutput
 
@@ -92,3 +94,16 @@ def run_to_end(run_id: int) -> None:
     status = execute_run(run_id)
     if status != Run.Status.COMPLETED:
         raise RuntimeError(f"bench run {run_id} ended {status}")
+
+
+def allow_as_shown(ticket: Ticket) -> ResumeCommand:
+    """An approver's allow for exactly the call the ticket shows."""
+    return ResumeCommand(
+        correlation_id=str(ticket.correlation_id),
+        run=ticket.run_id,
+        snapshot_id=ticket.snapshot_id,
+        catalog_fingerprint=ticket.catalog_fingerprint,
+        call_id=ticket.call_id,
+        kind=PERMISSION,
+        decision=ev.ALLOW,
+    )

@@ -1,5 +1,6 @@
 """Connection handling the runtime shares: giving a pooled connection back while a run
-waits (PERF-6), and whether a step may skip waiting for the WAL flush (journal.py)."""
+waits (PERF-6), whether a step may skip waiting for the WAL flush (runtime/journal.py),
+and the prepared statements of the loop."""
 
 from __future__ import annotations
 
@@ -19,11 +20,11 @@ def this_connection() -> BaseDatabaseWrapper:
 
 
 def fast_commit(durable: bool) -> bool:
-    """Only a statement that is its own transaction can relax its own commit."""
+    """Only a statement that is its own transaction can relax its own commit (PostgreSQL:
+    only `store/postgres.py` asks)."""
     if durable or not settings.AGENTRUNS_FAST_COMMIT:
         return False
-    db = this_connection()
-    return db.vendor == "postgresql" and db.get_autocommit()
+    return this_connection().get_autocommit()
 
 
 def release_connection() -> None:

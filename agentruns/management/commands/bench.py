@@ -22,7 +22,7 @@ from django.test.utils import CaptureQueriesContext
 
 from agentruns.bench import workload
 from agentruns.models import Run, Ticket
-from agentruns.services.resume import ResumeCommand, run_resume
+from agentruns.services.resume import run_resume
 
 PEERS = Path(os.environ.get("AGENTRUNS_PEER_BENCH", settings.BASE_DIR.parent / "shared" / "bench"))
 PEER_PYTHON = settings.BASE_DIR / ".venv-peers" / "bin" / "python"
@@ -170,19 +170,7 @@ def resume_statements(user: Any, turns: int) -> int:
     if workload.execute(run_id) != Run.Status.AWAITING:
         raise CommandError("the resume benchmark's run did not park")
     ticket = Ticket.objects.get(run_id=run_id, status=Ticket.Status.ACTIVE)
-    run_resume(
-        user=user,
-        run_id=run_id,
-        command=ResumeCommand(
-            correlation_id=str(ticket.correlation_id),
-            run=run_id,
-            snapshot_id=ticket.snapshot_id,
-            catalog_fingerprint=ticket.catalog_fingerprint,
-            call_id=ticket.call_id,
-            kind="permission",
-            decision="allow",
-        ),
-    )
+    run_resume(user=user, run_id=run_id, command=workload.allow_as_shown(ticket))
     with CaptureQueriesContext(connection) as queries:
         workload.run_to_end(run_id)
     return len(queries.captured_queries)

@@ -184,8 +184,9 @@ class Command(BaseCommand):
     # ---- PERF-5 ---------------------------------------------------------------------------
 
     def perf5(self, samples: int) -> dict[str, Any] | None:
+        from agentruns.bench.workload import allow_as_shown
         from agentruns.models import Note, Run, Ticket
-        from agentruns.services.resume import ResumeCommand, run_resume
+        from agentruns.services.resume import run_resume
 
         vacuum_hot_tables()
 
@@ -206,16 +207,7 @@ class Command(BaseCommand):
         latencies = []
         for run_id in ids:
             ticket = Ticket.objects.get(run_id=run_id, status="active")
-            command = ResumeCommand(
-                correlation_id=str(ticket.correlation_id),
-                run=run_id,
-                snapshot_id=ticket.snapshot_id,
-                catalog_fingerprint=ticket.catalog_fingerprint,
-                call_id=ticket.call_id,
-                kind="permission",
-                decision="allow",
-            )
-            run_resume(user=self.user, run_id=run_id, command=command)
+            run_resume(user=self.user, run_id=run_id, command=allow_as_shown(ticket))
             returned = timezone.now()
             notes = Note.objects.filter(run_id=run_id)
             note = wait_for(
