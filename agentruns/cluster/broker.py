@@ -23,17 +23,17 @@ before it forks its workers; that is what lets every worker start its executor d
 from __future__ import annotations
 
 import time
-from datetime import timedelta
 from typing import Any
 
 from django import db
-from django.db import connections, transaction
+from django.db import transaction
 from django.dispatch import receiver
-from django.utils import timezone
 from django_q.brokers.orm import ORM
 from django_q.conf import Conf
 from django_q.models import OrmQ
 from django_q.signals import post_spawn
+
+from agentruns.store import store
 
 # How often queue operations may recycle stale connections (the ORM broker: every call).
 CONNECTION_CHECK_SECONDS = 1.0
@@ -53,22 +53,12 @@ class WakeBroker(ORM):
         return OrmQ.objects.using(Conf.ORM)
 
     def dequeue(self) -> list[tuple[int, str]] | None:
-        connection = connections[Conf.ORM]
-        if connection.vendor != "postgresql":
+        if not store().skip_locked:
             return super().dequeue()
         self.get_connection()
-        now = timezone.now()
-        table = OrmQ._meta.db_table
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"UPDATE {table} SET lock = %s WHERE id IN (SELECT id FROM {table} "
-                "WHERE key = %s AND lock < %s ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED) "
-                "RETURNING id, payload",
-                [now + timedelta(seconds=Conf.RETRY), self.list_key, now, max(1, Conf.BULK)],
-            )
-            rows = cursor.fetchall()
+        rows = store().dequeue_tasks(self.list_key, max(1, Conf.BULK), Conf.RETRY)
         if rows:
-            return sorted(rows)
+            return rows
         time.sleep(Conf.POLL)  # an empty queue: spare the CPU, as the ORM broker does
         return None
 

@@ -5,17 +5,17 @@ page (agentruns.cluster.admin)."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
 from django.db import connection
 from django.db.models import Count, Max, Min, Q
-from django.utils import timezone
 from django_q.models import Failure, OrmQ
 
 from agentruns.cluster.sweeper import live_wake_tasks, lost_candidates, q_timeouts
 from agentruns.models import Run, Ticket
+from agentruns.store import store
 from agentruns.store.base import lease_expired
 
 # A running run that wrote nothing for this long is shown as possibly stuck (a provider
@@ -75,27 +75,8 @@ def _seconds(delta: timedelta | None) -> float | None:
     return None if delta is None else round(delta.total_seconds(), 3)
 
 
-def database_now() -> datetime:
-    """The database clock, which leases are measured on (CLU-2)."""
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT now()")
-            return cursor.fetchone()[0]
-    return timezone.now()
-
-
-def db_connections() -> int | None:
-    if connection.vendor != "postgresql":
-        return None
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'"
-        )
-        return int(cursor.fetchone()[0])
-
-
 def snapshot() -> Snapshot:
-    now = database_now()
+    now = store().database_now()
     q_cluster: dict[str, Any] = settings.Q_CLUSTER
     lease_seconds = float(settings.AGENTRUNS_LEASE_SECONDS)
     timeout, retry = q_timeouts()
@@ -177,7 +158,7 @@ def snapshot() -> Snapshot:
         failed_tasks_last_hour=Failure.objects.filter(
             stopped__gte=now - timedelta(hours=1)
         ).count(),
-        db_connections=db_connections(),
+        db_connections=store().client_connections(),
     )
 
 

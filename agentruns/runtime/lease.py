@@ -6,15 +6,14 @@ import os
 import socket
 import threading
 import time
-from datetime import timedelta
 
 from django.conf import settings
-from django.db.models.functions import Now
 
 from agentruns.errors import Fenced
 from agentruns.models import Run
 from agentruns.store import store
 from agentruns.store.records import Lease
+from agentruns.store.transitions import lease_extend, lease_lapse
 
 
 def worker_name() -> str:
@@ -64,10 +63,7 @@ def _lease(run_id: int, owner: str, seconds: float, row: dict) -> Lease:
 
 
 def renew(lease: Lease) -> None:
-    updated = Run.objects.filter(lease.fence).update(
-        lease_expires_at=Now() + timedelta(seconds=lease.seconds)
-    )
-    if not updated:
+    if not lease_extend(lease):
         lease.lost = True
         raise Fenced("the lease was taken by another worker")
     lease.renewed_at = time.monotonic()
@@ -100,6 +96,4 @@ def abandon(lease: Lease) -> bool:
     """A worker that cannot go on with a run (an unexpected error) lets its lease lapse now
     instead of at expiry, so the sweeper reclaims it at once; like a crash, that reclaim
     spends an attempt (CLU-3), which bounds a run that keeps failing."""
-    return bool(
-        Run.objects.filter(lease.fence, status=Run.Status.RUNNING).update(lease_expires_at=Now())
-    )
+    return lease_lapse(lease)

@@ -5,6 +5,7 @@ run) or the portable one (`portable.py`, only what the embedded SQLite demo need
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, Protocol
 
 from django.db.models import Q
@@ -30,6 +31,9 @@ def claimable() -> Q:
 
 
 class SystemStore(Protocol):
+    # Whether the database can take rows FOR UPDATE SKIP LOCKED (batch claims, dequeue).
+    skip_locked: bool
+
     def write_step(self, lease: Lease, step: Step, *, durable: bool) -> dict[str, int]:
         """Write the step fenced by the lease or raise Fenced; refresh the lease's cancel
         flag and catalog generation; return new invocation ids by call id."""
@@ -54,4 +58,17 @@ class SystemStore(Protocol):
 
     def save_audit(self, row: GateAudit, *, durable: bool) -> int:
         """Write the audit row; return the live catalog generation."""
+        ...
+
+    def dequeue_tasks(self, list_key: str, limit: int, lock_secs: float) -> list[tuple[int, str]]:
+        """Take up to `limit` due rows of the ORM broker's queue (CLU-1) in one statement:
+        (id, payload), oldest first. Only where `skip_locked`."""
+        ...
+
+    def database_now(self) -> datetime:
+        """The database clock, which leases are measured on (CLU-2)."""
+        ...
+
+    def client_connections(self) -> int | None:
+        """How many client connections the database has open, where it can say."""
         ...

@@ -5,7 +5,7 @@ batch claims: wake-ups do all the claiming here."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.db import transaction
 from django.db.models import F
@@ -28,6 +28,8 @@ def _lost(lease: Lease) -> None:
 
 
 class PortableStore:
+    skip_locked = False
+
     def write_step(self, lease: Lease, step: Step, *, durable: bool) -> dict[str, int]:
         with transaction.atomic():
             fenced = Run.objects.select_for_update().filter(lease.fence)
@@ -92,3 +94,12 @@ class PortableStore:
     def save_audit(self, row: GateAudit, *, durable: bool) -> int:
         row.save()
         return _generation()
+
+    def dequeue_tasks(self, list_key: str, limit: int, lock_secs: float) -> list[tuple[int, str]]:
+        raise NotImplementedError("without SKIP LOCKED the ORM broker dequeues by itself")
+
+    def database_now(self) -> datetime:
+        return timezone.now()
+
+    def client_connections(self) -> int | None:
+        return None

@@ -5,10 +5,12 @@ flush). Statuses are interpolated from `Run.Status`, never spelled in SQL."""
 from __future__ import annotations
 
 import json
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connection
 from django.utils import timezone
+from django_q.models import OrmQ
 
 from agentruns.errors import Fenced
 from agentruns.models import CatalogGeneration, Checkpoint, Event, GateAudit, Run, ToolInvocation
@@ -179,6 +181,8 @@ def _claim_rows(
 
 
 class PostgresStore:
+    skip_locked = True
+
     def write_step(self, lease: Lease, step: Step, *, durable: bool) -> dict[str, int]:
         row = step_statement(lease, step, fast_commit(durable))
         if not row[0]:
@@ -227,3 +231,27 @@ class PostgresStore:
         row.created_at = timezone.now()
         values = [getattr(row, f.attname) for f in AUDIT_FIELDS]  # plain str/bool/int/datetime
         return int(prepared(AUDIT_SQL[fast_commit(durable)], values)[0])
+
+    def dequeue_tasks(self, list_key: str, limit: int, lock_secs: float) -> list[tuple[int, str]]:
+        now = timezone.now()
+        table = OrmQ._meta.db_table
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {table} SET lock = %s WHERE id IN (SELECT id FROM {table} "
+                "WHERE key = %s AND lock < %s ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED) "
+                "RETURNING id, payload",
+                [now + timedelta(seconds=lock_secs), list_key, now, limit],
+            )
+            return sorted(cursor.fetchall())
+
+    def database_now(self) -> datetime:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT now()")
+            return cursor.fetchone()[0]
+
+    def client_connections(self) -> int | None:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'"
+            )
+            return int(cursor.fetchone()[0])

@@ -1,13 +1,16 @@
-"""Every change of `Run.status`, each a fenced or conditional update whose row count is
-checked, with ONE set of "release the lease" columns. Claims (queued/expired → running)
-are the store's claim statement; a running run's own endings and parkings go through the
-step statement with `released(...)` as its run update, fenced by the lease."""
+"""Every change of `Run.status` and of a held lease, each a fenced or conditional update
+whose row count is checked, with ONE set of "release the lease" columns. Claims
+(queued/expired → running) are the store's claim statement; a running run's own endings
+and parkings go through the step statement with `released(...)` as its run update, fenced
+by the lease. Heartbeat renewals of many leases at once: `SystemStore.renew_many`."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from django.db.models import Q
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from agentruns.models import Run
@@ -54,3 +57,15 @@ def run_cancel_parked(run_id: int) -> None:
     """queued or awaiting → cancelled (HITL-11); under the run lock."""
     parked = Q(pk=run_id, status__in=[Status.QUEUED, Status.AWAITING])
     _must(_move(parked, Status.CANCELLED), "parked → cancelled")
+
+
+def lease_extend(lease: Lease) -> bool:
+    """Push the lease's expiry out on the database clock (CLU-2); False if it was lost."""
+    expires = Now() + timedelta(seconds=lease.seconds)
+    return Run.objects.filter(lease.fence).update(lease_expires_at=expires) == 1
+
+
+def lease_lapse(lease: Lease) -> bool:
+    """Let a running run's lease expire now, so the sweeper reclaims it at once (CLU-3)."""
+    held = lease.fence & Q(status=Status.RUNNING)
+    return Run.objects.filter(held).update(lease_expires_at=Now()) == 1
