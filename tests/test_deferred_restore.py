@@ -14,10 +14,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 from unittest import mock
-from urllib.parse import quote
 
 import pytest
-from django.db import connection
 from django.utils import timezone
 from rest_framework.test import APIClient
 
@@ -42,6 +40,7 @@ from tests.support.deferred import (
     turn_requests,
 )
 from tests.support.factories import make_openai_configuration
+from tests.support.runs import current_database_url
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 BASE = ["clock_now", "tool_search"]
@@ -303,15 +302,6 @@ def test_def4_a_worker_restart_mid_prompt_offers_exactly_the_same_set(staff):
     assert offered(last) == offered(after_restart)
 
 
-def _database_url() -> str:
-    settings = connection.settings_dict
-    user = quote(settings.get("USER") or "")
-    password = settings.get("PASSWORD") or ""
-    auth = f"{user}:{quote(password)}@" if password else (f"{user}@" if user else "")
-    host = settings.get("HOST") or "127.0.0.1"
-    return f"postgres://{auth}{host}:{settings.get('PORT') or '5432'}/{settings['NAME']}"
-
-
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_def4_a_fresh_process_restores_the_same_set_for_the_next_prompt(staff, settings):
@@ -337,7 +327,7 @@ def test_def4_a_fresh_process_restores_the_same_set_for_the_next_prompt(staff, s
         second = submit(staff, "cfg", "again", thread=first.thread_id)
         env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTRUNS_")}
         env.update(
-            DATABASE_URL=_database_url(),
+            DATABASE_URL=current_database_url(),
             DJANGO_SETTINGS_MODULE="config.settings",
             AGENTRUNS_LOG_LEVEL="ERROR",
         )
