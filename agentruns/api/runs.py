@@ -21,7 +21,7 @@ from agentruns.services.runs import (
     run_cancel,
     run_dry,
     run_submit,
-    thread_mode,
+    thread_mode_name,
     thread_switch_mode,
 )
 
@@ -295,7 +295,7 @@ def thread_dict(thread: Thread) -> dict[str, Any]:
     return {
         "id": thread.pk,
         "configuration": thread.configuration.slug,
-        "mode": thread_mode(thread),
+        "mode": thread_mode_name(thread),
         "runs": list(thread.runs.order_by("id").values_list("id", flat=True)),
         "created_at": thread.created_at,
     }

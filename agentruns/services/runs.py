@@ -28,8 +28,7 @@ from agentruns.models import (
 )
 from agentruns.providers.base import AssistantMessage, Message, ToolResultMessage, UserMessage
 from agentruns.runtime.closing import close_open_calls, closed_status
-from agentruns.runtime.compose import compose_request
-from agentruns.runtime.compose import thread_mode as log_mode
+from agentruns.runtime.compose import compose_request, thread_mode
 from agentruns.runtime.config import build_runtime_config
 from agentruns.runtime.context import effective_events
 from agentruns.runtime.deferred import active_deferred
@@ -181,7 +180,7 @@ def _create(
         request_digest=submission.digest(),
     )
     items: list[tuple[str, dict[str, Any]]] = []
-    if submission.mode and (new_thread or submission.mode != thread_mode(thread)):
+    if submission.mode and (new_thread or submission.mode != thread_mode_name(thread)):
         items.append((ev.MODE_SWITCHED, {"mode": submission.mode}))
         Thread.objects.filter(pk=thread.pk).update(mode=submission.mode)
     text, kinds = redact(submission.input)
@@ -195,11 +194,11 @@ def _create(
     return run
 
 
-def thread_mode(thread: Thread) -> str:
+def thread_mode_name(thread: Thread) -> str:
     """The thread's mode by name (DEF-1): the one its log last switched to, else the
     configuration's default."""
     switches = Event.objects.filter(thread=thread, type=ev.MODE_SWITCHED).order_by("sequence")
-    named = log_mode(Ev(*row) for row in switches.values_list("sequence", "type", "payload"))
+    named = thread_mode(Ev(*row) for row in switches.values_list("sequence", "type", "payload"))
     return build_runtime_config(thread.configuration).mode(named).name
 
 
@@ -217,7 +216,7 @@ def run_dry(*, user: User, submission: Submission) -> dict[str, Any]:
     if thread is not None:
         rows = Event.objects.filter(thread=thread).order_by("sequence")
         logged = [Ev(*row) for row in rows.values_list("sequence", "type", "payload", "run_id")]
-        mode_name = mode_name or thread_mode(thread)
+        mode_name = mode_name or thread_mode_name(thread)
     mode = config.mode(mode_name)
     text, kinds = redact(submission.input)
     # The run's first send: the thread's log with this input as its newest user message.
@@ -320,7 +319,7 @@ def thread_switch_mode(*, user: User, thread_id: int, mode: str) -> Thread:
         Thread.objects.select_for_update().filter(pk=thread.pk).values_list("pk").get()
         if Run.objects.filter(thread=thread).exclude(status__in=Run.TERMINAL).exists():
             raise Conflict("The thread has a run in progress; switch modes between runs.")
-        if thread_mode(thread) != mode:
+        if thread_mode_name(thread) != mode:
             append_events(
                 thread_id=thread.pk, run_id=None, items=[(ev.MODE_SWITCHED, {"mode": mode})]
             )
