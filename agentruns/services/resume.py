@@ -117,7 +117,8 @@ def _checked(run: Run, ticket: Ticket | None, command: ResumeCommand, user: Any)
     if ticket.call_id != command.call_id:
         raise CallMismatch("This answer is for another call.")
     if command.kind == INPUT:
-        errors = answer_errors(ticket.schema or {}, command.value)
+        # SEC-4: what is stored and sent is the redacted value, so that is what must fit.
+        errors = answer_errors(ticket.schema or {}, redact_value(command.value)[0])
         if errors:
             raise InvalidInput("The answer does not fit the question's schema.", fields=errors)
     if (

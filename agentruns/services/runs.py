@@ -9,6 +9,7 @@ from typing import Any
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import IntegrityError, transaction
 from django.utils import timezone
+from django.utils.crypto import salted_hmac
 
 from agentruns import events as ev
 from agentruns.errors import Conflict, InvalidRequest, NotFound, NotPermitted
@@ -38,9 +39,10 @@ from agentruns.selectors import can_act_on_run, visible_runs
 from agentruns.services.log import append_events
 from agentruns.store.transitions import run_cancel_parked
 from agentruns.store.wakeups import enqueue_wake
-from agentruns.tools.registry import digest
+from agentruns.tools.registry import canonical_json
 
 MAX_INPUT_CHARS = 100_000
+DIGEST_SALT = "agentruns.idempotency-key"
 
 User = AbstractBaseUser | AnonymousUser
 
@@ -55,17 +57,18 @@ class Submission:
     forced_skills: Sequence[int] = field(default_factory=tuple)
 
     def digest(self) -> str:
-        return digest(
-            {
-                "configuration": self.configuration,
-                # Digest what is stored: a weak secret must not be recoverable from it.
-                "input": redact(self.input)[0],
-                "thread": self.thread,
-                "mode": self.mode,
-                "forced_snippets": list(self.forced_snippets),
-                "forced_skills": list(self.forced_skills),
-            }
-        )
+        """CLU-5, SEC-4: an HMAC of the raw request under a server secret, so two bodies that
+        differ only in a (redacted) secret still conflict, while the stored digest cannot be
+        brute-forced back into a weak secret without the key."""
+        body = {
+            "configuration": self.configuration,
+            "input": self.input,
+            "thread": self.thread,
+            "mode": self.mode,
+            "forced_snippets": list(self.forced_snippets),
+            "forced_skills": list(self.forced_skills),
+        }
+        return salted_hmac(DIGEST_SALT, canonical_json(body), algorithm="sha256").hexdigest()
 
 
 def _configuration(slug: str) -> Configuration:
