@@ -302,25 +302,25 @@ def test_fake_rejects_a_dotted_tool_name(fake, make_link):
 
 @pytest.mark.parametrize("make_link", [openai_link, anthropic_link])
 def test_missing_key_variable_is_named_and_nothing_is_sent(fake, make_link, monkeypatch):
-    monkeypatch.delenv("AGENTRUNS_TEST_KEY", raising=False)
+    monkeypatch.delenv("TEST_PROVIDER_KEY", raising=False)
     monkeypatch.setenv("UNRELATED_KEY", KEY)
     adapter = adapter_for(make_link(fake).provider_kind)
 
     with pytest.raises(ProviderError) as caught:
         adapter.complete(
-            make_link(fake, api_key_env="AGENTRUNS_TEST_KEY"), request(UserMessage("x"))
+            make_link(fake, api_key_env="TEST_PROVIDER_KEY"), request(UserMessage("x"))
         )
-    assert "AGENTRUNS_TEST_KEY" in str(caught.value) and KEY not in str(caught.value)
+    assert "TEST_PROVIDER_KEY" in str(caught.value) and KEY not in str(caught.value)
     assert caught.value.retryable is False
     assert fake.requests == []
 
 
 @pytest.mark.parametrize("make_link", [openai_link, anthropic_link])
 def test_key_from_the_environment_reaches_the_wire_only(make_link, monkeypatch):
-    monkeypatch.setenv("AGENTRUNS_TEST_KEY", KEY)
+    monkeypatch.setenv("TEST_PROVIDER_KEY", KEY)
     with FakeProvider(api_key=KEY) as fake:
         fake.queue({"text": "authorised"})
-        link = make_link(fake, api_key_env="AGENTRUNS_TEST_KEY")
+        link = make_link(fake, api_key_env="TEST_PROVIDER_KEY")
         reply = adapter_for(link.provider_kind).complete(link, request(UserMessage("x")))
         assert reply.text == "authorised"
         assert KEY not in repr(fake.requests)
@@ -328,9 +328,9 @@ def test_key_from_the_environment_reaches_the_wire_only(make_link, monkeypatch):
 
 @pytest.mark.parametrize("make_link", [openai_link, anthropic_link])
 def test_wrong_key_is_a_non_retryable_401(make_link, monkeypatch):
-    monkeypatch.setenv("AGENTRUNS_TEST_KEY", "sk-wrong-0000000000")
+    monkeypatch.setenv("TEST_PROVIDER_KEY", "sk-wrong-0000000000")
     with FakeProvider(api_key=KEY) as fake:
-        link = make_link(fake, api_key_env="AGENTRUNS_TEST_KEY")
+        link = make_link(fake, api_key_env="TEST_PROVIDER_KEY")
         with pytest.raises(ProviderError) as caught:
             adapter_for(link.provider_kind).complete(link, request(UserMessage("x")))
     assert (caught.value.status, caught.value.retryable) == (401, False)
@@ -338,9 +338,9 @@ def test_wrong_key_is_a_non_retryable_401(make_link, monkeypatch):
 
 @pytest.mark.parametrize("make_link", [openai_link, anthropic_link])
 def test_error_bodies_echoing_the_key_are_scrubbed(fake, make_link, monkeypatch):
-    monkeypatch.setenv("AGENTRUNS_TEST_KEY", KEY)
+    monkeypatch.setenv("TEST_PROVIDER_KEY", KEY)
     fake.queue({"status": 400, "message": f"Incorrect API key provided: {KEY}"})
-    link = make_link(fake, api_key_env="AGENTRUNS_TEST_KEY")
+    link = make_link(fake, api_key_env="TEST_PROVIDER_KEY")
 
     with pytest.raises(ProviderError) as caught:
         adapter_for(link.provider_kind).complete(link, request(UserMessage("x")))
@@ -418,7 +418,7 @@ def test_sdk_retries_happen_before_falling_back(fake):
 
 
 def test_every_link_failing_raises_the_last_error(caplog, monkeypatch):
-    monkeypatch.setenv("AGENTRUNS_TEST_KEY", KEY)
+    monkeypatch.setenv("TEST_PROVIDER_KEY", KEY)
     chain = [
         scripted_link("one", turns=[{"error": {"status": 503, "message": "down"}}]),
         scripted_link("two", turns=[{"error": {"status": 502, "message": "also down"}}]),

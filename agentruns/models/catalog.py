@@ -11,15 +11,39 @@ from django.db import models
 from agentruns.classes import DATA_CLASS_CHOICES, ZONE_CHOICES, Zone
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+KEY_ENV_SUFFIXES = ("_KEY", "_TOKEN")
+# The server's own secrets and settings, which a provider must never be pointed at (SEC-5):
+# staff could otherwise send SECRET_KEY as a bearer token to a base_url of their own.
+SERVER_ENV_PREFIXES = ("AGENTRUNS_", "DJANGO_", "Q_", "PG", "POSTGRES")
+SERVER_ENV_NAMES = frozenset({"SECRET_KEY", "DATABASE_URL", "TEST_DATABASE_NAME", "PG_URL"})
 
 
-def validate_env_name(value: str) -> None:
-    """SEC-1: a provider names where its key lives; a pasted key is refused, not stored."""
-    if value and not ENV_NAME.match(value):
-        raise ValidationError(
+def key_env_problem(name: str) -> str | None:
+    """SEC-1, SEC-5: why `name` may not hold a provider's key, or None if it may. Checked
+    when a provider is saved and again whenever a key is read."""
+    if not ENV_NAME.match(name):
+        return (
             "Enter the name of an environment variable (letters, digits, underscores), "
             "never the key itself."
         )
+    upper = name.upper()
+    if not upper.endswith(KEY_ENV_SUFFIXES):
+        return f"{name} does not end in _KEY or _TOKEN, as a key's variable must (OPENAI_API_KEY)."
+    if upper in SERVER_ENV_NAMES or upper.startswith(SERVER_ENV_PREFIXES) or _is_setting(upper):
+        return f"{name} is one of the server's own settings or secrets, never a provider key."
+    return None
+
+
+def _is_setting(name: str) -> bool:
+    from django.conf import global_settings, settings
+
+    return hasattr(global_settings, name) or hasattr(settings, name)
+
+
+def validate_env_name(value: str) -> None:
+    problem = key_env_problem(value) if value else None
+    if problem:
+        raise ValidationError(problem)
 
 
 class Provider(models.Model):

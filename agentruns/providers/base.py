@@ -15,6 +15,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from agentruns.gate.core import Hop
 from agentruns.models import Configuration
+from agentruns.models.catalog import key_env_problem
 
 
 @dataclass(frozen=True)
@@ -119,10 +120,22 @@ class ProviderError(Exception):
     """A failed provider call. `retryable` decides whether the fallback chain is tried
     (TZ-5: connection, timeout, 429 and 5xx are; any other 4xx is not)."""
 
+    code = "provider_error"
+
     def __init__(self, message: str, *, retryable: bool, status: int | None = None) -> None:
         super().__init__(message)
         self.retryable = retryable
         self.status = status
+
+
+class KeyEnvRefused(ProviderError):
+    """SEC-5: the provider names a variable that may not hold a key (a row saved before the
+    rule, or written around the admin): nothing is read, nothing is sent."""
+
+    code = "provider_key_refused"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, retryable=False)
 
 
 class MalformedReply(ProviderError):
@@ -150,6 +163,9 @@ def api_key_for(link: Link) -> str:
     name = link.api_key_env.strip()
     if not name:
         return NO_KEY
+    problem = key_env_problem(name)
+    if problem:
+        raise KeyEnvRefused(f"Provider {link.provider_slug or link.slug!r}: {problem}")
     key = os.environ.get(name)
     if not key:
         raise ProviderError(

@@ -18,7 +18,7 @@ from tests.support.fake_provider import FakeProvider
 from tests.support.runs import submit
 
 # A credential the fake OpenAI server insists on: it reaches the wire and nowhere else.
-KEY_ENV = "AGENTRUNS_HITL_TEST_KEY"
+KEY_ENV = "HITL_TEST_KEY"
 KEY = "sk-hitl-7Q2w9ZrT4yKp1LmN8vXc3BdF"
 
 IDENTITY = ("correlation_id", "run", "snapshot_id", "catalog_fingerprint")

@@ -99,7 +99,7 @@ class ModelTurn(ToolCalls):
             return self._finish_failed("provider_malformed_reply", str(exc))
         except ProviderError as exc:
             return self._finish_failed(
-                "provider_error",
+                exc.code,
                 str(exc),
                 fields={"status": exc.status, "retryable": exc.retryable},
             )
