@@ -145,7 +145,26 @@ STATIC_ROOT = BASE_DIR / "staticfiles"
 LOGIN_URL = "/admin/login/"
 LOGIN_REDIRECT_URL = "/"
 
+# SEC-3: request limits. Bodies past these are refused (413 / 400) before a view runs.
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("AGENTRUNS_MAX_BODY_BYTES", 1_048_576)
+DATA_UPLOAD_MAX_NUMBER_FIELDS = env_int("AGENTRUNS_MAX_FORM_FIELDS", 200)
+DATA_UPLOAD_MAX_NUMBER_FILES = 0
+
+# Production switches (`manage.py check --deploy` is clean with AGENTRUNS_HTTPS=1, a
+# SECRET_KEY and ALLOWED_HOSTS from the environment). Off by default so `make run` serves
+# plain HTTP on localhost.
+AGENTRUNS_HTTPS = env_bool("AGENTRUNS_HTTPS", False)
+SECURE_SSL_REDIRECT = AGENTRUNS_HTTPS
+SESSION_COOKIE_SECURE = AGENTRUNS_HTTPS
+CSRF_COOKIE_SECURE = AGENTRUNS_HTTPS
+SECURE_HSTS_SECONDS = env_int("AGENTRUNS_HSTS_SECONDS", 31_536_000) if AGENTRUNS_HTTPS else 0
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("AGENTRUNS_HSTS_SUBDOMAINS", True)
+SECURE_HSTS_PRELOAD = env_bool("AGENTRUNS_HSTS_PRELOAD", True)
+if env_bool("AGENTRUNS_BEHIND_TLS_PROXY", False):
+    # Only behind a proxy that sets this header itself (and strips it from clients).
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SESSION_COOKIE_HTTPONLY = True
+X_FRAME_OPTIONS = "DENY"
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
@@ -155,8 +174,19 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "agentruns.api.errors.exception_handler",
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "DEFAULT_PAGINATION_CLASS": "agentruns.api.limits.Pagination",
     "PAGE_SIZE": 100,
+    "DEFAULT_PARSER_CLASSES": [
+        "agentruns.api.limits.BoundedJSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
+    # SEC-3: per user (or client address) on run submission and resume; generous defaults.
+    "DEFAULT_THROTTLE_CLASSES": ["agentruns.api.limits.ActionThrottle"],
+    "DEFAULT_THROTTLE_RATES": {
+        "submit": os.environ.get("AGENTRUNS_THROTTLE_SUBMIT", "600/minute"),
+        "resume": os.environ.get("AGENTRUNS_THROTTLE_RESUME", "600/minute"),
+    },
 }
 
 SPECTACULAR_SETTINGS = {

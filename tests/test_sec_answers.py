@@ -12,8 +12,16 @@ from agentruns.answers import answer_errors, schema_problems
 from agentruns.runtime.executor import execute_run
 from agentruns.testing.fake_provider import FakeProvider
 from tests.conftest import grant
-from tests.hitl_support import KEY, KEY_ENV, active_ticket, answer, client_for, resume, start
-from tests.hitl_support import openai_configuration
+from tests.hitl_support import (
+    KEY,
+    KEY_ENV,
+    active_ticket,
+    answer,
+    client_for,
+    openai_configuration,
+    resume,
+    start,
+)
 
 
 def one(spec: dict) -> dict:

@@ -107,9 +107,7 @@ def text_columns(*, skip: tuple[type, ...]) -> str:
     return "\n".join(texts)
 
 
-def test_a_planted_provider_key_is_stored_sent_and_logged_nowhere(
-    api, staff, monkeypatch, caplog
-):
+def test_a_planted_provider_key_is_stored_sent_and_logged_nowhere(api, staff, monkeypatch, caplog):
     """SEC-1, CG-11: the key is read from the environment only for the wire; an error body
     echoing it, a reply repeating it and a tool result holding it are all redacted before
     anything is stored, logged, answered or fed back to the model."""

@@ -43,7 +43,11 @@ SHAPES = [
         "token",
     ),
     ("client_secret: 'abc.def.ghi'", "abc.def.ghi", "secret"),
-    ("-----BEGIN RSA PRIVATE KEY-----\nMIIEow\n-----END RSA PRIVATE KEY-----", "MIIEow", "private_key"),
+    (
+        "-----BEGIN RSA PRIVATE KEY-----\nMIIEow\n-----END RSA PRIVATE KEY-----",
+        "MIIEow",
+        "private_key",
+    ),
 ]
 
 

@@ -12,6 +12,7 @@ from rest_framework.permissions import IsAdminUser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from agentruns.api.limits import MAX_ID
 from agentruns.models import Configuration, Provider, Skill, Snippet
 from agentruns.selectors import configuration_readout
 from agentruns.services.catalog import configuration_set_sources
@@ -67,9 +68,24 @@ def slugs_to_ids(model: Any, slugs: list[str]) -> list[int]:
     return [found[slug] for slug in slugs]
 
 
+MAX_LIST = 200
+
+
+def name_list(**kw: Any) -> serializers.ListField:
+    return serializers.ListField(
+        child=serializers.CharField(max_length=100), max_length=MAX_LIST, **kw
+    )
+
+
+def slug_list() -> serializers.ListField:
+    return serializers.ListField(
+        child=serializers.SlugField(), required=False, write_only=True, max_length=MAX_LIST
+    )
+
+
 class ModeSerializer(serializers.Serializer):
-    tools = serializers.ListField(child=serializers.CharField(max_length=100), default=list)
-    deferred = serializers.ListField(child=serializers.CharField(max_length=100), default=list)
+    tools = name_list(default=list)
+    deferred = name_list(default=list)
 
 
 @extend_schema_field(
@@ -88,9 +104,9 @@ class ModesField(serializers.Field):
     """§11 shows modes as an ordered object; they are stored as a list to keep the order."""
 
     def to_internal_value(self, data: Any) -> list[dict]:
-        if not isinstance(data, dict):
+        if not isinstance(data, dict) or len(data) > 50:
             raise serializers.ValidationError(
-                'Expected {"mode": {"tools": [...], "deferred": [...]}}.'
+                'Expected at most 50 modes: {"mode": {"tools": [...], "deferred": [...]}}.'
             )
         modes = []
         for name, spec in data.items():
@@ -114,18 +130,13 @@ class ConfigurationSerializer(serializers.ModelSerializer):
         slug_field="slug", queryset=Provider.objects.all(), allow_null=True, required=False
     )
     # Ordered slugs; written here, read back by to_representation.
-    snippets = serializers.ListField(child=serializers.SlugField(), required=False, write_only=True)
-    skills = serializers.ListField(child=serializers.SlugField(), required=False, write_only=True)
-    fallbacks = serializers.ListField(
-        child=serializers.SlugField(), required=False, write_only=True
-    )
-    allowed_tools = serializers.ListField(
-        child=serializers.CharField(max_length=100), required=False
-    )
-    approval_exempt_tools = serializers.ListField(
-        child=serializers.CharField(max_length=100), required=False
-    )
+    snippets = slug_list()
+    skills = slug_list()
+    fallbacks = slug_list()
+    allowed_tools = name_list(required=False)
+    approval_exempt_tools = name_list(required=False)
     modes = ModesField(required=False)
+    script = serializers.JSONField(required=False, help_text=Configuration.script.field.help_text)
 
     class Meta:
         model = Configuration
@@ -165,6 +176,12 @@ class ConfigurationSerializer(serializers.ModelSerializer):
             row.fallback.slug for row in instance.fallback_links.select_related("fallback")
         ]
         return data
+
+    def validate_script(self, value: Any) -> dict:
+        """SEC-3: a scripted provider's turns are an object; `null` (e.g. from a form) is not."""
+        if not isinstance(value, dict):
+            raise serializers.ValidationError('Give an object, e.g. {"turns": [...]}.')
+        return value
 
     def validate_snippets(self, value: list[str]) -> list[int]:
         return slugs_to_ids(Snippet, value)
@@ -217,18 +234,40 @@ class SkillViewSet(viewsets.ModelViewSet):
     permission_classes = [IsAdminUser]
 
 
+def id_list_field() -> serializers.ListField:
+    return serializers.ListField(
+        child=serializers.IntegerField(min_value=1, max_value=MAX_ID), default=list, max_length=50
+    )
+
+
 class ForcedSetSerializer(serializers.Serializer):
-    forced_snippets = serializers.ListField(child=serializers.IntegerField(), default=list)
-    forced_skills = serializers.ListField(child=serializers.IntegerField(), default=list)
+    forced_snippets = id_list_field()
+    forced_skills = id_list_field()
 
 
-def id_list(raw: str | None) -> list[int]:
-    try:
-        return [int(part) for part in (raw or "").split(",") if part.strip()]
-    except ValueError as exc:
-        raise serializers.ValidationError(
-            {"forced": ["Give ids as comma-separated integers."]}
-        ) from exc
+class CommaIds(serializers.ListField):
+    """`?forced_snippets=1,2`: a comma-separated list in one query parameter."""
+
+    def get_value(self, dictionary: Any) -> Any:
+        raw = dictionary.get(self.field_name)
+        if raw is None:
+            return serializers.empty
+        return [part.strip() for part in raw.split(",") if part.strip()]
+
+
+class ForcedQuery(serializers.Serializer):
+    forced_snippets = CommaIds(
+        child=serializers.IntegerField(min_value=1, max_value=MAX_ID),
+        default=list,
+        max_length=50,
+        help_text="Comma-separated snippet ids",
+    )
+    forced_skills = CommaIds(
+        child=serializers.IntegerField(min_value=1, max_value=MAX_ID),
+        default=list,
+        max_length=50,
+        help_text="Comma-separated skill ids",
+    )
 
 
 class ConfigurationViewSet(viewsets.ModelViewSet):
@@ -248,16 +287,15 @@ class ConfigurationViewSet(viewsets.ModelViewSet):
     @action(detail=True, methods=["get", "post"])
     def readout(self, request: Request, slug: str | None = None) -> Response:
         """What this configuration (plus a forced set) would send, and the gate's verdict."""
-        if request.method == "POST":
-            body = ForcedSetSerializer(data=request.data)
-            body.is_valid(raise_exception=True)
-            snippets, skills = (
-                body.validated_data["forced_snippets"],
-                body.validated_data["forced_skills"],
-            )
-        else:
-            snippets = id_list(request.query_params.get("forced_snippets"))
-            skills = id_list(request.query_params.get("forced_skills"))
+        post = request.method == "POST"
+        body = (ForcedSetSerializer if post else ForcedQuery)(
+            data=request.data if post else request.query_params
+        )
+        body.is_valid(raise_exception=True)
+        snippets, skills = (
+            body.validated_data["forced_snippets"],
+            body.validated_data["forced_skills"],
+        )
         data = configuration_readout(
             configuration=self.get_object(), forced_snippet_ids=snippets, forced_skill_ids=skills
         )

@@ -13,8 +13,9 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from agentruns.api.limits import MAX_ID
 from agentruns.models import Event, Note, Run, Thread, Ticket, ToolInvocation
-from agentruns.selectors import run_readout, visible_runs
+from agentruns.selectors import durable_events, run_readout, visible_runs
 from agentruns.services.resume import INPUT, PERMISSION, ResumeCommand, may_answer, run_resume
 from agentruns.services.runs import (
     Submission,
@@ -38,6 +39,28 @@ class SubmitSerializer(serializers.Serializer):
         child=serializers.IntegerField(min_value=1), default=list, max_length=50
     )
     dry_run = serializers.BooleanField(default=False)
+
+
+class RunFilter(serializers.Serializer):
+    """SEC-3: the list's query parameters, validated (a bad one is a 400, never a 500)."""
+
+    status = serializers.ChoiceField(choices=Run.Status.choices, required=False)
+    thread = serializers.IntegerField(required=False, min_value=1, max_value=MAX_ID)
+
+
+class EventsQuery(serializers.Serializer):
+    after = serializers.IntegerField(required=False, default=0, min_value=0, max_value=MAX_ID)
+    limit = serializers.IntegerField(required=False, default=1000, min_value=1, max_value=5000)
+
+
+class NoteFilter(serializers.Serializer):
+    run = serializers.IntegerField(required=False, min_value=1, max_value=MAX_ID)
+
+
+def query(serializer: type[serializers.Serializer], request: Request) -> dict[str, Any]:
+    body = serializer(data=request.query_params)
+    body.is_valid(raise_exception=True)
+    return dict(body.validated_data)
 
 
 class ResultSerializer(serializers.Serializer):
@@ -134,17 +157,15 @@ def event_dict(event: Event) -> dict[str, Any]:
 
 class RunViewSet(viewsets.GenericViewSet):
     serializer_class = SubmitSerializer
+    throttle_scopes = {"create": "submit", "resume": "resume"}
 
     def get_queryset(self) -> Any:
-        runs = visible_runs(self.request.user)
-        for name in ("status", "thread"):
-            value = self.request.query_params.get(name)
-            if value:
-                runs = runs.filter(**{name: value})
-        return runs
+        return visible_runs(self.request.user)
 
+    @extend_schema(parameters=[RunFilter])
     def list(self, request: Request) -> Response:
-        page = self.paginate_queryset(self.get_queryset()) or []
+        runs = self.get_queryset().filter(**query(RunFilter, request))
+        page = self.paginate_queryset(runs) or []
         return self.get_paginated_response([run_dict(run, detail=False) for run in page])
 
     @extend_schema(
@@ -178,16 +199,12 @@ class RunViewSet(viewsets.GenericViewSet):
     def retrieve(self, request: Request, pk: str | None = None) -> Response:
         return Response(run_dict(self.get_object()))
 
-    @extend_schema(parameters=[OpenApiParameter("after", int), OpenApiParameter("limit", int)])
+    @extend_schema(parameters=[EventsQuery])
     @action(detail=True, methods=["get"])
     def events(self, request: Request, pk: str | None = None) -> Response:
+        """The run's events after the `after` cursor; what is answered is durable."""
         run = self.get_object()
-        try:
-            after = int(request.query_params.get("after", 0))
-            limit = min(max(int(request.query_params.get("limit", 1000)), 1), 5000)
-        except ValueError as exc:
-            raise serializers.ValidationError({"after": ["Give an integer."]}) from exc
-        rows = Event.objects.filter(run=run, sequence__gt=after).order_by("sequence")[:limit]
+        rows = durable_events(run=run, **query(EventsQuery, request))
         return Response({"run": run.pk, "events": [event_dict(e) for e in rows]})
 
     @extend_schema(request=ResumeSerializer, responses={200: dict})
@@ -228,12 +245,17 @@ class NoteViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gen
     serializer_class = NoteSerializer
 
     def get_queryset(self) -> Any:
-        notes = Note.objects.all()
-        user = self.request.user
-        if not user.is_staff:
-            notes = notes.filter(run__in=visible_runs(user))
-        run = self.request.query_params.get("run")
-        return notes.filter(run_id=run) if run else notes
+        """SEC-2: a note is visible iff its run is; being staff shows no more."""
+        notes = Note.objects.filter(run__in=visible_runs(self.request.user))
+        if getattr(self, "action", None) == "list":
+            notes = notes.filter(
+                **{f"{k}_id": v for k, v in query(NoteFilter, self.request).items()}
+            )
+        return notes
+
+    @extend_schema(parameters=[NoteFilter])
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return super().list(request, *args, **kwargs)
 
 
 class TicketViewSet(viewsets.GenericViewSet):

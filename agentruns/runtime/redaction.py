@@ -107,7 +107,9 @@ EXTRA: list[Shape] = [
     ),
     # OpenAI (sk-, sk-proj-), Anthropic (sk-ant-) and look-alikes.
     Shape("api_key", re.compile(r"\bsk-(?:ant-|proj-|live-|test-)?[A-Za-z0-9_\-]{16,}"), ("sk-",)),
-    Shape("api_key", re.compile(r"\b[rsp]k_(?:live|test)_[0-9a-zA-Z]{16,}"), ("k_live_", "k_test_")),
+    Shape(
+        "api_key", re.compile(r"\b[rsp]k_(?:live|test)_[0-9a-zA-Z]{16,}"), ("k_live_", "k_test_")
+    ),
     Shape("api_key", re.compile(r"\bAIza[0-9A-Za-z_\-]{35}\b"), ("aiza",)),
     Shape("token", re.compile(r"\bgh[pousr]_[A-Za-z0-9]{30,}"), ("gh",)),
     Shape("token", re.compile(r"\bgithub_pat_[A-Za-z0-9_]{22,}"), ("github_pat_",)),
@@ -168,7 +170,6 @@ NAME_ENDINGS = re.compile(
     r"[\"']?\s*(?:=>|:=|:|=)"
 )
 SECRET_KEY = re.compile(rf"(?i){NAME}$")
-
 
 
 def _name_kind(name: str) -> str:
