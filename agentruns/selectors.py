@@ -12,7 +12,7 @@ from agentruns.gate.audit import current_enforcement
 from agentruns.gate.core import compose_sources
 from agentruns.gate.lookups import config_view, forced_for_composition, forced_for_resume
 from agentruns.gate.readout import readout
-from agentruns.models import Configuration, Event, Run
+from agentruns.models import Configuration, Event, Run, Thread
 
 
 def configuration_readout(
@@ -51,6 +51,14 @@ def visible_runs(user: Any) -> QuerySet[Run]:
     if not user.is_authenticated:
         return runs.none()
     return runs.filter(created_by=user)
+
+
+def can_act_on_thread(user: Any, thread: Thread) -> bool:
+    """The thread's initiator, or an approver, may steer it (switch its mode)."""
+    return bool(
+        user.is_authenticated
+        and (thread.created_by_id == user.pk or user.has_perm("agentruns.approve_run"))
+    )
 
 
 def can_act_on_run(user: Any, run: Run) -> bool:

@@ -176,11 +176,9 @@ REST_FRAMEWORK = {
     "EXCEPTION_HANDLER": "agentruns.api.errors.exception_handler",
     "DEFAULT_PAGINATION_CLASS": "agentruns.api.limits.Pagination",
     "PAGE_SIZE": 100,
-    "DEFAULT_PARSER_CLASSES": [
-        "agentruns.api.limits.BoundedJSONParser",
-        "rest_framework.parsers.FormParser",
-        "rest_framework.parsers.MultiPartParser",
-    ],
+    # JSON only: what the schema documents is what is parsed (a form body is a 415).
+    "DEFAULT_PARSER_CLASSES": ["agentruns.api.limits.BoundedJSONParser"],
+    "TEST_REQUEST_DEFAULT_FORMAT": "json",
     # SEC-3: per user (or client address) on run submission and resume; generous defaults.
     "DEFAULT_THROTTLE_CLASSES": ["agentruns.api.limits.ActionThrottle"],
     "DEFAULT_THROTTLE_RATES": {
@@ -197,6 +195,9 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # Separate request components carry what a request must satisfy (minLength, writable
+    # fields only), so the schema allows exactly what the API accepts (SEC-3).
+    "COMPONENT_SPLIT_REQUEST": True,
     "ENUM_NAME_OVERRIDES": {"DataClassEnum": "agentruns.classes.DATA_CLASS_CHOICES"},
 }
 

@@ -77,10 +77,16 @@ def name_list(**kw: Any) -> serializers.ListField:
     )
 
 
-def slug_list() -> serializers.ListField:
-    return serializers.ListField(
-        child=serializers.SlugField(), required=False, write_only=True, max_length=MAX_LIST
-    )
+class OrderedSlugs(serializers.ListField):
+    """Ordered slugs of a through table: written as a list, read back in its order."""
+
+    def __init__(self, through: str, target: str, **kw: Any) -> None:
+        self.through, self.target = through, target
+        super().__init__(child=serializers.SlugField(), required=False, max_length=MAX_LIST, **kw)
+
+    def get_attribute(self, instance: Any) -> list[str]:
+        rows = getattr(instance, self.through).select_related(self.target)
+        return [getattr(row, self.target).slug for row in rows]
 
 
 class ModeSerializer(serializers.Serializer):
@@ -125,18 +131,22 @@ class ModesField(serializers.Field):
         }
 
 
+@extend_schema_field({"type": "object"})
+class ScriptField(serializers.JSONField):
+    pass
+
+
 class ConfigurationSerializer(serializers.ModelSerializer):
     provider = serializers.SlugRelatedField(
         slug_field="slug", queryset=Provider.objects.all(), allow_null=True, required=False
     )
-    # Ordered slugs; written here, read back by to_representation.
-    snippets = slug_list()
-    skills = slug_list()
-    fallbacks = slug_list()
+    snippets = OrderedSlugs("configurationsnippet_set", "snippet")
+    skills = OrderedSlugs("configurationskill_set", "skill")
+    fallbacks = OrderedSlugs("fallback_links", "fallback")
     allowed_tools = name_list(required=False)
     approval_exempt_tools = name_list(required=False)
     modes = ModesField(required=False)
-    script = serializers.JSONField(required=False, help_text=Configuration.script.field.help_text)
+    script = ScriptField(required=False, help_text=Configuration.script.field.help_text)
 
     class Meta:
         model = Configuration
@@ -163,19 +173,6 @@ class ConfigurationSerializer(serializers.ModelSerializer):
             "updated_at",
         ]
         read_only_fields = ["created_at", "updated_at"]
-
-    def to_representation(self, instance: Configuration) -> dict:
-        data = super().to_representation(instance)
-        data["snippets"] = [
-            row.snippet.slug for row in instance.configurationsnippet_set.select_related("snippet")
-        ]
-        data["skills"] = [
-            row.skill.slug for row in instance.configurationskill_set.select_related("skill")
-        ]
-        data["fallbacks"] = [
-            row.fallback.slug for row in instance.fallback_links.select_related("fallback")
-        ]
-        return data
 
     def validate_script(self, value: Any) -> dict:
         """SEC-3: a scripted provider's turns are an object; `null` (e.g. from a form) is not."""
@@ -255,6 +252,9 @@ class CommaIds(serializers.ListField):
         return [part.strip() for part in raw.split(",") if part.strip()]
 
 
+ID_LIST = {"type": "string", "pattern": r"^[1-9][0-9]{0,17}(,[1-9][0-9]{0,17}){0,49}$"}
+
+
 class ForcedQuery(serializers.Serializer):
     forced_snippets = CommaIds(
         child=serializers.IntegerField(min_value=1, max_value=MAX_ID),
@@ -278,8 +278,8 @@ class ConfigurationViewSet(viewsets.ModelViewSet):
 
     @extend_schema(
         parameters=[
-            OpenApiParameter("forced_snippets", str, description="Comma-separated snippet ids"),
-            OpenApiParameter("forced_skills", str, description="Comma-separated skill ids"),
+            OpenApiParameter("forced_snippets", ID_LIST, description="Comma-separated snippet ids"),
+            OpenApiParameter("forced_skills", ID_LIST, description="Comma-separated skill ids"),
         ],
         request=ForcedSetSerializer,
         responses={200: dict},

@@ -57,10 +57,10 @@ def exception_handler(exc: Exception, context: dict) -> Response | None:
     if isinstance(exc, ProtectedError):
         return error_response("conflict", "Still referenced by other records; not deleted.")
     if isinstance(exc, exceptions.NotAuthenticated | exceptions.AuthenticationFailed):
-        response = drf_exception_handler(exc, context)
-        if response is not None:
-            response.data = {"code": "not_authenticated", "detail": str(exc.detail)}
-        return response
+        # Always 401 (DRF answers 403 when session auth comes first); the header says how.
+        refused = error_response("not_authenticated", str(exc.detail))
+        refused["WWW-Authenticate"] = 'Token realm="api"'
+        return refused
     if isinstance(exc, exceptions.PermissionDenied | DjangoPermissionDenied):
         return error_response("not_permitted", "You may not do this.")
     response = drf_exception_handler(exc, context)

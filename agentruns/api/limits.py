@@ -41,9 +41,10 @@ class ActionThrottle(ScopedRateThrottle):
         self.scope = getattr(view, "throttle_scopes", {}).get(getattr(view, "action", None))
         if not self.scope:
             return True
-        self.rate = api_settings.DEFAULT_THROTTLE_RATES.get(self.scope)
-        if self.rate is None:
+        rate = api_settings.DEFAULT_THROTTLE_RATES.get(self.scope)
+        if not rate:
             return True
+        self.rate = str(rate)
         self.num_requests, self.duration = self.parse_rate(self.rate)
         # ScopedRateThrottle.allow_request would re-read the scope from the view.
         return super(ScopedRateThrottle, self).allow_request(request, view)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.core.validators import RegexValidator
 from django.db.models import Count
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -18,6 +19,7 @@ from agentruns.models import Event, Note, Run, Thread, Ticket, ToolInvocation
 from agentruns.selectors import durable_events, run_readout, visible_runs
 from agentruns.services.resume import INPUT, PERMISSION, ResumeCommand, may_answer, run_resume
 from agentruns.services.runs import (
+    MAX_INPUT_CHARS,
     Submission,
     run_cancel,
     run_dry,
@@ -29,7 +31,11 @@ from agentruns.services.runs import (
 
 class SubmitSerializer(serializers.Serializer):
     configuration = serializers.SlugField()
-    input = serializers.CharField(trim_whitespace=False, allow_blank=True)
+    input = serializers.CharField(
+        trim_whitespace=False,
+        max_length=MAX_INPUT_CHARS,
+        validators=[RegexValidator(r"\S", "Give the task to run.")],
+    )
     thread = serializers.IntegerField(required=False, allow_null=True, min_value=1)
     mode = serializers.CharField(required=False, allow_null=True, max_length=64)
     forced_snippets = serializers.ListField(
@@ -67,7 +73,7 @@ class ResultSerializer(serializers.Serializer):
     kind = serializers.ChoiceField(choices=[PERMISSION, INPUT])
     decision = serializers.ChoiceField(choices=["allow", "deny"], required=False)
     note = serializers.CharField(required=False, allow_blank=True, max_length=2000, default="")
-    value = serializers.JSONField(required=False)
+    value = serializers.JSONField(required=False, allow_null=True)
 
     def validate(self, data: dict) -> dict:
         if data["kind"] == PERMISSION and "decision" not in data:

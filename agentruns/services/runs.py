@@ -35,7 +35,7 @@ from agentruns.runtime.context import effective_events
 from agentruns.runtime.deferred import active_deferred
 from agentruns.runtime.redaction import redact
 from agentruns.runtime.state import Ev, restore
-from agentruns.selectors import can_act_on_run, visible_runs
+from agentruns.selectors import can_act_on_run, can_act_on_thread, visible_runs
 from agentruns.services.log import append_events
 from agentruns.store.transitions import run_cancel_parked
 from agentruns.store.wakeups import enqueue_wake
@@ -311,6 +311,9 @@ def thread_switch_mode(*, user: User, thread_id: int, mode: str) -> Thread:
     thread = Thread.objects.filter(pk=thread_id, runs__in=visible_runs(user)).distinct().first()
     if thread is None:
         raise NotFound("No such thread.")
+    # SEC-2: seeing a thread (view_all_runs) is not steering it.
+    if not can_act_on_thread(user, thread):
+        raise NotPermitted("Only the thread's initiator or an approver may switch its mode.")
     config = build_runtime_config(thread.configuration)
     if not config.has_mode(mode):
         known = ", ".join(m.name for m in config.modes)

@@ -1,0 +1,135 @@
+"""SEC-2, HITL-9: one table of every API endpoint x every kind of caller, with object-level
+visibility. A run belongs to `initiator`; everyone else sees it only through a permission
+(view_all_runs to look, approve_run to look and act).
+
+Pages are built elsewhere: add their rows to PAGE_ROWS (same columns, paths under /)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from rest_framework.test import APIClient
+
+from agentruns.models import Note
+from tests.conftest import grant
+from tests.crash import submit
+from tests.factories import make_configuration, make_skill, make_snippet
+
+pytestmark = pytest.mark.django_db
+
+ROLES = [
+    "anonymous",
+    "plain",
+    "staff",
+    "staff+view_all_runs",
+    "staff+approve_run",
+    "approver",
+    "initiator",
+]
+# Status per role, in ROLES order. 401: not signed in; 403: signed in, not allowed;
+# 404: the object is invisible to the caller (SEC-2: no existence oracle).
+CATALOG_READ = (401, 403, 200, 200, 200, 403, 403)
+CATALOG_WRITE = (401, 403, 201, 201, 201, 403, 403)
+SEE_RUN = (401, 404, 404, 200, 200, 200, 200)
+ACT_ON_RUN = (401, 404, 404, 403, 200, 200, 200)
+ANY_USER = (401, 200, 200, 200, 200, 200, 200)
+RESUME = (401, 404, 404, 403, 409, 409, 403)  # no ticket: who may answer meets not_awaiting
+SWITCH_MODE = (401, 404, 404, 403, 409, 409, 409)  # the run is queued: conflict
+
+SUBMIT = {"configuration": "c", "input": "hello"}
+RESUME_BODY = {
+    "correlation_id": "00000000-0000-0000-0000-000000000000",
+    "run": 0,
+    "snapshot_id": "x",
+    "catalog_fingerprint": "x",
+    "call_id": "",
+    "result": {"kind": "permission", "decision": "allow"},
+}
+
+# (method, path, body, statuses)
+API_ROWS: list[tuple[str, str, Any, tuple[int, ...]]] = [
+    ("get", "/api/providers/", None, CATALOG_READ),
+    ("post", "/api/providers/", {"slug": "new", "name": "New", "kind": "scripted"}, CATALOG_WRITE),
+    ("get", "/api/providers/{provider}/", None, CATALOG_READ),
+    ("get", "/api/configurations/", None, CATALOG_READ),
+    ("get", "/api/configurations/c/", None, CATALOG_READ),
+    ("get", "/api/configurations/c/readout/", None, CATALOG_READ),
+    ("get", "/api/snippets/", None, CATALOG_READ),
+    ("post", "/api/snippets/", {"slug": "n", "name": "N", "text": "t"}, CATALOG_WRITE),
+    ("get", "/api/skills/", None, CATALOG_READ),
+    ("post", "/api/skills/", {"slug": "n", "name": "N", "instructions": "i"}, CATALOG_WRITE),
+    ("get", "/api/runs/", None, ANY_USER),
+    ("post", "/api/runs/", SUBMIT, (401, 201, 201, 201, 201, 201, 201)),
+    ("get", "/api/runs/{run}/", None, SEE_RUN),
+    ("get", "/api/runs/{run}/events/", None, SEE_RUN),
+    ("post", "/api/runs/{run}/cancel/", None, ACT_ON_RUN),
+    ("post", "/api/runs/{run}/resume/", RESUME_BODY, RESUME),
+    ("get", "/api/threads/{thread}/", None, SEE_RUN),
+    ("post", "/api/threads/{thread}/mode/", {"mode": "default"}, SWITCH_MODE),
+    ("get", "/api/tickets/", None, ANY_USER),
+    ("get", "/api/notes/", None, ANY_USER),
+    ("get", "/api/notes/{note}/", None, SEE_RUN),
+]
+PAGE_ROWS: list[tuple[str, str, Any, tuple[int, ...]]] = []
+CASES = [
+    pytest.param(method, path, body, role, expected, id=f"{method} {path} as {role}")
+    for method, path, body, statuses in [*API_ROWS, *PAGE_ROWS]
+    for role, expected in zip(ROLES, statuses, strict=True)
+]
+
+
+def caller(role: str, django_user_model, initiator) -> APIClient:
+    client = APIClient()
+    if role == "anonymous":
+        return client
+    if role == "initiator":
+        client.force_authenticate(initiator)
+        return client
+    staff = role.startswith("staff")
+    user = django_user_model.objects.create_user(f"u-{role}", is_staff=staff)
+    if "+" in role:
+        grant(user, role.split("+")[1])
+    if role == "approver":
+        grant(user, "approve_run")
+    client.force_authenticate(user)
+    return client
+
+
+@pytest.mark.parametrize(("method", "path", "body", "role", "expected"), CASES)
+def test_who_may_do_what(method, path, body, role, expected, django_user_model):
+    initiator = django_user_model.objects.create_user("initiator")
+    make_configuration("c")
+    make_snippet("s")
+    make_skill("k")
+    run = submit(initiator, "c", "the initiator's run")
+    note = Note.objects.create(title="n", body="b", run=run)
+    provider = run.configuration.provider.slug
+    url = path.format(run=run.pk, thread=run.thread_id, note=note.pk, provider=provider)
+    client = caller(role, django_user_model, initiator)
+
+    response = getattr(client, method)(url, body, format="json")
+
+    assert response.status_code == expected, response.content
+
+
+@pytest.mark.parametrize(
+    ("role", "runs", "notes"),
+    [
+        ("plain", 0, 0),
+        ("staff", 0, 0),
+        ("staff+view_all_runs", 1, 1),
+        ("staff+approve_run", 1, 1),
+        ("approver", 1, 1),
+        ("initiator", 1, 1),
+    ],
+)
+def test_lists_show_only_visible_objects(role, runs, notes, django_user_model):
+    """SEC-2 on the list endpoints: a row is listed iff its run is visible."""
+    initiator = django_user_model.objects.create_user("initiator")
+    make_configuration("c")
+    run = submit(initiator, "c", "the initiator's run")
+    Note.objects.create(title="n", body="b", run=run)
+    client = caller(role, django_user_model, initiator)
+    assert client.get("/api/runs/").json()["count"] == runs
+    assert client.get("/api/notes/").json()["count"] == notes
