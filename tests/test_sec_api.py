@@ -87,6 +87,12 @@ def test_sec3_a_body_over_the_limit_is_413(api, settings):
     assert response.json()["code"] == "payload_too_large"
 
 
+def test_sec3_too_many_query_fields_is_a_400(api):
+    """DATA_UPLOAD_MAX_NUMBER_FIELDS bounds query strings and forms alike."""
+    query = "&".join(f"f{i}=1" for i in range(300))
+    assert api.get(f"/api/runs/?{query}").status_code == 400
+
+
 def test_sec3_a_list_over_its_length_is_a_400(api):
     make_configuration("c")
     body = {"configuration": "c", "input": "x", "forced_snippets": list(range(1, 60))}

@@ -98,31 +98,29 @@ def _detect_secrets_shapes() -> list[Shape]:
     return shapes
 
 
-# What SEC-4 names and detect-secrets (1.5) lacks or matches too narrowly.
-EXTRA: list[Shape] = [
-    Shape(
+# What SEC-4 names and detect-secrets (1.5) lacks or matches too narrowly:
+# (kind, pattern, hints); the whole match is the secret.
+EXTRA_PATTERNS: list[tuple[str, str, tuple[str, ...]]] = [
+    (
         "private_key",
-        re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]+?-----END [A-Z ]*PRIVATE KEY-----"),
+        r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]+?-----END [A-Z ]*PRIVATE KEY-----",
         ("-----begin",),
     ),
     # OpenAI (sk-, sk-proj-), Anthropic (sk-ant-) and look-alikes.
-    Shape("api_key", re.compile(r"\bsk-(?:ant-|proj-|live-|test-)?[A-Za-z0-9_\-]{16,}"), ("sk-",)),
-    Shape(
-        "api_key", re.compile(r"\b[rsp]k_(?:live|test)_[0-9a-zA-Z]{16,}"), ("k_live_", "k_test_")
-    ),
-    Shape("api_key", re.compile(r"\bAIza[0-9A-Za-z_\-]{35}\b"), ("aiza",)),
-    Shape("token", re.compile(r"\bgh[pousr]_[A-Za-z0-9]{30,}"), ("gh",)),
-    Shape("token", re.compile(r"\bgithub_pat_[A-Za-z0-9_]{22,}"), ("github_pat_",)),
-    Shape("token", re.compile(r"\bglpat-[A-Za-z0-9_\-]{20,}"), ("glpat-",)),
-    Shape("token", re.compile(r"\bhf_[A-Za-z0-9]{30,}"), ("hf_",)),
-    Shape("token", re.compile(r"\bnpm_[A-Za-z0-9]{36}\b"), ("npm_",)),
-    Shape("token", re.compile(r"\bxox[abprse]-[A-Za-z0-9-]{10,}"), ("xox",)),
-    Shape(
-        "token",
-        re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
-        ("eyj",),
-    ),
-    Shape("token", re.compile(r"(?i)\bbearer\s+[A-Za-z0-9._~+/-]{16,}=*"), ("bearer",)),
+    ("api_key", r"\bsk-(?:ant-|proj-|live-|test-)?[A-Za-z0-9_\-]{16,}", ("sk-",)),
+    ("api_key", r"\b[rsp]k_(?:live|test)_[0-9a-zA-Z]{16,}", ("k_live_", "k_test_")),
+    ("api_key", r"\bAIza[0-9A-Za-z_\-]{35}\b", ("aiza",)),
+    ("token", r"\bgh[pousr]_[A-Za-z0-9]{30,}", ("gh",)),
+    ("token", r"\bgithub_pat_[A-Za-z0-9_]{22,}", ("github_pat_",)),
+    ("token", r"\bglpat-[A-Za-z0-9_\-]{20,}", ("glpat-",)),
+    ("token", r"\bhf_[A-Za-z0-9]{30,}", ("hf_",)),
+    ("token", r"\bnpm_[A-Za-z0-9]{36}\b", ("npm_",)),
+    ("token", r"\bxox[abprse]-[A-Za-z0-9-]{10,}", ("xox",)),
+    ("token", r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}", ("eyj",)),
+    ("token", r"(?i)\bbearer\s+[A-Za-z0-9._~+/-]{16,}=*", ("bearer",)),
+]
+EXTRA: list[Shape] = [
+    *(Shape(kind, re.compile(pattern), hints) for kind, pattern, hints in EXTRA_PATTERNS),
     Shape(
         "password",
         re.compile(r"(?i)\bbasic\s+([A-Za-z0-9+/]{6,}={0,2})(?![A-Za-z0-9+/=])"),
