@@ -198,7 +198,11 @@ SPECTACULAR_SETTINGS = {
     # Separate request components carry what a request must satisfy (minLength, writable
     # fields only), so the schema allows exactly what the API accepts (SEC-3).
     "COMPONENT_SPLIT_REQUEST": True,
-    "ENUM_NAME_OVERRIDES": {"DataClassEnum": "agentruns.classes.DATA_CLASS_CHOICES"},
+    "ENUM_NAME_OVERRIDES": {
+        "DataClassEnum": "agentruns.classes.DATA_CLASS_CHOICES",
+        "RunStatusEnum": "agentruns.api.shapes.RUN_STATUSES",
+        "TicketStatusEnum": "agentruns.api.shapes.TICKET_STATUSES",
+    },
 }
 
 # --- agentruns -------------------------------------------------------------------------

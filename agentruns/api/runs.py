@@ -8,13 +8,14 @@ from typing import Any
 from django.core.validators import RegexValidator
 from django.db.models import Count
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from agentruns.api.limits import MAX_ID
+from agentruns.api.shapes import EventsOut, RunDetailOut, RunOut, ThreadOut, TicketsOut
 from agentruns.models import Event, Note, Run, Thread, Ticket, ToolInvocation
 from agentruns.selectors import durable_events, run_readout, visible_runs
 from agentruns.services.resume import INPUT, PERMISSION, ResumeCommand, may_answer, run_resume
@@ -168,7 +169,7 @@ class RunViewSet(viewsets.GenericViewSet):
     def get_queryset(self) -> Any:
         return visible_runs(self.request.user)
 
-    @extend_schema(parameters=[RunFilter])
+    @extend_schema(parameters=[RunFilter], responses={200: RunOut(many=True)})
     def list(self, request: Request) -> Response:
         runs = self.get_queryset().filter(**query(RunFilter, request))
         page = self.paginate_queryset(runs) or []
@@ -177,7 +178,12 @@ class RunViewSet(viewsets.GenericViewSet):
     @extend_schema(
         parameters=[OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER)],
         request=SubmitSerializer,
-        responses={201: dict, 200: dict},
+        responses={
+            201: RunDetailOut,
+            200: OpenApiResponse(
+                OpenApiTypes.OBJECT, description="The original run (replayed key) or a dry run"
+            ),
+        },
     )
     def create(self, request: Request) -> Response:
         body = SubmitSerializer(data=request.data)
@@ -202,10 +208,11 @@ class RunViewSet(viewsets.GenericViewSet):
             run_dict(run), status=status.HTTP_201_CREATED if created else status.HTTP_200_OK
         )
 
+    @extend_schema(responses={200: RunDetailOut})
     def retrieve(self, request: Request, pk: str | None = None) -> Response:
         return Response(run_dict(self.get_object()))
 
-    @extend_schema(parameters=[EventsQuery])
+    @extend_schema(parameters=[EventsQuery], responses={200: EventsOut})
     @action(detail=True, methods=["get"])
     def events(self, request: Request, pk: str | None = None) -> Response:
         """The run's events after the `after` cursor; what is answered is durable."""
@@ -213,7 +220,7 @@ class RunViewSet(viewsets.GenericViewSet):
         rows = durable_events(run=run, **query(EventsQuery, request))
         return Response({"run": run.pk, "events": [event_dict(e) for e in rows]})
 
-    @extend_schema(request=ResumeSerializer, responses={200: dict})
+    @extend_schema(request=ResumeSerializer, responses={200: RunDetailOut})
     @action(detail=True, methods=["post"])
     def resume(self, request: Request, pk: str | None = None) -> Response:
         """Answer the run's ticket: allow/deny a tool call, or give typed input."""
@@ -234,7 +241,7 @@ class RunViewSet(viewsets.GenericViewSet):
         run = run_resume(user=request.user, run_id=int(self.get_object().pk), command=command)
         return Response(run_dict(run))
 
-    @extend_schema(request=None, responses={200: dict})
+    @extend_schema(request=None, responses={200: RunDetailOut})
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk: str | None = None) -> Response:
         run = run_cancel(user=request.user, run_id=int(self.get_object().pk))
@@ -270,7 +277,7 @@ class TicketViewSet(viewsets.GenericViewSet):
     def get_queryset(self) -> Any:
         return Ticket.objects.none()
 
-    @extend_schema(responses={200: OpenApiTypes.OBJECT})
+    @extend_schema(responses={200: TicketsOut})
     def list(self, request: Request) -> Response:
         tickets = (
             Ticket.objects.filter(status=Ticket.Status.ACTIVE, run__in=visible_runs(request.user))
@@ -339,11 +346,11 @@ class ThreadViewSet(viewsets.GenericViewSet):
             .distinct()
         )
 
-    @extend_schema(responses={200: OpenApiTypes.OBJECT})
+    @extend_schema(responses={200: ThreadOut})
     def retrieve(self, request: Request, pk: str | None = None) -> Response:
         return Response(thread_dict(self.get_object()))
 
-    @extend_schema(request=ModeSerializer, responses={200: dict})
+    @extend_schema(request=ModeSerializer, responses={200: ThreadOut})
     @action(detail=True, methods=["post"])
     def mode(self, request: Request, pk: str | None = None) -> Response:
         """Switch the thread's mode between runs (DEF-1); recorded as `mode.switched`."""

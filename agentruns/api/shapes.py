@@ -1,0 +1,103 @@
+"""What the run endpoints answer, as serializers for the OpenAPI schema only (the views
+build plain dicts); schemathesis checks every response against them (SEC-3)."""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from agentruns.models import Run, Ticket
+
+# Named in SPECTACULAR_SETTINGS["ENUM_NAME_OVERRIDES"]: two models have a `status`.
+RUN_STATUSES = Run.Status.choices
+TICKET_STATUSES = Ticket.Status.choices
+
+
+class TargetOut(serializers.Serializer):
+    kind = serializers.ChoiceField(choices=Ticket.Kind.choices)
+    call_id = serializers.CharField()
+    tool = serializers.CharField()
+    arguments = serializers.JSONField(allow_null=True)
+    arguments_digest = serializers.CharField()
+    question = serializers.CharField()
+    schema = serializers.JSONField(allow_null=True)
+
+
+class TicketOut(serializers.Serializer):
+    correlation_id = serializers.UUIDField()
+    run = serializers.IntegerField()
+    thread = serializers.IntegerField()
+    snapshot_id = serializers.CharField()
+    catalog_fingerprint = serializers.CharField()
+    deadline = serializers.DateTimeField(allow_null=True)
+    status = serializers.ChoiceField(choices=TICKET_STATUSES)
+    target = TargetOut()
+
+
+class UncertainOut(serializers.Serializer):
+    run = serializers.IntegerField(required=False)
+    call_id = serializers.CharField()
+    tool = serializers.CharField()
+    arguments = serializers.JSONField()
+    effect_sent_at = serializers.DateTimeField(allow_null=True, required=False)
+
+
+class CountersOut(serializers.Serializer):
+    events = serializers.IntegerField()
+    model_turns = serializers.IntegerField()
+    tool_results = serializers.IntegerField()
+    tool_calls_used = serializers.IntegerField()
+    attempts = serializers.IntegerField()
+
+
+class RunOut(serializers.Serializer):
+    id = serializers.IntegerField()
+    thread = serializers.IntegerField()
+    status = serializers.ChoiceField(choices=RUN_STATUSES)
+    configuration = serializers.CharField()
+    input = serializers.CharField()
+    final_reply = serializers.CharField()
+    failure = serializers.JSONField(allow_null=True)
+    created_by = serializers.CharField(allow_null=True)
+    created_at = serializers.DateTimeField()
+    updated_at = serializers.DateTimeField()
+    forced_snippets = serializers.ListField(child=serializers.IntegerField())
+    forced_skills = serializers.ListField(child=serializers.IntegerField())
+
+
+class RunDetailOut(RunOut):
+    ticket = TicketOut(allow_null=True)
+    readout = serializers.DictField()
+    counters = CountersOut()
+    uncertain_calls = UncertainOut(many=True)
+
+
+class EventOut(serializers.Serializer):
+    sequence = serializers.IntegerField()
+    type = serializers.CharField()
+    payload = serializers.DictField()
+    created_at = serializers.DateTimeField()
+
+
+class EventsOut(serializers.Serializer):
+    run = serializers.IntegerField()
+    events = EventOut(many=True)
+
+
+class QueuedTicketOut(TicketOut):
+    configuration = serializers.CharField()
+    run_input = serializers.CharField()
+    initiator = serializers.CharField(allow_null=True)
+
+
+class TicketsOut(serializers.Serializer):
+    count = serializers.IntegerField()
+    results = QueuedTicketOut(many=True)
+    uncertain = UncertainOut(many=True)
+
+
+class ThreadOut(serializers.Serializer):
+    id = serializers.IntegerField()
+    configuration = serializers.CharField()
+    mode = serializers.CharField()
+    runs = serializers.ListField(child=serializers.IntegerField())
+    created_at = serializers.DateTimeField()
