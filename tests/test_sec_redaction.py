@@ -151,3 +151,22 @@ def test_a_replayed_key_with_a_different_secret_conflicts(api, staff):
     assert Run.objects.count() == 1
     run = Run.objects.get()
     assert "alpha1" not in run.input and "alpha1" not in run.request_digest
+
+
+@pytest.mark.django_db
+def test_the_raw_input_is_never_written_not_even_briefly(api):
+    """SEC-4: an INSERT of the raw text followed by an UPDATE would leave the secret in a
+    dead row version and in the WAL; no statement of a submission carries it."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from tests.factories import make_configuration
+
+    make_configuration("raw")
+    with CaptureQueriesContext(connection) as queries:
+        response = api.post(
+            "/api/runs/", {"configuration": "raw", "input": f"use {GH} now"}, format="json"
+        )
+    assert response.status_code == 201, response.content
+    assert any("agentruns_run" in q["sql"] and "INSERT" in q["sql"] for q in queries)
+    assert [q["sql"] for q in queries if GH in q["sql"]] == []

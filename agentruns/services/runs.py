@@ -172,10 +172,13 @@ def _create(
     new_thread = thread is None
     if thread is None:
         thread = Thread.objects.create(configuration=configuration, created_by=owner)
+    # SEC-4: only the redacted text is ever written (an UPDATE would leave the raw input in
+    # a dead row version and in the WAL).
+    text, kinds = redact(submission.input)
     run = Run.objects.create(
         thread=thread,
         configuration=configuration,
-        input=submission.input,
+        input=text,
         created_by=owner,
         forced_snippet_ids=list(dict.fromkeys(submission.forced_snippets)),
         forced_skill_ids=list(dict.fromkeys(submission.forced_skills)),
@@ -186,11 +189,8 @@ def _create(
     if submission.mode and (new_thread or submission.mode != thread_mode_name(thread)):
         items.append((ev.MODE_SWITCHED, {"mode": submission.mode}))
         Thread.objects.filter(pk=thread.pk).update(mode=submission.mode)
-    text, kinds = redact(submission.input)
     if kinds:
         items.append((ev.SECRET_REDACTED, {"where": "input", "kinds": kinds}))
-        Run.objects.filter(pk=run.pk).update(input=text)
-        run.input = text
     items.append((ev.USER, {"text": text}))
     append_events(thread_id=thread.pk, run_id=run.pk, items=items)
     enqueue_wake(run.pk)
