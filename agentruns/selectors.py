@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from django.db import connection, transaction
 from django.db.models import QuerySet
 
 from agentruns.gate.audit import current_enforcement
@@ -13,6 +12,7 @@ from agentruns.gate.core import compose_sources
 from agentruns.gate.lookups import config_view, forced_for_composition, forced_for_resume
 from agentruns.gate.readout import readout
 from agentruns.models import Configuration, Event, Run, Thread
+from agentruns.store import store
 
 
 def configuration_readout(
@@ -74,13 +74,9 @@ def durable_events(*, run: Run, after: int, limit: int) -> list[Event]:
 
     A step may commit with `synchronous_commit=off` (runtime/journal.py): a database crash
     can then lose a tail a client has already read, and the lost sequence numbers are
-    reused for different events, which an `?after=` cursor would skip. A transaction that
-    is assigned an xid and commits with synchronous_commit on waits for the WAL flush past
-    its own commit record, hence past every commit before it, including the ones read here.
+    reused for different events, which an `?after=` cursor would skip.
     """
     rows = list(Event.objects.filter(run=run, sequence__gt=after).order_by("sequence")[:limit])
-    if rows and connection.vendor == "postgresql":
-        with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute("SET LOCAL synchronous_commit = on")
-            cursor.execute("SELECT txid_current()")
+    if rows:
+        store().make_durable()
     return rows

@@ -9,10 +9,10 @@ import time
 import pytest
 
 from agentruns.answers import answer_errors, schema_problems
-from agentruns.runtime.executor import execute_run
-from agentruns.testing.fake_provider import FakeProvider
+from agentruns.runtime.loop import execute_run
 from tests.conftest import grant
-from tests.hitl_support import (
+from tests.support.fake_provider import FakeProvider
+from tests.support.hitl import (
     KEY,
     KEY_ENV,
     active_ticket,
@@ -20,8 +20,8 @@ from tests.hitl_support import (
     client_for,
     openai_configuration,
     resume,
-    start,
 )
+from tests.support.runs import submit
 
 
 def one(spec: dict) -> dict:
@@ -81,7 +81,7 @@ def test_an_answer_is_validated_after_redaction(staff, fake):
 
     fake.default = reply
     openai_configuration("q", fake, allowed_tools=["ask_user"])
-    run = start(approver, "q")
+    run = submit(approver, "q")
     assert execute_run(run.pk) == "awaiting"
     ticket = active_ticket(run.pk)
     assert answer_errors(schema, {"api_key": "123456"}) == {}  # the raw answer fits

@@ -13,9 +13,10 @@ from django.core.exceptions import ValidationError
 from django.db import connection
 
 from agentruns.models import Note, Provider, Run
-from agentruns.runtime.executor import execute_run
-from agentruns.testing.fake_provider import FakeProvider
-from tests.crash import make_openai_configuration, submit
+from agentruns.runtime.loop import execute_run
+from tests.support.factories import make_openai_configuration
+from tests.support.fake_provider import FakeProvider
+from tests.support.runs import submit
 
 pytestmark = pytest.mark.django_db
 

@@ -13,8 +13,8 @@ from rest_framework.test import APIClient
 
 from agentruns.models import Note
 from tests.conftest import grant
-from tests.crash import submit
-from tests.factories import make_configuration, make_skill, make_snippet
+from tests.support.factories import make_configuration, make_skill, make_snippet
+from tests.support.runs import submit
 
 pytestmark = pytest.mark.django_db
 

@@ -72,3 +72,9 @@ class SystemStore(Protocol):
     def client_connections(self) -> int | None:
         """How many client connections the database has open, where it can say."""
         ...
+
+    def make_durable(self) -> None:
+        """Wait until every commit so far would survive a database crash, including the
+        steps committed without waiting for the WAL flush (a client is about to rely on
+        them: an events cursor)."""
+        ...

@@ -103,3 +103,6 @@ class PortableStore:
 
     def client_connections(self) -> int | None:
         return None
+
+    def make_durable(self) -> None:
+        """Every SQLite commit here waits for its write; none is deferred."""

@@ -8,7 +8,7 @@ import json
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import connection
+from django.db import connection, transaction
 from django.utils import timezone
 from django_q.models import OrmQ
 
@@ -248,6 +248,13 @@ class PostgresStore:
         with connection.cursor() as cursor:
             cursor.execute("SELECT now()")
             return cursor.fetchone()[0]
+
+    def make_durable(self) -> None:
+        # A transaction that is assigned an xid and commits with synchronous_commit on waits
+        # for the WAL flush past its own commit record, hence past every earlier commit.
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("SET LOCAL synchronous_commit = on")
+            cursor.execute("SELECT txid_current()")
 
     def client_connections(self) -> int | None:
         with connection.cursor() as cursor:
