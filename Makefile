@@ -19,6 +19,7 @@ install: $(VENV)/.installed
 run: install
 	env -u DATABASE_URL $(PY) manage.py migrate --noinput -v0
 	env -u DATABASE_URL $(PY) manage.py demo_data
+	$(PY) manage.py collectstatic --noinput -v0
 	env -u DATABASE_URL $(PY) manage.py serve
 
 postgres:

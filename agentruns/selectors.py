@@ -11,7 +11,7 @@ from agentruns.gate.audit import current_enforcement
 from agentruns.gate.core import compose_sources
 from agentruns.gate.lookups import config_view, forced_for_composition, forced_for_resume
 from agentruns.gate.readout import readout
-from agentruns.models import Configuration, Run
+from agentruns.models import Configuration, Run, Ticket
 
 
 def configuration_readout(
@@ -58,3 +58,19 @@ def can_act_on_run(user: Any, run: Run) -> bool:
         user.is_authenticated
         and (run.created_by_id == user.pk or user.has_perm("agentruns.approve_run"))
     )
+
+
+def actionable_tickets(user: Any) -> QuerySet[Ticket]:
+    """HITL-9: the active tickets this user may answer, soonest deadline first. The query
+    form of `services.resume.may_answer`: an approver answers every ticket of the runs
+    they see; anyone else only the questions (not the permissions) of their own runs."""
+    if not user.is_authenticated:
+        return Ticket.objects.none()
+    tickets = (
+        Ticket.objects.filter(status=Ticket.Status.ACTIVE, run__in=visible_runs(user))
+        .select_related("run", "run__configuration", "run__created_by")
+        .order_by("deadline", "id")
+    )
+    if user.has_perm("agentruns.approve_run"):
+        return tickets
+    return tickets.filter(run__created_by=user, kind=Ticket.Kind.REMOTE_INPUT)

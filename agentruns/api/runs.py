@@ -14,8 +14,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from agentruns.models import Event, Note, Run, Thread, Ticket, ToolInvocation
-from agentruns.selectors import run_readout, visible_runs
-from agentruns.services.resume import INPUT, PERMISSION, ResumeCommand, may_answer, run_resume
+from agentruns.selectors import actionable_tickets, run_readout, visible_runs
+from agentruns.services.resume import INPUT, PERMISSION, ResumeCommand, run_resume
 from agentruns.services.runs import (
     Submission,
     run_cancel,
@@ -244,25 +244,17 @@ class TicketViewSet(viewsets.GenericViewSet):
 
     @extend_schema(responses={200: OpenApiTypes.OBJECT})
     def list(self, request: Request) -> Response:
-        tickets = (
-            Ticket.objects.filter(status=Ticket.Status.ACTIVE, run__in=visible_runs(request.user))
-            .select_related("run", "run__configuration", "run__created_by")
-            .order_by("deadline", "id")
-        )
-        rows = []
-        for ticket in tickets:
-            target = PERMISSION if ticket.kind == Ticket.Kind.TOOL_PERMISSION else INPUT
-            if may_answer(request.user, ticket.run, target):
-                rows.append(
-                    {
-                        **(ticket_dict(ticket) or {}),
-                        "configuration": ticket.run.configuration.slug,
-                        "run_input": ticket.run.input[:500],
-                        "initiator": (
-                            ticket.run.created_by.get_username() if ticket.run.created_by else None
-                        ),
-                    }
-                )
+        rows = [
+            {
+                **(ticket_dict(ticket) or {}),
+                "configuration": ticket.run.configuration.slug,
+                "run_input": ticket.run.input[:500],
+                "initiator": (
+                    ticket.run.created_by.get_username() if ticket.run.created_by else None
+                ),
+            }
+            for ticket in actionable_tickets(request.user)
+        ]
         return Response(
             {"count": len(rows), "results": rows, "uncertain": uncertain_calls(request.user)}
         )
