@@ -20,12 +20,12 @@ import pytest
 # own ORM calls happen; Django would refuse them as "async unsafe". Nothing here is async.
 os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
 
-from django.conf import settings  # noqa: E402
-from django.test import Client  # noqa: E402
-from playwright.sync_api import Browser, Page, sync_playwright  # noqa: E402
+from django.conf import settings
+from django.test import Client
+from playwright.sync_api import Browser, Page, sync_playwright
 
-from tests.cluster_helpers import Clusters  # noqa: E402
-from tests.hitl_support import KEY, KEY_ENV  # noqa: E402
+from tests.cluster_helpers import Clusters
+from tests.hitl_support import KEY, KEY_ENV
 
 CHROMIUM = os.environ.get("AGENTRUNS_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
