@@ -35,6 +35,14 @@ def run_readout(run: Run) -> dict[str, Any]:
     return readout(view, compose_sources(view, snippets, skills), current_enforcement())
 
 
+def may_use_playground(user: Any) -> bool:
+    """FS-5: the playground, and what it does anywhere (forcing sources, dry runs), is for
+    staff holding `agentruns.use_playground`."""
+    return bool(
+        user.is_authenticated and user.is_staff and user.has_perm("agentruns.use_playground")
+    )
+
+
 def sees_all_runs(user: Any) -> bool:
     return bool(
         user.is_authenticated

@@ -7,8 +7,7 @@ from typing import Any
 
 from django.http import HttpRequest
 
-from agentruns.pages.access import may_use_playground
-from agentruns.selectors import actionable_tickets
+from agentruns.selectors import actionable_tickets, may_use_playground
 
 
 def inbox_count(user: Any) -> int:

@@ -10,7 +10,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from agentruns.pages.access import may_use_playground
+from agentruns.selectors import may_use_playground
 
 
 def playground_only(view: Any) -> Any:
