@@ -48,3 +48,11 @@ def field_errors(error: AgentrunsError) -> dict[str, list[str]]:
     """Per-field messages an `invalid`/`invalid_input` error carries, for form display."""
     fields = error.fields.get("fields") or {}
     return {str(name): [str(m) for m in msgs] for name, msgs in fields.items()}
+
+
+def failure_sentence(failure: dict) -> str:
+    """A failed run's `failure` ({code, detail, …}) in words; CG-7's detail is the
+    refusal message itself, naming the source and the remedies, never its text."""
+    code, detail = str(failure.get("code", "")), str(failure.get("detail", ""))
+    words = WORDS.get(code, "")
+    return " ".join(part for part in (words, detail) if part and part != code) or code
