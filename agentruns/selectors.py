@@ -8,7 +8,7 @@ from typing import Any
 from django.db.models import QuerySet
 
 from agentruns.gate.audit import current_enforcement
-from agentruns.gate.core import compose_sources
+from agentruns.gate.core import ConfigView, Source, compose_sources
 from agentruns.gate.lookups import config_view, forced_for_composition, forced_for_resume
 from agentruns.gate.readout import readout
 from agentruns.models import Configuration, Run, Ticket
@@ -28,11 +28,17 @@ def configuration_readout(
     return data
 
 
-def run_readout(run: Run) -> dict[str, Any]:
-    """CG-10 for a run: the live configuration plus the run's forced set (RG-2)."""
+def run_sources(run: Run) -> tuple[ConfigView, list[Source]]:
+    """The live configuration and the sources a run's next send carries (RG-2)."""
     view = config_view(run.configuration)
     snippets, skills = forced_for_resume(run.forced_snippet_ids, run.forced_skill_ids)
-    return readout(view, compose_sources(view, snippets, skills), current_enforcement())
+    return view, list(compose_sources(view, snippets, skills))
+
+
+def run_readout(run: Run) -> dict[str, Any]:
+    """CG-10 for a run: the live configuration plus the run's forced set (RG-2)."""
+    view, sources = run_sources(run)
+    return readout(view, sources, current_enforcement())
 
 
 def may_use_playground(user: Any) -> bool:

@@ -92,10 +92,12 @@ class Call:
 @dataclass
 class Turn:
     step: int
+    index: int  # of its event in the run's log, so what came before is events[:index]
     text: str
     at: datetime
     calls: list[Call] = field(default_factory=list)
     history: list[dict[str, Any]] = field(default_factory=list)
+    tools: list[str] = field(default_factory=list)
 
 
 def turns(run: Run, events: list[Event]) -> list[Turn]:
@@ -105,12 +107,17 @@ def turns(run: Run, events: list[Event]) -> list[Turn]:
     found: list[Turn] = []
     calls: dict[str, Call] = {}
     history: list[dict[str, Any]] = []
-    for event in events:
+    for index, event in enumerate(events):
         payload = event.payload
         if event.type == ev.USER:
             history.append({"role": "user", "content": payload.get("text", "")})
         elif event.type == ev.ASSISTANT:
-            turn = Turn(payload.get("step", len(found)), payload.get("text", ""), event.created_at)
+            turn = Turn(
+                payload.get("step", len(found)),
+                index,
+                payload.get("text", ""),
+                event.created_at,
+            )
             turn.history = list(history)
             for raw in payload.get("tool_calls", []):
                 call = Call(raw["id"], raw["name"], _pretty(raw.get("arguments")))
