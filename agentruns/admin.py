@@ -31,6 +31,7 @@ from agentruns.models import (
     Ticket,
     ToolInvocation,
 )
+from agentruns.pages.admin_playground import PlaygroundAdminMixin
 from agentruns.selectors import configuration_readout, run_readout
 from agentruns.services.catalog import fallback_problem
 from agentruns.services.runs import run_cancel
@@ -108,7 +109,7 @@ class FallbackInline(admin.TabularInline):
 
 
 @admin.register(Configuration)
-class ConfigurationAdmin(admin.ModelAdmin):
+class ConfigurationAdmin(PlaygroundAdminMixin):
     list_display = ["slug", "name", "provider", "model", "max_tool_calls", "active"]
     list_filter = ["active", "provider"]
     search_fields = ["slug", "name", "model"]

@@ -60,6 +60,9 @@ def summary(kind: str, payload: dict[str, Any]) -> str:
         return str(payload.get("text", ""))[:SUMMARY_CHARS]
     if kind == TICKET_OPENED:
         return f"waiting: {payload.get('kind')} {payload.get('tool', '')}".strip()
+    if kind == TICKET_DECIDED:
+        note = f": {payload['note']}" if payload.get("note") else ""
+        return f"{payload.get('decision')} by {payload.get('by')}{note}"[:SUMMARY_CHARS]
     if kind == RUN_COMPLETED:
         return str(payload.get("final_reply", ""))[:SUMMARY_CHARS]
     if kind in (RUN_FAILED, CONTEXT_REFUSED):

@@ -120,14 +120,14 @@ def anonymous_page(browser: Browser, live_server: Any, transactional_db: None) -
     context.close()
 
 
-def save_screenshot(page: Page, name: str) -> Path:
-    """docs/screenshots/<name>.png, the whole page; the README shows these."""
+def save_screenshot(page: Page, name: str, *, full_page: bool = True) -> Path:
+    """docs/screenshots/<name>.png (the whole page unless told); the README shows these."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     path = SCREENSHOTS / f"{name}.png"
-    page.screenshot(path=str(path), full_page=True)
+    page.screenshot(path=str(path), full_page=full_page)
     return path
 
 
 @pytest.fixture
-def screenshot() -> Callable[[Page, str], Path]:
+def screenshot() -> Callable[..., Path]:
     return save_screenshot
