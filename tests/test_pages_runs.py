@@ -122,3 +122,21 @@ def test_the_admins_run_and_ticket_pages_link_the_run_page(client, django_user_m
         assert "View on site" in page, url
         link = page.split('class="viewsitelink"')[0].rsplit('href="', 1)[1].split('"')[0]
         assert link == f"/runs/{run.pk}/"
+
+
+def test_any_signed_in_user_starts_a_plain_run_from_the_runs_page(client, member):
+    client.force_login(member)
+    response = client.post("/runs/start/", {"configuration": "question-demo", "task": "Triage"})
+    run = Run.objects.get()
+    assert response["Location"] == f"/runs/{run.pk}/" and run.created_by == member
+    assert run.forced_snippet_ids == []
+    page = client.get(response["Location"]).content.decode()
+    assert f"Run #{run.pk} started." in page
+
+
+def test_a_bad_start_says_why_and_starts_nothing(client, member):
+    client.force_login(member)
+    response = client.post("/runs/start/", {"configuration": "nope", "task": "x"}, follow=True)
+    assert "Unknown configuration" in response.content.decode()
+    assert not Run.objects.exists()
+    assert client.get("/runs/start/").status_code == 405

@@ -8,19 +8,23 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404, render
+from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
+from django.views.decorators.http import require_POST
 from django_htmx.http import HttpResponseStopPolling
 from django_htmx.middleware import HtmxDetails
 
 from agentruns import events as ev
+from agentruns.errors import AgentrunsError
 from agentruns.models import Configuration, Event, Run, Ticket
 from agentruns.pages import timeline
-from agentruns.pages.words import failure_sentence
+from agentruns.pages.words import failure_sentence, field_errors, sentence
 from agentruns.selectors import run_readout, visible_runs
+from agentruns.services.runs import Submission, run_submit
 
 PAGE_SIZE = 25
 
@@ -45,6 +49,7 @@ def run_list(request: HttpRequest) -> HttpResponse:
         request,
         "pages/runs.html",
         {
+            "active": Configuration.objects.filter(active=True).order_by("slug"),
             "page": page,
             "statuses": Run.Status.values,
             "status": status,
@@ -53,6 +58,23 @@ def run_list(request: HttpRequest) -> HttpResponse:
             "query": query.urlencode(),
         },
     )
+
+
+@login_required
+@require_POST
+def run_start(request: HttpRequest) -> HttpResponse:
+    """Anyone signed in may start a plain run: no forced sources, no dry run (FS-5)."""
+    submission = Submission(
+        configuration=request.POST.get("configuration", ""), input=request.POST.get("task", "")
+    )
+    try:
+        run, _ = run_submit(user=request.user, submission=submission)
+    except AgentrunsError as error:
+        problems = [m for msgs in field_errors(error).values() for m in msgs]
+        messages.error(request, " ".join([sentence(error), *problems]))
+        return redirect("pages:runs")
+    messages.success(request, f"Run #{run.pk} started.")
+    return redirect("pages:run", run_id=run.pk)
 
 
 @login_required

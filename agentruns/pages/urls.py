@@ -10,6 +10,7 @@ urlpatterns = [
     path("playground/readout/", playground.readout, name="playground-readout"),
     path("playground/runs/<int:run_id>/", playground.inspector, name="inspector"),
     path("runs/", runs.run_list, name="runs"),
+    path("runs/start/", runs.run_start, name="run-start"),
     path("runs/<int:run_id>/", runs.run_detail, name="run"),
     path("inbox/", inbox.inbox, name="inbox"),
     path("inbox/count/", views.inbox_count, name="inbox-count"),

@@ -123,3 +123,27 @@ def test_fs5_sec2_a_plain_user_gets_no_playground_and_sees_no_one_elses_runs(
     screenshot(page, "runs-plain-user")
     response = page.goto(f"/runs/{theirs.pk}/")
     assert response is not None and response.status == 404
+
+
+def test_ui2_the_playground_works_with_javascript_off(demo, cluster, page_as, staff, screenshot):
+    page = page_as(staff, javascript=False)
+    page.goto("/playground/")
+    page.get_by_label("Configuration").select_option("multi-tool-demo")
+    page.get_by_label(re.compile("changelog")).check()
+    # No htmx: the readout is refreshed by a plain GET of the same form.
+    page.get_by_role("button", name="Update readout").click()
+    expect(page.locator("#readout [data-configuration]")).to_contain_text("multi-tool-demo")
+    expect(page.locator("#readout")).to_contain_text("forced")
+    expect(page.get_by_label(re.compile("changelog"))).to_be_checked()
+    page.get_by_label("Task").fill("Standup without scripts")
+    screenshot(page, "playground-no-javascript")
+    page.get_by_role("button", name="Run", exact=True).click()
+    expect(page).to_have_url(re.compile(r"/playground/runs/\d+/$"))
+    run = Run.objects.get()
+    cluster.wait(
+        lambda: Run.objects.get(pk=run.pk).status == Run.Status.COMPLETED,
+        timeout=60,
+        what="the run to complete",
+    )
+    page.reload()
+    expect(page.locator("#final-reply")).to_have_text("Saved the standup note.")
