@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from agentruns.runtime.executor import execute_run
 
 from agentruns.demo import load_demo_data
 from agentruns.models import Run
-from agentruns.runtime.executor import execute_run
 from agentruns.services.runs import Submission, run_submit
 from tests.conftest import grant
 from tests.hitl_support import park

@@ -14,10 +14,8 @@ from django.shortcuts import get_object_or_404, redirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 
-from agentruns.errors import AgentrunsError
 from agentruns.models import Configuration
 from agentruns.pages.playground import PlaygroundForm, form_context
-from agentruns.pages.words import sentence
 from agentruns.selectors import may_use_playground
 from agentruns.services.runs import run_submit
 
@@ -50,13 +48,9 @@ class PlaygroundAdminMixin(admin.ModelAdmin):
         data = request.POST.copy() if request.method == "POST" else request.GET.copy()
         data["configuration"] = configuration.slug
         form = PlaygroundForm(data if request.method == "POST" else None)
-        if request.method == "POST" and form.is_valid():
-            try:
-                run, _ = run_submit(user=request.user, submission=form.submission())
-            except AgentrunsError as error:
-                form.show_error(error)
-                messages.error(request, sentence(error))
-            else:
+        if request.method == "POST":
+            run = form.attempt(request, lambda s: run_submit(user=request.user, submission=s)[0])
+            if run is not None:
                 messages.success(request, f"Run #{run.pk} started with the forced sources.")
                 return redirect(reverse("pages:inspector", args=[run.pk]))
         context = {

@@ -25,17 +25,23 @@ def inspector_context(run: Run) -> dict[str, Any]:
     events: list[Event] = context["events"]
     config = build_runtime_config(run.configuration)
     mode = config.mode(thread_mode(run.thread))
-    _, sources = run_sources(run)
     turns = timeline.turns(run, events)
     for turn in turns:
         before = [Ev(e.sequence, e.type, e.payload, e.run_id) for e in events[: turn.index]]
         turn.tools = [t.name for t in offered_tools(mode, active_deferred(before, mode.deferred))]
+    # A refused run sent nothing, and a refusal never shows a source's text (CG-7).
+    refused = (run.failure or {}).get("code") == "context_refused"
+    system: list[str] = []
+    if not refused:
+        # CG-11: what a send carries is redacted first; shown the same way.
+        system = [redact(t)[0] for t in system_texts(run_sources(run)[1])]
+        system += deferred_catalog(mode)
     context.update(
         {
             "turns": turns,
             "mode": mode.name,
-            # CG-11: what a send carries is redacted first; shown the same way.
-            "system": [redact(t)[0] for t in system_texts(sources)] + deferred_catalog(mode),
+            "refused": refused,
+            "system": system,
             "budget": {
                 "tool calls": f"{run.tool_calls_used} of {run.configuration.max_tool_calls}",
                 "model turns": f"{len(turns)} of {settings.AGENTRUNS_MAX_TURNS}",

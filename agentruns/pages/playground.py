@@ -4,8 +4,9 @@ without JavaScript an "Update readout" button does the same with a GET."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import wraps
-from typing import Any
+from typing import Any, TypeVar
 
 from django import forms
 from django.contrib import messages
@@ -22,6 +23,8 @@ from agentruns.pages.words import field_errors, sentence
 from agentruns.runtime.config import build_runtime_config
 from agentruns.selectors import configuration_readout, may_use_playground, visible_runs
 from agentruns.services.runs import Submission, run_dry, run_submit
+
+T = TypeVar("T")
 
 # The services' field names, as the form calls them.
 FORM_FIELD = {"input": "task", "forced_snippets": "snippets", "forced_skills": "skills"}
@@ -56,6 +59,18 @@ class PlaygroundForm(forms.Form):
             forced_snippets=tuple(s.pk for s in data["snippets"]),
             forced_skills=tuple(s.pk for s in data["skills"]),
         )
+
+    def attempt(self, request: HttpRequest, service: Callable[[Submission], T]) -> T | None:
+        """The service's answer for a valid form; else None, with the errors on the form
+        and the error's sentence as a message."""
+        if not self.is_valid():
+            return None
+        try:
+            return service(self.submission())
+        except AgentrunsError as error:
+            self.show_error(error)
+            messages.error(request, sentence(error))
+            return None
 
     def show_error(self, error: AgentrunsError) -> None:
         for name, problems in field_errors(error).items():
@@ -103,18 +118,14 @@ def playground(request: HttpRequest) -> HttpResponse:
         data = request.GET
         return render(request, "pages/playground.html", form_context(PlaygroundForm(), data))
     form = PlaygroundForm(request.POST)
-    dry = request.POST.get("action") == "dry"
-    if form.is_valid():
-        try:
-            if dry:
-                result = run_dry(user=request.user, submission=form.submission())
-                context = {**form_context(form, request.POST), "dry": result}
-                return render(request, "pages/playground.html", context)
-            run, _ = run_submit(user=request.user, submission=form.submission())
-        except AgentrunsError as error:
-            form.show_error(error)
-            messages.error(request, sentence(error))
-        else:
+    if request.POST.get("action") == "dry":
+        dry = form.attempt(request, lambda s: run_dry(user=request.user, submission=s))
+        if dry is not None:
+            context = {**form_context(form, request.POST), "dry": dry}
+            return render(request, "pages/playground.html", context)
+    else:
+        run = form.attempt(request, lambda s: run_submit(user=request.user, submission=s)[0])
+        if run is not None:
             messages.success(request, f"Run #{run.pk} started; it fills in below as it goes.")
             return redirect("pages:inspector", run_id=run.pk)
     context = form_context(form, request.POST)

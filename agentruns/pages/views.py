@@ -27,7 +27,5 @@ def inbox_count(request: HttpRequest) -> HttpResponse:
 class SignIn(LoginView):
     """Django's login, for every user (UI-4), showing the demo accounts while they exist."""
 
-    redirect_authenticated_user = False
-
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         return {**super().get_context_data(**kwargs), "demo_users": demo_credentials()}

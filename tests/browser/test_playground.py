@@ -6,11 +6,11 @@ from __future__ import annotations
 import re
 
 import pytest
+from agentruns.testing.fake_provider import FakeProvider
 from playwright.sync_api import Page, expect
 
 from agentruns.demo import load_demo_data
 from agentruns.models import Run, Snippet
-from agentruns.testing.fake_provider import FakeProvider
 from tests.hitl_support import openai_configuration
 
 
@@ -72,7 +72,7 @@ def test_cg7_a_forced_secret_snippet_is_refused_with_slug_class_and_remedies_and
         expect(failure).to_contain_text("Refused by the context gate")
         for words in ("merger-plans", "secret", "raise the provider", "correct its data class"):
             expect(failure).to_contain_text(words)
-        expect(failure).not_to_contain_text("Project Falcon")
+        expect(page.locator("body")).not_to_contain_text("Project Falcon")
         expect(page.locator("[data-status]")).to_have_text("failed")
         screenshot(page, "playground-refused-run")
         assert fake.requests == []

@@ -7,9 +7,10 @@ import re
 
 from playwright.sync_api import expect
 
+from agentruns.bench.workload import allow_as_shown
 from agentruns.demo import load_demo_data
 from agentruns.models import Run, Ticket
-from agentruns.services.resume import ResumeCommand, run_resume
+from agentruns.services.resume import run_resume
 from agentruns.services.runs import Submission, run_submit
 from tests.conftest import grant
 
@@ -32,15 +33,7 @@ def test_ui2_the_run_page_shows_the_wait_then_the_reply_without_reload(
     run_resume(
         user=grant(staff, "approve_run"),
         run_id=run.pk,
-        command=ResumeCommand(
-            correlation_id=str(ticket.correlation_id),
-            run=run.pk,
-            snapshot_id=ticket.snapshot_id,
-            catalog_fingerprint=ticket.catalog_fingerprint,
-            call_id=ticket.call_id,
-            kind="permission",
-            decision="allow",
-        ),
+        command=allow_as_shown(ticket),
     )
     expect(page.locator("#final-reply")).to_have_text("Done: the approver decided and I continued.")
     expect(page.locator("[data-status]")).to_have_text("completed")
