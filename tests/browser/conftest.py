@@ -22,7 +22,7 @@ os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
 
 from django.conf import settings
 from django.test import Client
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from tests.cluster_helpers import Clusters
 from tests.hitl_support import KEY, KEY_ENV
@@ -40,6 +40,7 @@ CHROMIUM_ARGS = [
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
 # Long enough for a loaded two-core machine; a page that never updates still fails.
 TIMEOUT_MS = 20_000
+expect.set_options(timeout=TIMEOUT_MS)  # assertions wait on their own clock (5 s by default)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -50,54 +50,61 @@ def test_ui2_a_playground_run_completes_and_shows_its_tool_calls_and_reply_witho
     screenshot(page, "playground-inspector")
 
 
+@pytest.fixture
+def fake(transactional_db):
+    with FakeProvider() as server:
+        yield server
+
+
+def desk(fake: FakeProvider, slug: str, zone: str, snippet: str, data_class: str, text: str):
+    """A configuration on the fake provider, and a snippet to force into it."""
+    openai_configuration(slug, fake, zone=zone, name=slug.replace("-", " ").title())
+    Snippet.objects.create(slug=snippet, name=snippet.title(), data_class=data_class, text=text)
+
+
+def fill(page: Page, configuration: str, task: str, snippet: str) -> None:
+    page.goto("/playground/")
+    page.get_by_label("Configuration").select_option(configuration)
+    page.get_by_label("Task").fill(task)
+    page.get_by_placeholder("Search snippets…").fill(snippet[:5])
+    page.get_by_label(re.compile(snippet)).check()
+    expect(page.locator("#readout")).to_contain_text(snippet)
+
+
 def test_cg7_a_forced_secret_snippet_is_refused_with_slug_class_and_remedies_and_nothing_sent(
-    transactional_db, cluster, page_as, staff, screenshot
+    fake, cluster, page_as, staff, screenshot
 ):
-    with FakeProvider() as fake:
-        openai_configuration("global-desk", fake, zone="external_global", name="Global desk")
-        Snippet.objects.create(
-            slug="merger-plans", name="Merger plans", data_class="secret", text="Project Falcon."
-        )
-        page = page_as(staff)
-        page.goto("/playground/")
-        page.get_by_label("Configuration").select_option("global-desk")
-        page.get_by_label("Task").fill("Summarise the plans")
-        page.get_by_label(re.compile("merger-plans")).check()
-        readout = page.locator("#readout")
-        expect(readout).to_contain_text("refused")
-        expect(readout).to_contain_text("forced")
-        screenshot(page, "playground-refusal-readout")
-        page.get_by_role("button", name="Run", exact=True).click()
-        failure = page.locator("#failure")
-        expect(failure).to_contain_text("Refused by the context gate")
-        for words in ("merger-plans", "secret", "raise the provider", "correct its data class"):
-            expect(failure).to_contain_text(words)
-        expect(page.locator("body")).not_to_contain_text("Project Falcon")
-        expect(page.locator("[data-status]")).to_have_text("failed")
-        screenshot(page, "playground-refused-run")
-        assert fake.requests == []
+    desk(fake, "global-desk", "external_global", "merger-plans", "secret", "Project Falcon.")
+    page = page_as(staff)
+    fill(page, "global-desk", "Summarise the plans", "merger-plans")
+    readout = page.locator("#readout")
+    expect(readout).to_contain_text("refused")
+    expect(readout).to_contain_text("forced")
+    screenshot(page, "playground-refusal-readout")
+    page.get_by_role("button", name="Run", exact=True).click()
+    failure = page.locator("#failure")
+    expect(failure).to_contain_text("Refused by the context gate")
+    for words in ("merger-plans", "secret", "raise the provider", "correct its data class"):
+        expect(failure).to_contain_text(words)
+    expect(page.locator("body")).not_to_contain_text("Project Falcon")
+    expect(page.locator("[data-status]")).to_have_text("failed")
+    screenshot(page, "playground-refused-run")
+    assert fake.requests == []
 
 
 def test_fs3_a_dry_run_shows_a_snippets_text_and_sends_nothing(
-    transactional_db, live_server, page_as, staff, screenshot
+    fake, live_server, page_as, staff, screenshot
 ):
-    with FakeProvider() as fake:
-        openai_configuration("eu-desk", fake, zone="local", name="Local desk")
-        Snippet.objects.create(
-            slug="house-style", name="House style", data_class="public", text="Answer briefly."
-        )
-        page = page_as(staff)
-        page.goto("/playground/?configuration=eu-desk")
-        page.get_by_label("Task").fill("hello there")
-        page.get_by_placeholder("Search snippets…").fill("house")
-        page.get_by_label(re.compile("house-style")).check()
-        page.get_by_role("button", name="Dry run").click()
-        dry = page.locator("#dry-run")
-        expect(dry).to_contain_text("Dry run: nothing was sent")
-        expect(dry).to_contain_text("Answer briefly.")
-        expect(dry).to_contain_text("hello there")
-        screenshot(page, "playground-dry-run")
-        assert fake.requests == []
+    desk(fake, "local-desk", "local", "house-style", "public", "Answer briefly.")
+    page = page_as(staff)
+    fill(page, "local-desk", "hello there", "house-style")
+    page.get_by_role("button", name="Dry run").click()
+    dry = page.locator("#dry-run")
+    expect(dry).to_contain_text("Dry run: nothing was sent")
+    expect(dry).to_contain_text("Answer briefly.")
+    expect(dry).to_contain_text("hello there")
+    screenshot(page, "playground-dry-run")
+    assert fake.requests == []
     assert not Run.objects.exists()
 
 
