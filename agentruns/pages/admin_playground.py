@@ -53,11 +53,26 @@ class PlaygroundAdminMixin(admin.ModelAdmin):
             if run is not None:
                 messages.success(request, f"Run #{run.pk} started with the forced sources.")
                 return redirect(reverse("pages:inspector", args=[run.pk]))
+        ctx = form_context(form, data)
         context = {
             **self.admin_site.each_context(request),
-            **form_context(form, data),
+            **ctx,
             "opts": self.model._meta,
             "original": configuration,
             "title": f"Run {configuration.slug} with forced sources",
+            "groups": [
+                {
+                    "legend": "Force snippets",
+                    "noun": "snippets",
+                    "items": ctx["snippets"],
+                    "ids": ctx["snippet_ids"],
+                },
+                {
+                    "legend": "Force skills",
+                    "noun": "skills",
+                    "items": ctx["skills"],
+                    "ids": ctx["skill_ids"],
+                },
+            ],
         }
         return TemplateResponse(request, "admin/agentruns/configuration/run_forced.html", context)

@@ -48,3 +48,18 @@ def test_ui2_the_run_page_shows_the_wait_then_the_reply_without_reload(
     assert Run.objects.get(pk=run.pk).status == Run.Status.COMPLETED
     page.get_by_text("Payload").last.click()
     screenshot(page, "run-page")
+
+
+def test_hitl9_the_navigation_counts_a_new_ticket_without_reload(
+    transactional_db, cluster, page_as, staff
+):
+    load_demo_data()
+    approver = grant(staff, "approve_run")
+    page = page_as(approver)
+    page.goto("/runs/")
+    page.evaluate("window.__sameDocument = true")
+    badge = page.locator("#nav-inbox-count")
+    expect(badge).to_have_text("0")
+    run_submit(user=approver, submission=Submission("approval-demo", "Save it"))
+    expect(badge).to_have_text("1")
+    assert page.evaluate("window.__sameDocument === true")
