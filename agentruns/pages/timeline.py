@@ -56,7 +56,8 @@ TIME_LABELS = {
 
 
 def time_split(run: Run, events: list[Event], now: datetime) -> list[dict[str, Any]]:
-    """Seconds per phase from event timestamps; a wait still open counts until now."""
+    """Seconds per phase from event timestamps; a wait still open counts until now. The log
+    has no claim timestamp, so a model reply's share includes any wait for a worker."""
     spent = dict.fromkeys(TIME_LABELS, 0.0)
     previous = run.created_at
     for event in events:
