@@ -4,10 +4,10 @@ Django's test client: plain POST forms with CSRF that redirect with a message.""
 from __future__ import annotations
 
 import pytest
-from agentruns.runtime.executor import execute_run
 
 from agentruns.demo import load_demo_data
 from agentruns.models import Run, Snippet
+from agentruns.runtime.loop import execute_run
 from tests.conftest import grant
 
 pytestmark = pytest.mark.django_db
@@ -91,7 +91,7 @@ def test_run_submits_through_the_service_and_redirects_to_the_inspector(client, 
     page = client.get(response["Location"]).content.decode()
     assert f"Run #{run.pk} started" in page
     assert 'data-call="' in page and "notes.write" in page and "Saved the standup note." in page
-    assert "Tools offered:" in page and "ms</span>" in page
+    assert "tools offered: <code>clock.now</code>" in page and "ms</span>" in page
 
 
 def test_a_forced_secret_snippet_run_is_refused_with_its_slug_class_and_remedies(client, operator):

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from agentruns.runtime.executor import execute_run
 
 from agentruns.demo import load_demo_data
 from agentruns.models import Run
+from agentruns.runtime.loop import execute_run
 from agentruns.services.runs import Submission, run_submit
 from tests.conftest import grant
-from tests.hitl_support import park
+from tests.support.hitl import park
 
 pytestmark = pytest.mark.django_db
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from agentruns.demo import DEMO_PASSWORD, load_demo_data, load_demo_users
+from agentruns.demo import load_demo_data, load_demo_users
+from agentruns.demo_accounts import DEMO_PASSWORD
 from agentruns.selectors import actionable_tickets
 from tests.conftest import grant
-from tests.hitl_support import park
+from tests.support.hitl import park
 
 pytestmark = pytest.mark.django_db
 

@@ -1,5 +1,6 @@
-"""The playground inspector: the run page's live facts plus, per model turn, what it was
-sent (system texts, conversation, tools offered), its reply and its tool calls."""
+"""The playground inspector: the run page's live facts plus, per model turn, the request it
+was sent (system texts, conversation, tools offered) composed from the log exactly as the
+loop composes it, its reply and its tool calls."""
 
 from __future__ import annotations
 
@@ -10,36 +11,26 @@ from django.conf import settings
 from agentruns.models import Event, Run
 from agentruns.pages import timeline
 from agentruns.pages.runs import live_context
+from agentruns.runtime.compose import compose_request, thread_mode
 from agentruns.runtime.config import build_runtime_config
-from agentruns.runtime.context import system_texts
+from agentruns.runtime.context import effective_events
 from agentruns.runtime.deferred import active_deferred
-from agentruns.runtime.redaction import redact
 from agentruns.runtime.state import Ev
 from agentruns.selectors import run_sources
-from agentruns.services.runs import thread_mode
-from agentruns.tools.policy import deferred_catalog, offered_tools
+from agentruns.services.runs import message_dict
 
 
 def inspector_context(run: Run) -> dict[str, Any]:
     context = live_context(run)
-    events: list[Event] = context["events"]
-    config = build_runtime_config(run.configuration)
-    mode = config.mode(thread_mode(run.thread))
-    turns = timeline.turns(run, events)
-    for turn in turns:
-        before = [Ev(e.sequence, e.type, e.payload, e.run_id) for e in events[: turn.index]]
-        turn.tools = [t.name for t in offered_tools(mode, active_deferred(before, mode.deferred))]
+    turns = timeline.turns(run, context["events"])
     # A refused run sent nothing, and a refusal never shows a source's text (CG-7).
     refused = (run.failure or {}).get("code") == "context_refused"
-    system: list[str] = []
-    if not refused:
-        # CG-11: what a send carries is redacted first; shown the same way.
-        system = [redact(t)[0] for t in system_texts(run_sources(run)[1])]
-        system += deferred_catalog(mode)
+    system: tuple[str, ...] = ()
+    if turns and not refused:
+        system = _compose_turns(run, turns)
     context.update(
         {
             "turns": turns,
-            "mode": mode.name,
             "refused": refused,
             "system": system,
             "budget": {
@@ -49,3 +40,28 @@ def inspector_context(run: Run) -> dict[str, Any]:
         }
     )
     return context
+
+
+def _compose_turns(run: Run, turns: list[timeline.Turn]) -> tuple[str, ...]:
+    """Fills each turn's messages and tools from the thread's log before it (the live
+    configuration's sources, as a resumed run would use: RG-2); returns the system texts."""
+    config = build_runtime_config(run.configuration)
+    _, sources = run_sources(run)
+    rows = Event.objects.filter(thread=run.thread_id, sequence__lt=turns[-1].sequence)
+    log = [Ev(*r) for r in rows.order_by("sequence").values_list("sequence", "type", "payload")]
+    system: tuple[str, ...] = ()
+    for turn in turns:
+        before = [e for e in log if e.sequence < turn.sequence]
+        mode = config.mode(thread_mode(before))
+        effective = effective_events(before)
+        composed = compose_request(
+            sources=sources,
+            mode=mode,
+            active=active_deferred(effective, mode.deferred),
+            events=effective,
+        )
+        turn.mode = mode.name
+        turn.history = [message_dict(m) for m in composed.messages]
+        turn.tools = [t.name for t in composed.tools]
+        system = composed.system
+    return system

@@ -93,44 +93,39 @@ class Call:
 @dataclass
 class Turn:
     step: int
-    index: int  # of its event in the run's log, so what came before is events[:index]
+    sequence: int  # of its event in the thread's log
     text: str
     at: datetime
     calls: list[Call] = field(default_factory=list)
     history: list[dict[str, Any]] = field(default_factory=list)
     tools: list[str] = field(default_factory=list)
+    mode: str = ""
 
 
 def turns(run: Run, events: list[Event]) -> list[Turn]:
-    """Each model turn with the conversation it was sent, its reply and its tool calls
-    (status, result, duration from the invocation row, the approval wait if any)."""
+    """Each model turn with its reply and its tool calls (status, result, duration from
+    the invocation row, the approval wait if any)."""
     invocations = {i.call_id: i for i in ToolInvocation.objects.filter(run=run)}
     found: list[Turn] = []
     calls: dict[str, Call] = {}
-    history: list[dict[str, Any]] = []
-    for index, event in enumerate(events):
+    for event in events:
         payload = event.payload
-        if event.type == ev.USER:
-            history.append({"role": "user", "content": payload.get("text", "")})
-        elif event.type == ev.ASSISTANT:
+        if event.type == ev.ASSISTANT:
             turn = Turn(
                 payload.get("step", len(found)),
-                index,
+                event.sequence,
                 payload.get("text", ""),
                 event.created_at,
             )
-            turn.history = list(history)
             for raw in payload.get("tool_calls", []):
                 call = Call(raw["id"], raw["name"], _pretty(raw.get("arguments")))
                 _timed(call, invocations.get(raw["id"]))
                 calls[call.id] = call
                 turn.calls.append(call)
             found.append(turn)
-            history.append({"role": "assistant", "content": turn.text, "calls": turn.calls})
         elif event.type == ev.TOOL_RESULT and payload.get("call_id") in calls:
             call = calls[payload["call_id"]]
             call.status, call.result = payload.get("status", ""), str(payload.get("content", ""))
-            history.append({"role": "tool", "content": call.result, "call": call.id})
         elif event.type == ev.TICKET_OPENED and payload.get("call_id") in calls:
             calls[payload["call_id"]].ticket = {**payload, "open": True}
             calls[payload["call_id"]].status = "awaiting"

@@ -9,7 +9,7 @@ from django.contrib.auth.views import LoginView
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from agentruns.demo import demo_credentials
+from agentruns.demo_accounts import demo_credentials
 from agentruns.pages.context import inbox_count as count_for
 
 

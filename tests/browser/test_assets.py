@@ -15,7 +15,7 @@ from django.conf import settings
 from playwright.sync_api import Browser, Response, expect
 
 from agentruns.cluster.process import manage_py, wait_for
-from tests.cluster_helpers import current_database_url
+from tests.support.runs import current_database_url
 
 
 def free_port() -> int:

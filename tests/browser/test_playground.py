@@ -6,12 +6,12 @@ from __future__ import annotations
 import re
 
 import pytest
-from agentruns.testing.fake_provider import FakeProvider
 from playwright.sync_api import Page, expect
 
 from agentruns.demo import load_demo_data
 from agentruns.models import Run, Snippet
-from tests.hitl_support import openai_configuration
+from tests.support.fake_provider import FakeProvider
+from tests.support.hitl import openai_configuration
 
 
 @pytest.fixture

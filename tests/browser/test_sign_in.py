@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from playwright.sync_api import expect
 
-from agentruns.demo import DEMO_PASSWORD, load_demo_data, load_demo_users
+from agentruns.demo import load_demo_data, load_demo_users
+from agentruns.demo_accounts import DEMO_PASSWORD
 
 
 def test_ui4_a_new_user_signs_in_with_the_demo_account_and_sees_the_home_page(

@@ -7,7 +7,8 @@ from typing import Any
 from django.core.management.base import BaseCommand
 from django.db import transaction
 
-from agentruns.demo import DEMO_PASSWORD, DEMO_USERS, load_demo_data, load_demo_users
+from agentruns.demo import load_demo_data, load_demo_users
+from agentruns.demo_accounts import DEMO_PASSWORD, DEMO_USERS
 
 
 class Command(BaseCommand):
