@@ -47,6 +47,9 @@ def test_ui2_a_playground_run_completes_and_shows_its_tool_calls_and_reply_witho
     expect(write.locator(".status")).to_have_text("ok")
     expect(page.locator("[data-status]")).to_have_text("completed")
     assert still_same_document(page)
+    second = page.locator("[data-turn]").nth(1)
+    second.locator("summary").first.click()  # what the second turn was sent
+    expect(second).to_contain_text("No note titled 'Standup'.")
     screenshot(page, "playground-inspector")
 
 
