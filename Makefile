@@ -19,6 +19,7 @@ install: $(VENV)/.installed
 run: install
 	env -u DATABASE_URL $(PY) manage.py migrate --noinput -v0
 	env -u DATABASE_URL $(PY) manage.py demo_data
+	$(PY) manage.py collectstatic --noinput -v0
 	env -u DATABASE_URL $(PY) manage.py serve
 
 postgres:
@@ -28,6 +29,8 @@ postgres:
 	  echo "PostgreSQL did not come up on 127.0.0.1:5432" >&2; exit 1
 
 test: install postgres
+	@# The browser tests (tests/browser) drive Debian's Chromium, never a downloaded one.
+	command -v chromium >/dev/null || (apt-get update && apt-get install -y chromium chromium-driver)
 	DATABASE_URL=$(PG_URL) $(PY) -m pytest $(PYTEST_ARGS)
 	@# The embedded default (SQLite) takes the portable write path: smoke it too.
 	env -u DATABASE_URL AGENTRUNS_VAR_DIR=$$(mktemp -d) $(PY) -m pytest -q \

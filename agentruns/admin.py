@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import json
-
 from django import forms
 from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.template.loader import render_to_string
+from django.urls import reverse
 from django.utils.safestring import SafeString
 
 import agentruns.cluster.admin  # noqa: F401  (cluster summary and status page on the task queue)
+from agentruns import events as ev
 from agentruns.errors import AgentrunsError
 from agentruns.models import (
     CatalogGeneration,
@@ -31,6 +31,7 @@ from agentruns.models import (
     Ticket,
     ToolInvocation,
 )
+from agentruns.pages.admin_playground import PlaygroundAdminMixin
 from agentruns.selectors import configuration_readout, run_readout
 from agentruns.services.catalog import fallback_problem
 from agentruns.services.runs import run_cancel
@@ -108,7 +109,7 @@ class FallbackInline(admin.TabularInline):
 
 
 @admin.register(Configuration)
-class ConfigurationAdmin(admin.ModelAdmin):
+class ConfigurationAdmin(PlaygroundAdminMixin):
     list_display = ["slug", "name", "provider", "model", "max_tool_calls", "active"]
     list_filter = ["active", "provider"]
     search_fields = ["slug", "name", "model"]
@@ -179,23 +180,10 @@ class EventInline(admin.TabularInline):
 
     @admin.display(description="payload")
     def summary(self, event: Event) -> str:
-        return payload_summary(event.type, event.payload)
+        return ev.summary(event.type, event.payload)
 
     def has_add_permission(self, request: HttpRequest, obj: object = None) -> bool:
         return False
-
-
-def payload_summary(kind: str, payload: dict) -> str:
-    if kind == "message.assistant":
-        calls = ", ".join(c["name"] for c in payload.get("tool_calls", []))
-        text = (payload.get("text") or "")[:120]
-        return f"{text} [calls: {calls}]" if calls else text
-    if kind == "tool.result":
-        content = str(payload.get("content", ""))[:120]
-        return f"{payload.get('tool')} {payload.get('call_id')} {payload.get('status')}: {content}"
-    if kind == "message.user":
-        return str(payload.get("text", ""))[:160]
-    return json.dumps(payload)[:200]
 
 
 @admin.register(Run)
@@ -214,6 +202,10 @@ class RunAdmin(admin.ModelAdmin):
 
     def get_inlines(self, request: HttpRequest, obj: Run | None = None) -> list:
         return [RunEventInline] if obj else []
+
+    def view_on_site(self, obj: Run) -> str:
+        """The admin's "View on site" opens the run's live page (UI-2)."""
+        return reverse("pages:run", args=[obj.pk])
 
     @admin.display(description="Context readout (CG-10)")
     def readout_panel(self, obj: Run) -> SafeString:
@@ -237,6 +229,9 @@ class TicketAdmin(admin.ModelAdmin):
     list_display = ["correlation_id", "run", "kind", "tool", "status", "deadline", "resolved_by"]
     list_filter = ["status", "kind"]
     readonly_fields = [field.name for field in Ticket._meta.fields]
+
+    def view_on_site(self, obj: Ticket) -> str:
+        return reverse("pages:run", args=[obj.run_id])
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

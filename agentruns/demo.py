@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.contrib.auth import get_user_model
+
+from agentruns.demo_accounts import DEMO_PASSWORD, DEMO_USERS
 from agentruns.models import Configuration, Provider, Skill, Snippet
 from agentruns.services.catalog import configuration_set_sources
 
@@ -268,3 +271,15 @@ def load_demo_data() -> None:
             skill_ids=[Skill.objects.get(slug=s).pk for s in spec.get("skills", [])],
             fallback_ids=[Configuration.objects.get(slug=s).pk for s in spec.get("fallbacks", [])],
         )
+
+
+def load_demo_users() -> None:
+    """Creates the demo users once; a password changed since is left alone."""
+    users = get_user_model().objects
+    for username, _, superuser in DEMO_USERS:
+        user, created = users.get_or_create(
+            username=username, defaults={"is_staff": superuser, "is_superuser": superuser}
+        )
+        if created:
+            user.set_password(DEMO_PASSWORD)
+            user.save()

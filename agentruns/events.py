@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
+
+SUMMARY_CHARS = 160
 
 USER = "message.user"
 ASSISTANT = "message.assistant"
@@ -42,3 +45,26 @@ def result_item(
     """The one shape of a `tool.result` event, whoever writes it (loop, resume, cancel)."""
     payload = {"call_id": call_id, "tool": tool, "status": status, "content": content}
     return TOOL_RESULT, {**payload, **extra}
+
+
+def summary(kind: str, payload: dict[str, Any]) -> str:
+    """One line per event, the same words in the admin's timeline and on the run page."""
+    if kind == ASSISTANT:
+        calls = ", ".join(c["name"] for c in payload.get("tool_calls", []))
+        text = (payload.get("text") or "")[:120]
+        return f"{text} [calls: {calls}]" if calls else text
+    if kind == TOOL_RESULT:
+        content = str(payload.get("content", ""))[:120]
+        return f"{payload.get('tool')} {payload.get('call_id')} {payload.get('status')}: {content}"
+    if kind == USER:
+        return str(payload.get("text", ""))[:SUMMARY_CHARS]
+    if kind == TICKET_OPENED:
+        return f"waiting: {payload.get('kind')} {payload.get('tool', '')}".strip()
+    if kind == TICKET_DECIDED:
+        note = f": {payload['note']}" if payload.get("note") else ""
+        return f"{payload.get('decision')} by {payload.get('by')}{note}"[:SUMMARY_CHARS]
+    if kind == RUN_COMPLETED:
+        return str(payload.get("final_reply", ""))[:SUMMARY_CHARS]
+    if kind in (RUN_FAILED, CONTEXT_REFUSED):
+        return str(payload.get("code") or "") + " " + str(payload.get("detail", ""))[:200]
+    return json.dumps(payload)[:200]

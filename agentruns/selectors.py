@@ -8,10 +8,10 @@ from typing import Any
 from django.db.models import QuerySet
 
 from agentruns.gate.audit import current_enforcement
-from agentruns.gate.core import compose_sources
+from agentruns.gate.core import ConfigView, Source, compose_sources
 from agentruns.gate.lookups import config_view, forced_for_composition, forced_for_resume
 from agentruns.gate.readout import readout
-from agentruns.models import Configuration, Event, Run, Thread
+from agentruns.models import Configuration, Event, Run, Thread, Ticket
 from agentruns.store import store
 
 
@@ -29,11 +29,25 @@ def configuration_readout(
     return data
 
 
-def run_readout(run: Run) -> dict[str, Any]:
-    """CG-10 for a run: the live configuration plus the run's forced set (RG-2)."""
+def run_sources(run: Run) -> tuple[ConfigView, list[Source]]:
+    """The live configuration and the sources a run's next send carries (RG-2)."""
     view = config_view(run.configuration)
     snippets, skills = forced_for_resume(run.forced_snippet_ids, run.forced_skill_ids)
-    return readout(view, compose_sources(view, snippets, skills), current_enforcement())
+    return view, list(compose_sources(view, snippets, skills))
+
+
+def run_readout(run: Run) -> dict[str, Any]:
+    """CG-10 for a run: the live configuration plus the run's forced set (RG-2)."""
+    view, sources = run_sources(run)
+    return readout(view, sources, current_enforcement())
+
+
+def may_use_playground(user: Any) -> bool:
+    """FS-5: the playground, and what it does anywhere (forcing sources, dry runs), is for
+    staff holding `agentruns.use_playground`."""
+    return bool(
+        user.is_authenticated and user.is_staff and user.has_perm("agentruns.use_playground")
+    )
 
 
 def sees_all_runs(user: Any) -> bool:
@@ -80,3 +94,19 @@ def durable_events(*, run: Run, after: int, limit: int) -> list[Event]:
     if rows:
         store().make_durable()
     return rows
+
+
+def actionable_tickets(user: Any) -> QuerySet[Ticket]:
+    """HITL-9: the active tickets this user may answer, soonest deadline first. The query
+    form of `services.resume.may_answer`: an approver answers every ticket of the runs
+    they see; anyone else only the questions (not the permissions) of their own runs."""
+    if not user.is_authenticated:
+        return Ticket.objects.none()
+    tickets = (
+        Ticket.objects.filter(status=Ticket.Status.ACTIVE, run__in=visible_runs(user))
+        .select_related("run", "run__configuration", "run__created_by")
+        .order_by("deadline", "id")
+    )
+    if user.has_perm("agentruns.approve_run"):
+        return tickets
+    return tickets.filter(run__created_by=user, kind=Ticket.Kind.REMOTE_INPUT)

@@ -64,17 +64,20 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "django_q",
     "agentruns",
-    "playground",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # UI-4: static files are served by the app itself, with or without DEBUG.
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # request.htmx: pages answer htmx's polls with a fragment (agentruns.pages).
+    "django_htmx.middleware.HtmxMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -90,6 +93,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "agentruns.pages.context.navigation",
             ],
         },
     },
@@ -141,9 +145,17 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATIC_ROOT = BASE_DIR / "staticfiles"
-LOGIN_URL = "/admin/login/"
+STATIC_ROOT = Path(os.environ.get("AGENTRUNS_STATIC_ROOT", BASE_DIR / "staticfiles"))
+# WhiteNoise serves what `collectstatic` gathered (compressed) without DEBUG; with DEBUG it
+# finds files in the apps directly. Names stay unhashed so pages render before
+# collectstatic has run (tests).
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "/accounts/login/"
 
 # SEC-3: request limits. Bodies past these are refused (413 / 400) before a view runs.
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("AGENTRUNS_MAX_BODY_BYTES", 1_048_576)

@@ -2,12 +2,15 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
+from agentruns.pages.views import SignIn
+
 urlpatterns = [
     path("admin/", admin.site.urls),
+    path("accounts/login/", SignIn.as_view(), name="login"),
     path("accounts/", include("django.contrib.auth.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("api/redoc/", SpectacularRedocView.as_view(url_name="schema"), name="api-redoc"),
     path("api/", include("agentruns.api.urls")),
-    path("", include("playground.urls")),
+    path("", include("agentruns.pages.urls")),
 ]

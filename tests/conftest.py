@@ -7,7 +7,10 @@ from rest_framework.test import APIClient
 
 @pytest.fixture
 def staff(django_user_model):
-    return django_user_model.objects.create_user("staff", password="pw", is_staff=True)
+    """An operator: staff with the playground permission, so may force sources and dry-run
+    (FS-5); approving still needs `approve_run`."""
+    user = django_user_model.objects.create_user("staff", password="pw", is_staff=True)
+    return grant(user, "use_playground")
 
 
 @pytest.fixture

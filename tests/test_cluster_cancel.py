@@ -47,7 +47,8 @@ def test_hitl11_cancel_queued_run_then_its_wakeup_is_harmless(clusters):
 
 
 def test_hitl11_cancel_awaiting_run_voids_ticket_and_resume_is_not_awaiting(clusters):
-    from agentruns.services.resume import ResumeCommand, run_resume
+    from agentruns.bench.workload import allow_as_shown
+    from agentruns.services.resume import run_resume
 
     config = configuration(
         "cancel-awaiting",
@@ -63,15 +64,7 @@ def test_hitl11_cancel_awaiting_run_voids_ticket_and_resume_is_not_awaiting(clus
     ticket.refresh_from_db()
     assert run.status == Run.Status.CANCELLED
     assert ticket.status == Ticket.Status.VOID
-    command = ResumeCommand(
-        correlation_id=str(ticket.correlation_id),
-        run=run.pk,
-        snapshot_id=ticket.snapshot_id,
-        catalog_fingerprint=ticket.catalog_fingerprint,
-        call_id=ticket.call_id,
-        kind="permission",
-        decision="allow",
-    )
+    command = allow_as_shown(ticket)
     with pytest.raises(NotAwaiting):
         run_resume(user=bench_user(), run_id=run.pk, command=command)
     assert_log_consistent([run])

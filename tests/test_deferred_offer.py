@@ -11,6 +11,7 @@ import json
 import pytest
 
 from agentruns.models import Ticket
+from tests.conftest import grant
 from tests.support.deferred import (
     LEDGER_TOOLS,
     SCHEMA_MARKER,
@@ -32,8 +33,10 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def staff(django_user_model):
-    # No password: hashing one costs more than the test.
-    return django_user_model.objects.create(username="staff", is_staff=True)
+    # No password: hashing one costs more than the test. Dry runs need the playground (FS-5).
+    return grant(
+        django_user_model.objects.create(username="staff", is_staff=True), "use_playground"
+    )
 
 
 CATALOG_HEADER = "More tools exist; activate them with tool_search before use:"

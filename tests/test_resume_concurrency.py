@@ -10,10 +10,11 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from django.db import connection
 
+from agentruns.bench.workload import allow_as_shown
 from agentruns.errors import NotAwaiting
 from agentruns.models import Event, Note, Run, Ticket, ToolInvocation
 from agentruns.runtime.loop import execute_run
-from agentruns.services.resume import ResumeCommand, run_resume
+from agentruns.services.resume import run_resume
 from tests.conftest import grant
 from tests.support.hitl import (
     active_ticket,
@@ -86,15 +87,7 @@ def test_hitl4_twenty_concurrent_api_allows_one_wins(approvers):
 def test_hitl4_twenty_concurrent_service_commands_one_wins(approvers):
     run = parked_run(approvers[0])
     ticket = active_ticket(run.pk)
-    command = ResumeCommand(
-        correlation_id=str(ticket.correlation_id),
-        run=run.pk,
-        snapshot_id=ticket.snapshot_id,
-        catalog_fingerprint=ticket.catalog_fingerprint,
-        call_id=ticket.call_id,
-        kind="permission",
-        decision="allow",
-    )
+    command = allow_as_shown(ticket)
 
     def call(i):
         try:

@@ -17,8 +17,8 @@ from rest_framework.response import Response
 from agentruns.api.limits import MAX_ID
 from agentruns.api.shapes import EventsOut, RunDetailOut, RunOut, ThreadOut, TicketsOut
 from agentruns.models import Event, Note, Run, Thread, Ticket, ToolInvocation
-from agentruns.selectors import durable_events, run_readout, visible_runs
-from agentruns.services.resume import INPUT, PERMISSION, ResumeCommand, may_answer, run_resume
+from agentruns.selectors import actionable_tickets, durable_events, run_readout, visible_runs
+from agentruns.services.resume import INPUT, PERMISSION, ResumeCommand, run_resume
 from agentruns.services.runs import (
     MAX_INPUT_CHARS,
     Submission,
@@ -279,25 +279,17 @@ class TicketViewSet(viewsets.GenericViewSet):
 
     @extend_schema(responses={200: TicketsOut})
     def list(self, request: Request) -> Response:
-        tickets = (
-            Ticket.objects.filter(status=Ticket.Status.ACTIVE, run__in=visible_runs(request.user))
-            .select_related("run", "run__configuration", "run__created_by")
-            .order_by("deadline", "id")
-        )
-        rows = []
-        for ticket in tickets:
-            target = PERMISSION if ticket.kind == Ticket.Kind.TOOL_PERMISSION else INPUT
-            if may_answer(request.user, ticket.run, target):
-                rows.append(
-                    {
-                        **(ticket_dict(ticket) or {}),
-                        "configuration": ticket.run.configuration.slug,
-                        "run_input": ticket.run.input[:500],
-                        "initiator": (
-                            ticket.run.created_by.get_username() if ticket.run.created_by else None
-                        ),
-                    }
-                )
+        rows = [
+            {
+                **(ticket_dict(ticket) or {}),
+                "configuration": ticket.run.configuration.slug,
+                "run_input": ticket.run.input[:500],
+                "initiator": (
+                    ticket.run.created_by.get_username() if ticket.run.created_by else None
+                ),
+            }
+            for ticket in actionable_tickets(request.user)
+        ]
         return Response(
             {"count": len(rows), "results": rows, "uncertain": uncertain_calls(request.user)}
         )

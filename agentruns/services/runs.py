@@ -35,7 +35,7 @@ from agentruns.runtime.context import effective_events
 from agentruns.runtime.deferred import active_deferred
 from agentruns.runtime.redaction import redact
 from agentruns.runtime.state import Ev, restore
-from agentruns.selectors import can_act_on_run, can_act_on_thread, visible_runs
+from agentruns.selectors import can_act_on_run, can_act_on_thread, may_use_playground, visible_runs
 from agentruns.services.log import append_events
 from agentruns.store.transitions import run_cancel_parked
 from agentruns.store.wakeups import enqueue_wake
@@ -108,6 +108,17 @@ def _thread(user: User, thread_id: int, configuration: Configuration) -> Thread:
     return thread
 
 
+def check_playground(user: User, submission: Submission, *, dry_run: bool = False) -> None:
+    """FS-5: forcing sources or dry-running (which reveals every source's text) is the
+    playground's, over any door: pages, admin and API alike."""
+    forcing = bool(submission.forced_snippets or submission.forced_skills)
+    if (forcing or dry_run) and not may_use_playground(user):
+        raise NotPermitted(
+            "Forcing sources and dry runs need staff with the playground permission "
+            "(agentruns.use_playground)."
+        )
+
+
 def _validate(user: User, submission: Submission) -> tuple[Configuration, Thread | None]:
     if not submission.input.strip():
         raise InvalidRequest("Empty input.", fields={"input": ["Give the task to run."]})
@@ -135,6 +146,7 @@ def run_submit(
 ) -> tuple[Run, bool]:
     """Create the run, its first events and its wake-up in one transaction (CLU-4).
     Returns (run, created); the same Idempotency-Key and body return the original (CLU-5)."""
+    check_playground(user, submission)
     owner = user if user.is_authenticated else None
     if idempotency_key:
         existing = _idempotent_match(owner, idempotency_key, submission)
@@ -208,6 +220,7 @@ def thread_mode_name(thread: Thread) -> str:
 def run_dry(*, user: User, submission: Submission) -> dict[str, Any]:
     """FS-3: the messages the first provider call would carry, with the readout; nothing
     is gated, sent or stored."""
+    check_playground(user, submission, dry_run=True)
     configuration, thread = _validate(user, submission)
     config = build_runtime_config(configuration)
     snippets, skills, dropped = forced_for_composition(

@@ -1,0 +1,35 @@
+"""The demo's sign-in accounts: `manage.py demo_data` creates them once, and the sign-in
+and home pages show them while their password is still the demo's."""
+
+from __future__ import annotations
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.hashers import check_password
+
+DEMO_PASSWORD = "agentruns-demo"
+# (username, what they may do, is_superuser): an admin who may do everything, and a plain
+# initiator who signs in to see their own runs and answer their own questions.
+DEMO_USERS = [
+    ("admin", "staff and superuser: playground, approvals, every run, the admin", True),
+    ("member", "a plain user: starts runs, sees only their own, answers their questions", False),
+]
+
+
+def demo_credentials() -> list[dict[str, str]]:
+    """The demo users who still have the demo password, for the sign-in and home pages."""
+    rows = []
+    for user in get_user_model().objects.filter(username__in=[u for u, _, _ in DEMO_USERS]):
+        if _has_demo_password(user.password):
+            role = next(r for u, r, _ in DEMO_USERS if u == user.get_username())
+            rows.append({"username": user.get_username(), "password": DEMO_PASSWORD, "role": role})
+    return sorted(rows, key=lambda row: row["username"])
+
+
+_checked_hashes: dict[str, bool] = {}
+
+
+def _has_demo_password(encoded: str) -> bool:
+    # Hashing is deliberately slow; a given stored hash always gives the same answer.
+    if encoded not in _checked_hashes:
+        _checked_hashes[encoded] = check_password(DEMO_PASSWORD, encoded)
+    return _checked_hashes[encoded]

@@ -1,0 +1,145 @@
+"""What the run page and the playground inspector show, folded from a run's log.
+
+Plain functions over the run's events (and its tool-invocation rows for durations): the
+timeline rows, where the time went, and the model turns with what each one carried.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from agentruns import events as ev
+from agentruns.models import Checkpoint, Event, Run, ToolInvocation
+
+
+@dataclass
+class Row:
+    sequence: int
+    type: str
+    summary: str
+    payload: str
+    created_at: datetime
+    checkpoint: str = ""
+
+
+def timeline(run: Run, events: list[Event]) -> list[Row]:
+    """Every event in log order, with the checkpoint (if any) written at it (LOOP-8)."""
+    marks = dict(
+        Checkpoint.objects.filter(run=run)
+        .order_by("last_sequence", "id")
+        .values_list("last_sequence", "kind")
+    )
+    return [
+        Row(
+            sequence=e.sequence,
+            type=e.type,
+            summary=ev.summary(e.type, e.payload),
+            payload=json.dumps(e.payload, indent=2, sort_keys=True, ensure_ascii=False),
+            created_at=e.created_at,
+            checkpoint=marks.get(e.sequence, ""),
+        )
+        for e in events
+    ]
+
+
+# Where the time between two consecutive events went, by the later one's type.
+TIME_OF = {ev.ASSISTANT: "model", ev.TOOL_RESULT: "tools", ev.TICKET_DECIDED: "people"}
+TIME_LABELS = {
+    "model": "Model",
+    "tools": "Tools",
+    "people": "Waiting for people",
+    "other": "Queue and bookkeeping",
+}
+
+
+def time_split(run: Run, events: list[Event], now: datetime) -> list[dict[str, Any]]:
+    """Seconds per phase from event timestamps; a wait still open counts until now. The log
+    has no claim timestamp, so a model reply's share includes any wait for a worker."""
+    spent = dict.fromkeys(TIME_LABELS, 0.0)
+    previous = run.created_at
+    for event in events:
+        gap = max((event.created_at - previous).total_seconds(), 0.0)
+        spent[TIME_OF.get(event.type, "other")] += gap
+        previous = event.created_at
+    if events and not run.is_terminal:
+        open_wait = events[-1].type == ev.TICKET_OPENED
+        spent["people" if open_wait else "other"] += max((now - previous).total_seconds(), 0.0)
+    total = sum(spent.values()) or 1.0
+    return [
+        {
+            "key": key,
+            "label": label,
+            "seconds": round(spent[key], 3),
+            "percent": round(100 * spent[key] / total, 1),
+        }
+        for key, label in TIME_LABELS.items()
+    ]
+
+
+@dataclass
+class Call:
+    id: str
+    tool: str
+    arguments: str
+    status: str = "pending"
+    result: str = ""
+    duration_ms: int | None = None
+    ticket: dict[str, Any] | None = None
+
+
+@dataclass
+class Turn:
+    step: int
+    sequence: int  # of its event in the thread's log
+    text: str
+    at: datetime
+    calls: list[Call] = field(default_factory=list)
+    history: list[dict[str, Any]] = field(default_factory=list)
+    tools: list[str] = field(default_factory=list)
+    mode: str = ""
+
+
+def turns(run: Run, events: list[Event]) -> list[Turn]:
+    """Each model turn with its reply and its tool calls (status, result, duration from
+    the invocation row, the approval wait if any)."""
+    invocations = {i.call_id: i for i in ToolInvocation.objects.filter(run=run)}
+    found: list[Turn] = []
+    calls: dict[str, Call] = {}
+    for event in events:
+        payload = event.payload
+        if event.type == ev.ASSISTANT:
+            turn = Turn(
+                payload.get("step", len(found)),
+                event.sequence,
+                payload.get("text", ""),
+                event.created_at,
+            )
+            for raw in payload.get("tool_calls", []):
+                call = Call(raw["id"], raw["name"], _pretty(raw.get("arguments")))
+                _timed(call, invocations.get(raw["id"]))
+                calls[call.id] = call
+                turn.calls.append(call)
+            found.append(turn)
+        elif event.type == ev.TOOL_RESULT and payload.get("call_id") in calls:
+            call = calls[payload["call_id"]]
+            call.status, call.result = payload.get("status", ""), str(payload.get("content", ""))
+        elif event.type == ev.TICKET_OPENED and payload.get("call_id") in calls:
+            calls[payload["call_id"]].ticket = {**payload, "open": True}
+            calls[payload["call_id"]].status = "awaiting"
+        elif event.type == ev.TICKET_DECIDED and payload.get("call_id") in calls:
+            ticket = calls[payload["call_id"]].ticket or {}
+            ticket.update({"open": False, "decision": payload})
+    return found
+
+
+def _timed(call: Call, invocation: ToolInvocation | None) -> None:
+    if invocation and invocation.completed_at:
+        took: timedelta = invocation.completed_at - invocation.created_at
+        call.duration_ms = round(took.total_seconds() * 1000)
+
+
+def _pretty(value: Any) -> str:
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)

@@ -1,0 +1,36 @@
+"""The configuration admin starts a forced-source run through the same services as the
+playground (FS-1, FS-5), and the inspector follows it live."""
+
+from __future__ import annotations
+
+import re
+
+from playwright.sync_api import expect
+
+from agentruns.demo import load_demo_data
+from agentruns.models import Configuration, Run, Snippet
+
+
+def test_a_forced_source_run_started_from_the_configuration_admin(
+    transactional_db, cluster, page_as, django_user_model, screenshot
+):
+    load_demo_data()
+    root = django_user_model.objects.create_superuser("root", password="pw")
+    config = Configuration.objects.get(slug="multi-tool-demo")
+    changelog = Snippet.objects.get(slug="changelog")
+    page = page_as(root)
+    page.goto(f"/admin/agentruns/configuration/{config.pk}/change/")
+    expect(page.get_by_role("link", name="Try in playground")).to_have_attribute(
+        "href", "/playground/?configuration=multi-tool-demo"
+    )
+    page.get_by_role("link", name="Run with forced sources").click()
+    page.get_by_label("Task").fill("Standup, with the changelog")
+    page.get_by_label(re.compile("changelog")).check()
+    screenshot(page, "admin-run-with-forced-sources")
+    page.get_by_role("button", name="Run", exact=True).click()
+    expect(page).to_have_url(re.compile(r"/playground/runs/\d+/$"))
+    expect(page.locator("#final-reply")).to_have_text("Saved the standup note.")
+    run = Run.objects.get()
+    assert run.forced_snippet_ids == [changelog.pk] and run.created_by == root
+    page.get_by_text(re.compile(r"System texts every turn carries")).click()
+    expect(page.locator("#inspector-live")).to_contain_text("v2.3 adds bulk export.")

@@ -1,0 +1,65 @@
+"""The run page follows a run live without reload (UI-2, UI-3): waiting for an approval,
+then, once approved elsewhere, its reply, the whole timeline and where the time went."""
+
+from __future__ import annotations
+
+import re
+
+from playwright.sync_api import expect
+
+from agentruns.bench.workload import allow_as_shown
+from agentruns.demo import load_demo_data
+from agentruns.models import Run, Ticket
+from agentruns.services.resume import run_resume
+from agentruns.services.runs import Submission, run_submit
+from tests.conftest import grant
+
+
+def test_ui2_the_run_page_shows_the_wait_then_the_reply_without_reload(
+    transactional_db, cluster, page_as, staff, member, screenshot
+):
+    load_demo_data()
+    run, _ = run_submit(user=member, submission=Submission("approval-demo", "Save the summary"))
+    page = page_as(member)
+    page.goto(f"/runs/{run.pk}/")
+    page.evaluate("window.__sameDocument = true")
+    expect(page.locator("[data-status]")).to_have_text("awaiting")
+    ticket = Ticket.objects.get(run=run, status=Ticket.Status.ACTIVE)
+    expect(page.get_by_role("link", name="Open it in the inbox")).to_have_attribute(
+        "href", f"/inbox/{ticket.correlation_id}/"
+    )
+    expect(page.locator('[data-event="ticket.opened"]')).to_be_visible()
+    screenshot(page, "run-page-awaiting")
+    run_resume(
+        user=grant(staff, "approve_run"),
+        run_id=run.pk,
+        command=allow_as_shown(ticket),
+    )
+    expect(page.locator("#final-reply")).to_have_text("Done: the approver decided and I continued.")
+    expect(page.locator("[data-status]")).to_have_text("completed")
+    for kind in ("ticket.decided", "tool.result", "run.completed"):
+        expect(page.locator(f'[data-event="{kind}"]')).to_have_count(1)
+    assert page.evaluate("window.__sameDocument === true")
+    # The wait for a person shows in the chart (the approval came after the page opened).
+    label = page.get_by_role("img", name=re.compile("^Waiting for people")).get_attribute(
+        "aria-label"
+    )
+    assert label and float(label.split(": ")[1].split(" seconds")[0]) > 0, label
+    assert Run.objects.get(pk=run.pk).status == Run.Status.COMPLETED
+    page.get_by_text("Payload").last.click()
+    screenshot(page, "run-page")
+
+
+def test_hitl9_the_navigation_counts_a_new_ticket_without_reload(
+    transactional_db, cluster, page_as, staff
+):
+    load_demo_data()
+    approver = grant(staff, "approve_run")
+    page = page_as(approver)
+    page.goto("/runs/")
+    page.evaluate("window.__sameDocument = true")
+    badge = page.locator("#nav-inbox-count")
+    expect(badge).to_have_text("0")
+    run_submit(user=approver, submission=Submission("approval-demo", "Save it"))
+    expect(badge).to_have_text("1")
+    assert page.evaluate("window.__sameDocument === true")
