@@ -15,11 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-# Playwright's sync API keeps an event loop running on the main thread, where the tests'
-# own ORM calls happen; Django would refuse them as "async unsafe". Nothing here is async.
-os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-
 from django.conf import settings
 from django.test import Client
 from playwright.sync_api import Browser, Page, expect, sync_playwright
@@ -59,7 +54,12 @@ def browser() -> Iterator[Browser]:
             f"No Chromium at {CHROMIUM}: `apt-get install chromium` (make test does), "
             "or skip these tests with -m 'not browser'."
         )
-    with sync_playwright() as playwright:
+    # Playwright's sync API keeps an event loop running on the main thread, where the
+    # tests' own ORM calls happen; Django would refuse them as "async unsafe". Nothing here
+    # is async. Set only while this package runs: the rest of the suite (and the processes
+    # it starts, such as `check --deploy`) must not inherit it.
+    with pytest.MonkeyPatch.context() as patch, sync_playwright() as playwright:
+        patch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
         launched = playwright.chromium.launch(
             executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
         )
