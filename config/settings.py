@@ -225,6 +225,9 @@ AGENTRUNS_HTTP_ALLOWED_HOSTS = env_list("AGENTRUNS_HTTP_ALLOWED_HOSTS")
 AGENTRUNS_LEASE_SECONDS = env_float("AGENTRUNS_LEASE_SECONDS", 30.0)
 AGENTRUNS_MAX_ATTEMPTS = env_int("AGENTRUNS_MAX_ATTEMPTS", 3)
 AGENTRUNS_MAX_TURNS = env_int("AGENTRUNS_MAX_TURNS", 50)
+# SEC-3: a model reply (text plus tool-call arguments) larger than this fails the run
+# `provider_reply_too_large` before any of it is stored; no real turn comes near 1 MB.
+AGENTRUNS_MAX_REPLY_BYTES = env_int("AGENTRUNS_MAX_REPLY_BYTES", 1_000_000)
 # See agentruns/runtime/journal.py: re-doable steps skip waiting for the WAL flush.
 AGENTRUNS_FAST_COMMIT = env_bool("AGENTRUNS_FAST_COMMIT", True)
 # The execution cluster (agentruns.cluster; sizing in the README's "Execution cluster").

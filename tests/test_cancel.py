@@ -7,8 +7,11 @@ from __future__ import annotations
 import pytest
 
 from agentruns.models import Note, Run, Ticket, ToolInvocation
+from agentruns.runtime import faults
 from agentruns.runtime.loop import execute_run
+from agentruns.services.runs import run_cancel
 from tests.conftest import grant
+from tests.support.crash import fault_hook, provider_pairing_problems
 from tests.support.hitl import (
     active_ticket,
     allow,
@@ -166,3 +169,56 @@ def test_hitl11_a_cancelled_runs_allowed_call_is_not_left_executing(approver):
     invocation = ToolInvocation.objects.get(run=run, call_id="call_w")
     assert invocation.status != ToolInvocation.Status.EXECUTING
     assert invocation.completed_at is not None
+
+
+MIXED_TURN = {
+    "tool_calls": [
+        write_call("x", call_id="call_w"),  # needs an approver: parks the run...
+        {"id": "call_e", "name": "test.echo", "arguments": {"text": "hi"}},  # ...after this
+    ]
+}
+
+
+@pytest.mark.parametrize(
+    ("point", "lands"),
+    [
+        pytest.param(faults.TOOL_DONE, lambda run: True, id="while-the-call-runs"),
+        pytest.param(
+            faults.COMMIT,
+            lambda run: "call_e" in results_by_call(run.pk),
+            id="after-the-last-result-committed",
+        ),
+    ],
+)
+def test_hitl11_a_cancel_landing_while_a_turns_calls_run_never_parks_the_run(
+    approver, point, lands
+):
+    """HITL-11, HITL-1, LOOP-7: the turn's first call needs an approver, so once its other
+    calls ran the run would park. A cancel that lands while they run (or just after the
+    last result committed, before the ticket) ends the run `cancelled` instead: no ticket
+    is ever opened, the call that ran keeps its result, the waiting one gets an
+    'interrupted' result, and the history stays paired."""
+    scripted_configuration("mixed", [MIXED_TURN, {"text": "never asked"}])
+    run = submit(approver, "mixed")
+    cancelled = []
+
+    def hook(name: str, count: int) -> None:
+        if name == point and not cancelled and lands(run):
+            cancelled.append(run_cancel(user=approver, run_id=run.pk).status)
+
+    with fault_hook(hook):
+        outcome = execute_run(run.pk)
+
+    assert cancelled == [Run.Status.RUNNING]
+    assert outcome == Run.Status.CANCELLED
+    run.refresh_from_db()
+    assert run.status == Run.Status.CANCELLED
+    assert not Ticket.objects.filter(run=run).exists()
+    results = results_by_call(run.pk)
+    assert results["call_e"]["status"] == "ok"
+    assert results["call_w"]["status"] == "error"
+    assert not Note.objects.exists()
+    assert [e.type for e in run_events(run.pk)][-1] == "run.cancelled"
+    assert provider_pairing_problems(run.pk) == []
+    invocation = ToolInvocation.objects.get(run=run, call_id="call_w")
+    assert invocation.status == ToolInvocation.Status.INTERRUPTED

@@ -104,3 +104,38 @@ def test_hitl11_cancel_running_run_stops_at_next_boundary_after_the_call_complet
     assert result["tool"] == "test.wait" and result["status"] == ev.OK
     assert result["content"] == "released"
     assert_log_consistent([run])
+
+
+def test_hitl11_cancel_landing_while_a_turns_calls_run_never_parks_the_run(clusters, tmp_path):
+    """The turn's first call needs an approver and its second runs meanwhile; a cancel
+    lands while the second runs. The run ends `cancelled` instead of parking: no ticket is
+    ever opened, the call that ran keeps its result, the waiting one is interrupted."""
+    started, release = tmp_path / "m.started", tmp_path / "m.release"
+    config = configuration(
+        "cancel-mixed",
+        [
+            {
+                "tool_calls": [
+                    {"name": "notes.write", "arguments": {"title": "t", "body": "b"}},
+                    {
+                        "name": "test.wait",
+                        "arguments": {"started": str(started), "release": str(release)},
+                    },
+                ]
+            },
+            {"text": "the model should not have been asked again"},
+        ],
+        allowed=["test", "notes"],
+    )
+    clusters.start("a")
+    (run,) = submit_batch(config)
+    clusters.wait(started.exists, timeout=30, what="the wait tool to start")
+    run_cancel(user=bench_user(), run_id=run.pk)
+    release.write_text("go")
+
+    wait_statuses([run], "cancelled", timeout=30, clusters=clusters)
+    assert not Ticket.objects.filter(run=run).exists()
+    results = {p["tool"]: p["status"] for _, kind, p in events(run) if kind == ev.TOOL_RESULT}
+    assert results == {"test.wait": ev.OK, "notes.write": ev.ERROR}
+    assert [kind for _, kind, _ in events(run)][-1] == ev.RUN_CANCELLED
+    assert_log_consistent([run])

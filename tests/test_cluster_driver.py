@@ -123,3 +123,52 @@ def test_driver_shutdown_asks_executors_to_release_and_waits(driver, fake_execut
     assert driver.shutdown(timeout=5) == 0
     assert driver.busy == 0
     assert not driver.reserve(timeout=0.1)  # a stopping driver takes nothing new
+
+
+def test_clu1_the_heartbeat_claims_queued_and_expired_runs_without_a_wakeup(driver, fake_executor):
+    """CLU-1, CLU-3: a worker whose q2 side receives nothing still takes work: its
+    heartbeat claims a queued run and a run whose lease expired (a crash reclaim, which
+    spends an attempt), and never a run under a live lease."""
+    driven: list[tuple[int, int]] = []
+    fake_executor.behaviour = lambda lease: driven.append((lease.run_id, lease.attempts))
+    config = configuration("beaten", [{"text": "done"}])
+    queued, crashed, live = submit_batch(config, 3)
+    OrmQ.objects.all().delete()  # no wake-up will ever arrive
+    for run in (crashed, live):
+        assert claim(run.pk) is not None
+    Run.objects.filter(pk=crashed.pk).update(lease_expires_at=timezone.now())
+
+    driver.beat()
+
+    wait_for(lambda: len(driven) == 2, timeout=10, what="the claimed runs to be driven")
+    assert sorted(driven) == [(queued.pk, 0), (crashed.pk, 1)]
+    assert Run.objects.get(pk=crashed.pk).attempts == 1
+    assert Run.objects.get(pk=live.pk).epoch == 1
+
+
+def test_clu3_a_hand_back_refused_by_a_restarting_database_is_retried_not_abandoned(
+    driver, fake_executor, monkeypatch
+):
+    """CLU-3: a database that is restarting refuses the hand-back's first tries too (the
+    executor's connection broke; so do the next few). The driver keeps trying within a
+    lease, so the run goes back to `queued` with a wake-up and keeps its attempt, rather
+    than waiting out its lease to be reclaimed as a crash."""
+    from agentruns.cluster import driver as driver_module
+
+    real = driver_module.enqueue_wake
+    refusals = iter(range(3))
+
+    def restarting(run_id: int) -> None:
+        if next(refusals, None) is not None:
+            raise OperationalError("the database system is starting up")
+        real(run_id)
+
+    monkeypatch.setattr(driver_module, "enqueue_wake", restarting)
+
+    def fail(lease: Lease) -> str:
+        raise OperationalError("server closed the connection unexpectedly")
+
+    fake_executor.behaviour = fail
+    run = drive_one(driver)
+    assert (run.status, run.attempts, run.lease_owner) == (Run.Status.QUEUED, 0, "")
+    assert wake_queued(run)

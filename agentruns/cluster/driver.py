@@ -11,8 +11,10 @@ short transaction) and hands `Executor(lease).drive()` to this process's DRIVER:
   tool, `agentruns.store.connection.release_connection`);
 - one heartbeat thread that renews every lease the process holds in ONE statement every
   lease/3, marks leases it could not renew as lost (their executors stop without writing
-  at their next boundary), refreshes the cancel flags (HITL-11), and runs the sweeper
-  opportunistically, so recovery never waits for q2's once-a-minute schedule;
+  at their next boundary), refreshes the cancel flags (HITL-11), claims queued and
+  lease-expired runs for its free threads straight from the database (so no stalled q2
+  queue can stall the process, CLU-1), and runs the sweeper opportunistically, so
+  recovery never waits for q2's once-a-minute schedule;
 - graceful shutdown: when the q2 worker leaves its loop, a `multiprocessing` finaliser asks
   every executor to release its run at the next step boundary (back to `queued` with a new
   wake-up, no attempt spent) and waits a bounded time for them.
@@ -36,7 +38,7 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError, connections, transaction
 from psycopg_pool import PoolTimeout
 
-from agentruns.runtime.lease import Lease, abandon, renew_many
+from agentruns.runtime.lease import Lease, abandon, claim_runnable, renew_many
 from agentruns.store.transitions import run_hand_back
 from agentruns.store.wakeups import enqueue_wake
 
@@ -50,6 +52,9 @@ _INHERITED: list[Any] = []
 TRANSIENT = (OperationalError, InterfaceError, PoolTimeout)
 # ...unless the same run keeps hitting them in this process: then it is treated as broken.
 MAX_HAND_BACKS = 3
+
+# Runs one claim statement takes at most, on a wake-up or a heartbeat.
+CLAIM_BATCH = 16
 
 # Finalisers run in descending priority; ours runs before multiprocessing's own (0).
 SHUTDOWN_PRIORITY = 100
@@ -196,6 +201,23 @@ class Driver:
             self._idle -= 1
         self._jobs.put(lease)
 
+    def claim_free(self, limit: int = CLAIM_BATCH) -> int:
+        """Claim up to `limit` runnable runs straight from the database, one per free
+        thread, and drive them; returns how many (CLU-1: the run row, not a wake-up,
+        decides; their own wake-ups arrive later and find nothing to do)."""
+        reserved = 0
+        while reserved < limit and self.try_reserve():
+            reserved += 1
+        leases: list[Lease] = []
+        try:
+            leases = claim_runnable(reserved)
+        finally:
+            for lease in leases:
+                self.submit(lease)
+            for _ in range(reserved - len(leases)):
+                self.unreserve()
+        return len(leases)
+
     @property
     def busy(self) -> int:
         with self._lock:
@@ -237,15 +259,28 @@ class Driver:
 
     def _hand_back(self, lease: Lease) -> None:
         """Overload or a database hiccup is not a crash: put the run back to queued with a
-        wake-up, as a graceful stop does, spending no attempt. If even that fails, the
-        lease expires and the sweeper reclaims the run (spending one)."""
-        close_thread_connections()
-        try:
-            with transaction.atomic():
-                if run_hand_back(lease):
-                    enqueue_wake(lease.run_id)
-        except Exception:
-            logger.exception("run %s: could not hand the run back", lease.run_id)
+        wake-up, as a graceful stop does, spending no attempt. A restarting database may
+        refuse the first tries (and the pool may still hold connections it broke), so
+        this retries for up to a lease; if it never succeeds, the lease expires and the
+        sweeper reclaims the run (spending one)."""
+        deadline = time.monotonic() + self.config.lease_seconds
+        pause = 0.05
+        while True:
+            close_thread_connections()
+            try:
+                with transaction.atomic():
+                    if run_hand_back(lease):
+                        enqueue_wake(lease.run_id)
+                return
+            except TRANSIENT:
+                if time.monotonic() + pause > deadline:
+                    logger.exception("run %s: could not hand the run back", lease.run_id)
+                    return
+                time.sleep(pause)
+                pause = min(2 * pause, 1.0)
+            except Exception:
+                logger.exception("run %s: could not hand the run back", lease.run_id)
+                return
 
     def _abandon(self, lease: Lease) -> None:
         try:
@@ -272,6 +307,11 @@ class Driver:
             lost = [lease.run_id for lease in leases if lease.lost]
             if lost:
                 logger.warning("leases lost for runs %s; their executors stop", lost)
+            # CLU-1: a worker whose q2 side stalled (a sibling SIGKILLed holding the task
+            # queue's lock) still takes work; q2's wake-ups only make it start sooner.
+            claimed = self.claim_free()
+            if claimed:
+                logger.info("heartbeat claimed %s runnable runs", claimed)
             now = time.monotonic()
             if not self._shutting_down and now - self._last_sweep >= self.config.sweep_seconds:
                 self._last_sweep = now

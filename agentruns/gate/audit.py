@@ -62,18 +62,24 @@ def audit_row(decision: Decision, enforcement: Enforcement, run_id: int | None) 
     )
 
 
-def save_audit(row: GateAudit, *, durable: bool) -> int:
-    """Write the row; return the live catalog generation. On PostgreSQL that is one
-    statement, and a permitted decision's row need not wait for the WAL flush."""
-    return store().save_audit(row, durable=durable)
+def save_audit(row: GateAudit, *, epoch: int | None = None) -> int:
+    """Write the row and return the live catalog generation. The row is the send's
+    justification, so it is durable (never `synchronous_commit = off`) and, given the
+    asserting worker's lease epoch, written only while the run still carries it (CLU-2):
+    a fenced worker raises Fenced before it can write or send."""
+    return store().save_audit(row, epoch=epoch)
 
 
 def context_assert(
-    *, config: ConfigView, sources: Sequence[Source], run_id: int | None = None
+    *,
+    config: ConfigView,
+    sources: Sequence[Source],
+    run_id: int | None = None,
+    epoch: int | None = None,
 ) -> Asserted:
     decision = decide(config, sources)
     enforcement = current_enforcement()
-    generation = save_audit(audit_row(decision, enforcement, run_id), durable=decision.refused)
+    generation = save_audit(audit_row(decision, enforcement, run_id), epoch=epoch)
     if decision.refused:
         if enforcement is Enforcement.ENFORCE:
             refused = ContextRefused(refusal_message(decision), **refusal_fields(decision))

@@ -243,6 +243,10 @@ class CatalogGeneration(models.Model):
         return f"catalog generation {self.value}"
 
     @classmethod
+    def current(cls) -> int:
+        return int(cls.objects.values_list("value", flat=True).get(pk=1))
+
+    @classmethod
     def bump(cls) -> None:
         if not cls.objects.filter(pk=1).update(value=models.F("value") + 1):
             cls.objects.get_or_create(pk=1)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import anthropic
-import httpx2
 from anthropic.types import Message
 
 from agentruns.providers.base import (
@@ -23,9 +22,8 @@ from agentruns.providers.base import (
     retryable_status,
     scrub_credential,
 )
+from agentruns.providers.http import DeadlineTransport
 
-# The SDK keeps only 100 idle connections; a busy cluster would reconnect for every call.
-LIMITS = httpx2.Limits(max_connections=1000, max_keepalive_connections=1000)
 REASONING = frozenset({"thinking", "redacted_thinking"})
 
 
@@ -35,7 +33,7 @@ def _build(base_url: str, api_key: str, timeout: float, max_retries: int) -> ant
         base_url=base_url or None,
         timeout=timeout,
         max_retries=max_retries,
-        http_client=anthropic.DefaultHttpxClient(limits=LIMITS),
+        http_client=anthropic.DefaultHttpxClient(transport=DeadlineTransport(seconds=timeout)),
     )
 
 
@@ -170,4 +168,8 @@ class AnthropicAdapter:
         except anthropic.AnthropicError as error:
             # Not chained: the SDK error's text may quote the request or the key.
             raise provider_error(link, error, api_key) from None
+        except ValueError:  # a complete HTTP reply whose JSON body is not (SEC-3)
+            raise MalformedReply(
+                f"Provider {link.provider_slug or link.slug!r} sent a reply that is not JSON."
+            ) from None
         return parse_reply(link, response)

@@ -7,6 +7,7 @@ maps them to registry names.
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from collections.abc import Callable, Hashable
@@ -114,6 +115,14 @@ class Reply:
     usage: dict[str, int] = field(default_factory=dict)
     provider: str = ""
     model: str = ""
+
+    @property
+    def size(self) -> int:
+        """Characters of model output: the text and every call's arguments (SEC-3)."""
+        return len(self.text) + sum(
+            len(call.raw_arguments or "") + len(json.dumps(call.arguments or {}))
+            for call in self.tool_calls
+        )
 
 
 class ProviderError(Exception):

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import httpx2
 import openai
 from openai.types.chat import ChatCompletion
 
@@ -25,9 +24,7 @@ from agentruns.providers.base import (
     retryable_status,
     scrub_credential,
 )
-
-# The SDK keeps only 100 idle connections; a busy cluster would reconnect for every call.
-LIMITS = httpx2.Limits(max_connections=1000, max_keepalive_connections=1000)
+from agentruns.providers.http import DeadlineTransport
 
 
 def _build(base_url: str, api_key: str, timeout: float, max_retries: int) -> openai.OpenAI:
@@ -37,7 +34,7 @@ def _build(base_url: str, api_key: str, timeout: float, max_retries: int) -> ope
         base_url=base_url or None,
         timeout=timeout,
         max_retries=max_retries,
-        http_client=openai.DefaultHttpxClient(limits=LIMITS),
+        http_client=openai.DefaultHttpxClient(transport=DeadlineTransport(seconds=timeout)),
     )
 
 
@@ -157,4 +154,8 @@ class OpenAIAdapter:
         except openai.OpenAIError as error:
             # Not chained: the SDK error's text may quote the request or the key.
             raise provider_error(link, error, api_key) from None
+        except ValueError:  # a complete HTTP reply whose JSON body is not (SEC-3)
+            raise MalformedReply(
+                f"Provider {link.provider_slug or link.slug!r} sent a reply that is not JSON."
+            ) from None
         return parse_reply(link, response)

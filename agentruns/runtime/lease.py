@@ -43,6 +43,24 @@ def claim_queued(limit: int, owner: str | None = None) -> list[Lease]:
     return [_lease(run_id, owner, seconds, row) for run_id, row in rows]
 
 
+def claim_expired(limit: int, owner: str | None = None) -> list[Lease]:
+    """Claim up to `limit` running runs whose lease expired, longest expired first: crash
+    reclaims, each spending an attempt (CLU-3). PostgreSQL only, like `claim_queued`."""
+    if limit < 1:
+        return []
+    owner = owner or worker_name()
+    seconds = settings.AGENTRUNS_LEASE_SECONDS
+    rows = store().claim_expired(limit, owner, seconds)
+    return [_lease(run_id, owner, seconds, row) for run_id, row in rows]
+
+
+def claim_runnable(limit: int, owner: str | None = None) -> list[Lease]:
+    """What a worker with `limit` free threads takes straight from the database, with no
+    wake-up (CLU-1): queued runs first, then expired leases."""
+    leases = claim_queued(limit, owner)
+    return leases + claim_expired(limit - len(leases), owner)
+
+
 def _lease(run_id: int, owner: str, seconds: float, row: dict) -> Lease:
     reclaimed = row["status"] == Run.Status.RUNNING
     return Lease(

@@ -41,6 +41,7 @@ class Executor(ModelTurn):
             self._load()
             return self._loop()
         except Fenced:
+            self.lease.lost = True
             logger.warning("run %s: lease lost, stopping without writing", self.lease.run_id)
             return Outcome.FENCED
         finally:

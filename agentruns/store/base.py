@@ -56,8 +56,14 @@ class SystemStore(Protocol):
         """Renew every still-held lease; the cancel flag of each one renewed, by run id."""
         ...
 
-    def save_audit(self, row: GateAudit, *, durable: bool) -> int:
-        """Write the audit row; return the live catalog generation."""
+    def claim_expired(self, limit: int, owner: str, seconds: float) -> list[tuple[int, dict]]:
+        """Claim up to `limit` running runs whose lease expired, longest expired first:
+        crash reclaims, each spending an attempt (CLU-3; [] where unsupported)."""
+        ...
+
+    def save_audit(self, row: GateAudit, *, epoch: int | None) -> int:
+        """Write the audit row durably, and with an `epoch` only while the run still
+        carries it (else raise Fenced); return the live catalog generation."""
         ...
 
     def dequeue_tasks(self, list_key: str, limit: int, lock_secs: float) -> list[tuple[int, str]]:

@@ -91,9 +91,17 @@ class PortableStore:
                 )
         return renewed
 
-    def save_audit(self, row: GateAudit, *, durable: bool) -> int:
-        row.save()
-        return _generation()
+    def claim_expired(self, limit: int, owner: str, seconds: float) -> list[tuple[int, dict]]:
+        return []
+
+    def save_audit(self, row: GateAudit, *, epoch: int | None) -> int:
+        with transaction.atomic():
+            if epoch is not None and row.run_id is not None:
+                fence = Run.objects.select_for_update().filter(pk=row.run_id, epoch=epoch)
+                if not fence.values_list("pk", flat=True).first():
+                    raise Fenced("the lease was taken by another worker")
+            row.save()
+            return _generation()
 
     def dequeue_tasks(self, list_key: str, limit: int, lock_secs: float) -> list[tuple[int, str]]:
         raise NotImplementedError("without SKIP LOCKED the ORM broker dequeues by itself")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timedelta
+from functools import cache
 from typing import Any
 
 from django.db import connection, transaction
@@ -61,15 +62,21 @@ INVOCATION_COLUMNS = (
     "created_at",
 )
 AUDIT_FIELDS = [f for f in GateAudit._meta.concrete_fields if not f.primary_key]
-AUDIT_SQL = {
-    fast: (
-        f"WITH a AS (INSERT INTO {GateAudit._meta.db_table} "
-        f"({', '.join(str(f.column) for f in AUDIT_FIELDS)}) "
-        f"VALUES ({', '.join(['%s'] * len(AUDIT_FIELDS))}) RETURNING 1) "
-        f"SELECT {GENERATION}" + (RELAX_COMMIT if fast else "") + " FROM a"
+
+
+@cache
+def _audit_sql(fenced: bool) -> str:
+    """The row (behind the lease fence when there is one) and the live generation. Typed
+    parameters: an INSERT ... SELECT cannot infer them. Never RELAX_COMMIT: the row is a
+    send's justification."""
+    values = ", ".join(f"%s::{f.db_type(connection)}" for f in AUDIT_FIELDS)
+    fence = f"fence AS (SELECT id FROM {RUN} WHERE id = %s AND epoch = %s FOR SHARE), "
+    return (
+        f"WITH {fence if fenced else ''}a AS (INSERT INTO {GateAudit._meta.db_table} "
+        f"({', '.join(str(f.column) for f in AUDIT_FIELDS)}) SELECT {values}"
+        + (" WHERE EXISTS (SELECT 1 FROM fence)" if fenced else "")
+        + f" RETURNING 1) SELECT {GENERATION}, (SELECT count(*) FROM a)"
     )
-    for fast in (False, True)
-}
 
 
 def _cast(column: str) -> str:
@@ -227,10 +234,22 @@ class PostgresStore:
             cursor.execute(sql, params)
             return dict(cursor.fetchall())
 
-    def save_audit(self, row: GateAudit, *, durable: bool) -> int:
+    def claim_expired(self, limit: int, owner: str, seconds: float) -> list[tuple[int, dict]]:
+        where = (
+            f"status = {RUNNING} AND (lease_expires_at IS NULL OR lease_expires_at < now()) "
+            "ORDER BY lease_expires_at NULLS FIRST LIMIT %s"
+        )
+        return _claim_rows(where, [limit], owner, seconds)
+
+    def save_audit(self, row: GateAudit, *, epoch: int | None) -> int:
         row.created_at = timezone.now()
         values = [getattr(row, f.attname) for f in AUDIT_FIELDS]  # plain str/bool/int/datetime
-        return int(prepared(AUDIT_SQL[fast_commit(durable)], values)[0])
+        fenced = epoch is not None and row.run_id is not None
+        params = [row.run_id, epoch, *values] if fenced else values
+        generation, written = prepared(_audit_sql(fenced), params)
+        if not written:
+            raise Fenced("the lease was taken by another worker")
+        return int(generation)
 
     def dequeue_tasks(self, list_key: str, limit: int, lock_secs: float) -> list[tuple[int, str]]:
         now = timezone.now()

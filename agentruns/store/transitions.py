@@ -69,3 +69,10 @@ def lease_lapse(lease: Lease) -> bool:
     """Let a running run's lease expire now, so the sweeper reclaims it at once (CLU-3)."""
     held = lease.fence & Q(status=Status.RUNNING)
     return Run.objects.filter(held).update(lease_expires_at=Now()) == 1
+
+
+def lease_cancel_flag(lease: Lease) -> bool | None:
+    """The run's cancel flag read under its row lock, which the cancel service also takes
+    (HITL-11); None if the lease was lost. Call inside a transaction."""
+    held = Run.objects.select_for_update().filter(lease.fence)
+    return held.values_list("cancel_requested", flat=True).first()

@@ -10,7 +10,11 @@ the real APIs reject bad histories, so tests exercise the official SDKs end to e
 An item is a reply {"text", "tool_calls": [{"name", "arguments": dict | raw str, "id"}],
 "thinking", "redacted_thinking", "choices" (OpenAI only, verbatim)}, an error
 {"status", "message"}, either with "delay" seconds and extra response "headers" (e.g.
-{"retry-after-ms": "5"}), or a callable(body, path) -> item.
+{"retry-after-ms": "5"}), or a callable(body, path) -> item. A "transport" key misbehaves
+on the wire instead: {"reset": True} drops the connection without answering,
+{"truncate": n} sends the headers and only the first n bytes of the body, {"cut": n}
+sends a complete HTTP reply whose JSON body is cut after n bytes, {"trickle": s} sends
+the headers and then one byte of whitespace every s seconds, never ending.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import contextlib
 import itertools
 import json
 import socket
+import struct
 import threading
 from collections import deque
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -63,20 +68,49 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(*answer)
 
     def do_GET(self) -> None:
-        self._send(404, openai_error(404, f"Unknown path {self.path}"), {})
+        self._send(404, openai_error(404, f"Unknown path {self.path}"), {}, {})
 
-    def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str]) -> None:
+    def _send(
+        self,
+        status: int,
+        payload: dict[str, Any],
+        headers: dict[str, str],
+        transport: dict[str, Any],
+    ) -> None:
         data = json.dumps(payload).encode()
+        if "cut" in transport:
+            data = data[: int(transport["cut"])]
+        if transport.get("reset"):
+            # SO_LINGER 0: close() sends a TCP reset, as a crashing proxy would.
+            linger = struct.pack("ii", 1, 0)
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, linger)
+            self.close_connection = True
+            self.connection.close()
+            return
+        length = len(data) + (10**9 if "trickle" in transport else 0)
         try:
             self.send_response(status)
             for name, value in headers.items():
                 self.send_header(name, value)
             self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
+            self.send_header("Content-Length", str(length))
             self.end_headers()
-            self.wfile.write(data)
+            if "truncate" in transport:
+                self.wfile.write(data[: int(transport["truncate"])])
+                self.close_connection = True
+            elif "trickle" in transport:
+                self._trickle(float(transport["trickle"]))
+            else:
+                self.wfile.write(data)
         except OSError:
             self.close_connection = True  # the client gave up (e.g. its timeout fired)
+
+    def _trickle(self, every: float) -> None:
+        """A reply that never ends: each byte well inside any per-read timeout."""
+        self.close_connection = True
+        while not self.server.provider._stopping.wait(every):
+            self.wfile.write(b" ")
+            self.wfile.flush()
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
@@ -204,24 +238,24 @@ class FakeProvider:
         self._record(path, headers, body)
         wire = WIRES.get(path)
         if wire is None:
-            return 404, openai_error(404, f"Unknown path {path}"), {}
+            return 404, openai_error(404, f"Unknown path {path}"), {}, {}
         if body is None:
-            return 400, wire.error(400, "We could not parse the JSON body of your request."), {}
+            return 400, wire.error(400, "We could not parse the JSON body of your request."), {}, {}
         if not self._authorised(wire, headers):
-            return 401, wire.error(401, "invalid x-api-key / missing bearer token"), {}
+            return 401, wire.error(401, "invalid x-api-key / missing bearer token"), {}, {}
         missing = [name for name in wire.required_headers if not headers.get(name)]
         if missing:
-            return 400, wire.error(400, f"{missing[0]}: header is required"), {}
+            return 400, wire.error(400, f"{missing[0]}: header is required"), {}, {}
         try:
             wire.validate(body)
         except Rejected as rejected:
-            return 400, wire.error(400, str(rejected)), {}
+            return 400, wire.error(400, str(rejected)), {}, {}
         except (AttributeError, TypeError, KeyError) as error:
-            return 400, wire.error(400, f"Invalid request body ({type(error).__name__})."), {}
+            return 400, wire.error(400, f"Invalid request body ({type(error).__name__})."), {}, {}
         try:
             return self._reply(wire, path, body)
         except Exception as error:  # a broken scripted item is the test's bug: say so loudly
-            return 500, wire.error(500, f"fake provider: bad item: {error!r}"), {}
+            return 500, wire.error(500, f"fake provider: bad item: {error!r}"), {}, {}
 
     def _authorised(self, wire: Wire, headers: Any) -> bool:
         credential = wire.credential(headers)
@@ -239,7 +273,7 @@ class FakeProvider:
             payload = wire.error(status, item.get("message") or f"fake HTTP {status}")
         else:
             status, payload = 200, wire.render(item, body, next(self._serial))
-        return status, payload, dict(item.get("headers") or {})
+        return status, payload, dict(item.get("headers") or {}), dict(item.get("transport") or {})
 
     def _next(self) -> Item:
         with self._lock:

@@ -11,7 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-Answer = tuple[int, dict[str, Any], dict[str, str]]  # status, JSON body, extra headers
+# status, JSON body, extra headers, how to misbehave on the wire ({} for not at all)
+Answer = tuple[int, dict[str, Any], dict[str, str], dict[str, Any]]
 Item = dict[str, Any] | Callable[[dict[str, Any], str], dict[str, Any]]
 
 OPENAI_PATH = "/v1/chat/completions"

@@ -65,6 +65,9 @@ class Compaction(Gating):
             reply, _link = dispatch(self.config.links, request)
         except ProviderError as exc:
             return self._finish_failed("provider_error", f"Compaction failed: {exc}")
+        too_large = self._reply_too_large(reply)
+        if too_large:
+            return too_large
         summary = truncate_tokens(redact(reply.text)[0], plan.summary_allowance)
         payload = {
             "summary": summary,

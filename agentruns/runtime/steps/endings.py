@@ -7,12 +7,14 @@ import logging
 from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
 from agentruns import events as ev
 from agentruns.errors import Fenced
 from agentruns.models import Checkpoint, Run, Ticket
+from agentruns.providers.base import Reply
 from agentruns.runtime.closing import close_open_calls, closed_status
 from agentruns.runtime.lease import renew_if_due
 from agentruns.runtime.state import (
@@ -20,7 +22,7 @@ from agentruns.runtime.state import (
     Turn,
 )
 from agentruns.runtime.steps.base import Items, Outcome, RunCore
-from agentruns.store.transitions import released
+from agentruns.store.transitions import lease_cancel_flag, released
 from agentruns.store.wakeups import enqueue_wake
 from agentruns.tools.policy import (
     catalog_fingerprint,
@@ -74,14 +76,40 @@ class Endings(RunCore):
             "deadline": ticket.deadline.isoformat() if ticket.deadline else None,
         }
         with transaction.atomic():
-            ticket.save()
-            written = self._write(
-                [(ev.TICKET_OPENED, opened)],
-                checkpoints=((Checkpoint.Kind.SUSPENSION, None),),
-                run_update=self._run_row(Run.Status.AWAITING),
-            )
+            cancelled = self._cancel_landed()
+            if not cancelled:
+                ticket.save()
+                written = self._write(
+                    [(ev.TICKET_OPENED, opened)],
+                    checkpoints=((Checkpoint.Kind.SUSPENSION, None),),
+                    run_update=self._run_row(Run.Status.AWAITING),
+                )
+        if cancelled:
+            return self._finish(Run.Status.CANCELLED, [(ev.RUN_CANCELLED, {})])
         self._committed(written)
         return Outcome.AWAITING
+
+    def _cancel_landed(self) -> bool:
+        """HITL-11: a cancel that landed while the turn's calls ran must not be parked
+        over. Read under the run's row lock: a cancel that commits first is seen here, one
+        that commits later finds the run awaiting (and voids the ticket itself)."""
+        flag = lease_cancel_flag(self.lease)
+        if flag is None:
+            raise Fenced("the lease was taken by another worker")
+        self.lease.cancel_requested = self.lease.cancel_requested or flag
+        return self.lease.cancel_requested
+
+    def _reply_too_large(self, reply: Reply) -> Outcome | None:
+        """SEC-3: no real turn comes near the limit; nothing of a larger reply is kept."""
+        limit = settings.AGENTRUNS_MAX_REPLY_BYTES
+        if reply.size <= limit:
+            return None
+        return self._finish_failed(
+            "provider_reply_too_large",
+            f"The model's reply was {reply.size} characters; at most {limit} are accepted. "
+            "Nothing of it was kept.",
+            fields={"size": reply.size, "limit": limit},
+        )
 
     def _release(self) -> Outcome:
         """A worker shutting down hands the run back without spending an attempt."""

@@ -4,6 +4,7 @@ sources of every send (CG-1, RG-1, RG-2) and the gate asserted before each (CG-4
 from __future__ import annotations
 
 import logging
+import time
 
 from django.utils import timezone
 
@@ -12,11 +13,16 @@ from agentruns.errors import ContextRefused
 from agentruns.gate.audit import context_assert
 from agentruns.gate.core import Source, compose_sources
 from agentruns.gate.lookups import forced_for_composition
+from agentruns.models import CatalogGeneration
 from agentruns.runtime.config import forced_sources
 from agentruns.runtime.steps.base import Items, Outcome
 from agentruns.runtime.steps.endings import Endings
+from agentruns.store.connection import release_connection
 
 logger = logging.getLogger(__name__)
+
+# SEC-6: how long the gate waits before each decision while the catalog keeps moving.
+STABLE_VIEW_WAITS = (0.0, 0.01, 0.03, 0.1, 0.3)
 
 
 class Gating(Endings):
@@ -56,12 +62,20 @@ class Gating(Endings):
         """CG-4..CG-9: an audit row per assert, decided on the configuration as cached for
         the catalog generation this executor knows; the same statement reads the live
         generation, and a decision taken on a stale one is taken again. A refusal ends the
-        run before anything is sent."""
-        for _ in range(3):
+        run before anything is sent. SEC-6: a catalog that will not hold still for any
+        decision fails the run closed; no verdict of an earlier view is ever used."""
+        for wait in STABLE_VIEW_WAITS:
+            if wait:
+                release_connection()
+                time.sleep(wait)  # a bulk change is usually over within a moment
+                self.lease.generation = CatalogGeneration.current()
             known = self.lease.generation
             try:
                 asserted = context_assert(
-                    config=self.config.view, sources=self._sources(), run_id=self.lease.run_id
+                    config=self.config.view,
+                    sources=self._sources(),
+                    run_id=self.lease.run_id,
+                    epoch=self.lease.epoch,
                 )
             except ContextRefused as refused:
                 if refused.generation is not None and refused.generation != known:
@@ -75,7 +89,11 @@ class Gating(Endings):
                 )
             self.lease.generation = asserted.generation
             if asserted.generation == known:
-                break
-        if asserted.observed_refusal and not self.state.observed:
-            self._commit([(ev.CONTEXT_OBSERVED, {"verdict": "refused (observed)"})])
-        return None
+                if asserted.observed_refusal and not self.state.observed:
+                    self._commit([(ev.CONTEXT_OBSERVED, {"verdict": "refused (observed)"})])
+                return None
+        return self._finish_failed(
+            "context_unstable",
+            f"The catalog changed during each of {len(STABLE_VIEW_WAITS)} gate decisions, so "
+            "no decision covered the configuration as it stood; nothing was sent.",
+        )

@@ -104,10 +104,20 @@ class ModelTurn(ToolCalls):
                 fields={"status": exc.status, "retryable": exc.retryable},
             )
         faults.fault_point(faults.PROVIDER)
+        too_large = self._reply_too_large(reply)
+        if too_large:
+            return too_large
         continuation = (
             {"link": link.slug, "data": reply.continuation} if reply.continuation else None
         )
-        return self._record_turn(step, reply, {t.name for t in composed.tools}, continuation)
+        served_by = {
+            "configuration": link.slug,
+            "provider": link.provider_slug,
+            "model": reply.model,
+        }
+        return self._record_turn(
+            step, reply, {t.name for t in composed.tools}, continuation, served_by
+        )
 
     def _composed(self) -> Composed:
         return compose_request(
@@ -118,7 +128,12 @@ class ModelTurn(ToolCalls):
         )
 
     def _record_turn(
-        self, step: int, reply: Reply, offered: set[str], continuation: Any = None
+        self,
+        step: int,
+        reply: Reply,
+        offered: set[str],
+        continuation: Any = None,
+        served_by: dict[str, Any] | None = None,
     ) -> Outcome | None:
         text, redacted = redact(reply.text)
         calls = [self._call_from(tool_call, redacted) for tool_call in reply.tool_calls]
@@ -134,6 +149,7 @@ class ModelTurn(ToolCalls):
             "tool_calls": [call.as_dict() for call in calls],
             "step": step,
             "tool_calls_before": self.state.tool_calls_used,
+            "served_by": served_by or {},  # LOOP-3: which link of the chain answered (TZ-5)
         }
         redaction = self._redaction_items("model_reply", redacted)
         if not calls:
