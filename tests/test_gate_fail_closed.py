@@ -26,7 +26,8 @@ from tests.support.crash import (
     provider_pairing_problems,
     submit,
 )
-from tests.support.factories import make_snippet
+from tests.support.deferred import is_summary, modes, prompt
+from tests.support.factories import make_provider, make_snippet
 from tests.support.fake_provider import FakeProvider
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -296,3 +297,52 @@ def test_cg4_a_permitted_decision_is_committed_durably_before_its_send(staff, fa
     assert audits
     assert not [sql for sql in audits if "synchronous_commit" in sql]
     assert GateAudit.objects.filter(run_id=run.pk, verdict="permitted").count() == 1
+
+
+def test_sec6_a_catalog_change_during_compaction_never_mixes_two_views_in_one_send(staff):
+    """SEC-6, CG-9, DEF-6: while a turn compacts its context (the summary request is in
+    flight), an operator re-points the configuration: a secret snippet, a local provider,
+    another model — permitted as a whole. The turn's request must be decided and built on
+    one view: never the new snippet's text sent down the old chain, which no decision
+    covered."""
+    snippet = make_snippet("plans", data_class="public", text="PUBLIC-TEXT")
+    moved = []
+
+    def repoint_while_summarising(body: dict, path: str) -> dict:
+        if not is_summary(body):
+            return {"text": "done"}
+        if not moved:  # another thread and connection: the operator's
+            try:
+                with transaction.atomic():
+                    snippet.data_class, snippet.text = "secret", "SECRET-TEXT"
+                    snippet.save()
+                    config.provider = make_provider(
+                        "local-box", zone="local", kind="openai", base_url=fake.openai_base_url
+                    )
+                    config.model = "gpt-local"
+                    config.save()
+                moved.append(True)
+            finally:
+                connections.close_all()
+        return {"text": "SUMMARY"}
+
+    with FakeProvider(default=repoint_while_summarising) as fake:
+        config = make_openai_configuration(
+            "moving",
+            fake,
+            zone="external_global",
+            allowed_tools=["clock.now"],
+            modes=modes(agent=(["clock.now"], [])),
+            context_budget_tokens=300,
+            snippets=[snippet],
+        )
+        first = prompt(staff, "moving", " ".join(["hello"] * 100))
+        second = submit(staff, "moving", " ".join(["hello"] * 150), thread=first.thread_id)
+
+        assert execute_run(second.pk) == Run.Status.COMPLETED
+
+    assert moved
+    assert Event.objects.filter(run=second, type=ev.COMPACTION).exists()
+    turns = [r for r in fake.requests if not is_summary(r.body)]
+    views = {(r.body["model"], "SECRET-TEXT" in sent_texts(r)) for r in turns[1:]}
+    assert views <= {("gpt-test", False), ("gpt-local", True)}, views

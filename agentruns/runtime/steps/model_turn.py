@@ -68,7 +68,7 @@ class ModelTurn(ToolCalls):
         refused = self._assert_context()
         if refused:
             return refused
-        config = self.config
+        config, decided = self.config, self.lease.generation
         composed = self._composed()
         if composed.system_redacted and not self.state.system_redacted:
             self._commit(
@@ -78,6 +78,8 @@ class ModelTurn(ToolCalls):
         stopped = self._compact_if_needed(list(composed.system), composed.specs)
         if stopped:
             return stopped
+        if self.lease.generation != decided:
+            return None  # SEC-6: the catalog moved since the decision: decide the turn again
         if len(self.events) != logged:  # compacted: send the log as it is now
             composed = self._composed()
         problems = pairing_problems(composed.messages)
