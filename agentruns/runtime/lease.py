@@ -6,6 +6,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 
 from django.conf import settings
 
@@ -35,23 +36,27 @@ def claim_queued(limit: int, owner: str | None = None) -> list[Lease]:
     threads takes a burst of runs without waiting for each run's own wake-up (which then
     finds its run taken and does nothing, CLU-1). PostgreSQL only; elsewhere wake-ups do
     all the claiming."""
-    if limit < 1:
-        return []
-    owner = owner or worker_name()
-    seconds = settings.AGENTRUNS_LEASE_SECONDS
-    rows = store().claim_queued(limit, owner, seconds)
-    return [_lease(run_id, owner, seconds, row) for run_id, row in rows]
+    return _claim_batch(store().claim_queued, limit, owner)
 
 
 def claim_expired(limit: int, owner: str | None = None) -> list[Lease]:
     """Claim up to `limit` running runs whose lease expired, longest expired first: crash
     reclaims, each spending an attempt (CLU-3). PostgreSQL only, like `claim_queued`."""
+    return _claim_batch(store().claim_expired, limit, owner)
+
+
+def _claim_batch(
+    claim_rows: Callable[[int, str, float], list[tuple[int, dict]]],
+    limit: int,
+    owner: str | None,
+) -> list[Lease]:
     if limit < 1:
         return []
     owner = owner or worker_name()
     seconds = settings.AGENTRUNS_LEASE_SECONDS
-    rows = store().claim_expired(limit, owner, seconds)
-    return [_lease(run_id, owner, seconds, row) for run_id, row in rows]
+    return [
+        _lease(run_id, owner, seconds, row) for run_id, row in claim_rows(limit, owner, seconds)
+    ]
 
 
 def claim_runnable(limit: int, owner: str | None = None) -> list[Lease]:
