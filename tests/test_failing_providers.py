@@ -14,7 +14,7 @@ from agentruns import events as ev
 from agentruns.models import Event, Run
 from agentruns.runtime.loop import execute_run
 from tests.support.crash import make_openai_configuration, provider_pairing_problems, submit
-from tests.support.factories import make_configuration, make_provider
+from tests.support.factories import make_anthropic_configuration
 from tests.support.fake_provider import ANTHROPIC_PATH, OPENAI_PATH, FakeProvider
 
 pytestmark = pytest.mark.django_db
@@ -30,16 +30,8 @@ def fake():
 
 def chain(fake: FakeProvider, *, primary_retries: int = 0, timeout: float = 10) -> None:
     """`primary` (OpenAI wire) with one fallback, `backup` (Anthropic wire)."""
-    backup_provider = make_provider(
-        "backup-anthropic",
-        zone="local",
-        kind="anthropic",
-        base_url=fake.anthropic_base_url,
-        max_retries=0,
-        timeout_seconds=timeout,
-    )
-    backup = make_configuration(
-        "backup", provider=backup_provider, model="claude-test", allowed_tools=["clock.now"]
+    backup = make_anthropic_configuration(
+        "backup", fake, allowed_tools=["clock.now"], provider_kw={"timeout_seconds": timeout}
     )
     make_openai_configuration(
         "primary",

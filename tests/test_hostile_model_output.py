@@ -19,7 +19,7 @@ from agentruns.runtime.loop import execute_run
 from agentruns.services.runs import Submission, run_submit
 from tests.support.crash import make_openai_configuration, provider_pairing_problems, submit
 from tests.support.deferred import fake_server, modes, prompt
-from tests.support.factories import make_configuration, make_provider
+from tests.support.factories import make_anthropic_configuration
 from tests.support.fake_provider import FakeProvider
 
 pytestmark = pytest.mark.django_db
@@ -41,17 +41,7 @@ def openai_loop(fake):
 
 @pytest.fixture
 def anthropic_loop(fake):
-    provider = make_provider(
-        "anthropic-loop",
-        zone="local",
-        kind="anthropic",
-        base_url=fake.anthropic_base_url,
-        max_retries=0,
-        timeout_seconds=10,
-    )
-    return make_configuration(
-        "aloop", provider=provider, model="claude-test", allowed_tools=["test.echo"]
-    )
+    return make_anthropic_configuration("aloop", fake, allowed_tools=["test.echo"])
 
 
 def follow_up(user, run: Run, configuration: str) -> Run:

@@ -83,11 +83,25 @@ def make_openai_configuration(
     slug: str, fake: FakeProvider, *, zone: str = "local", provider_kw: Any = None, **kw: Any
 ) -> Configuration:
     """A configuration whose provider is the fake server's Chat Completions endpoint."""
-    fields = {"base_url": fake.openai_base_url, "max_retries": 0, "timeout_seconds": 10}
-    provider = make_provider(
-        f"{slug}-openai", zone=zone, kind="openai", **{**fields, **(provider_kw or {})}
-    )
     kw.setdefault("model", "gpt-test")
+    return _fake_configuration(slug, "openai", fake.openai_base_url, zone, provider_kw, kw)
+
+
+def make_anthropic_configuration(
+    slug: str, fake: FakeProvider, *, zone: str = "local", provider_kw: Any = None, **kw: Any
+) -> Configuration:
+    """A configuration whose provider is the fake server's Messages endpoint."""
+    kw.setdefault("model", "claude-test")
+    return _fake_configuration(slug, "anthropic", fake.anthropic_base_url, zone, provider_kw, kw)
+
+
+def _fake_configuration(
+    slug: str, kind: str, base_url: str, zone: str, provider_kw: Any, kw: dict[str, Any]
+) -> Configuration:
+    fields = {"base_url": base_url, "max_retries": 0, "timeout_seconds": 10}
+    provider = make_provider(
+        f"{slug}-{kind}", zone=zone, kind=kind, **{**fields, **(provider_kw or {})}
+    )
     return make_configuration(slug, provider=provider, **kw)
 
 
