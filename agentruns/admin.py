@@ -31,7 +31,9 @@ from agentruns.models import (
     Ticket,
     ToolInvocation,
 )
+from agentruns.pages.admin_inbox import RunCancelAdminMixin, TicketDecisionAdminMixin
 from agentruns.pages.admin_playground import PlaygroundAdminMixin
+from agentruns.pages.words import sentence
 from agentruns.selectors import configuration_readout, run_readout
 from agentruns.services.catalog import fallback_problem
 from agentruns.services.runs import run_cancel
@@ -187,7 +189,7 @@ class EventInline(admin.TabularInline):
 
 
 @admin.register(Run)
-class RunAdmin(admin.ModelAdmin):
+class RunAdmin(RunCancelAdminMixin):
     list_display = ["id", "configuration", "status", "created_by", "created_at", "attempts"]
     list_filter = ["status", "configuration"]
     search_fields = ["input", "final_reply"]
@@ -217,7 +219,7 @@ class RunAdmin(admin.ModelAdmin):
             try:
                 run_cancel(user=request.user, run_id=run.pk)
             except AgentrunsError as exc:
-                self.message_user(request, f"Run {run.pk}: {exc.detail}", level="warning")
+                self.message_user(request, f"Run {run.pk}: {sentence(exc)}", level="warning")
 
 
 class RunEventInline(EventInline):
@@ -225,7 +227,7 @@ class RunEventInline(EventInline):
 
 
 @admin.register(Ticket)
-class TicketAdmin(admin.ModelAdmin):
+class TicketAdmin(TicketDecisionAdminMixin):
     list_display = ["correlation_id", "run", "kind", "tool", "status", "deadline", "resolved_by"]
     list_filter = ["status", "kind"]
     readonly_fields = [field.name for field in Ticket._meta.fields]
@@ -235,6 +237,9 @@ class TicketAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False  # a ticket changes only by a decision (TicketDecisionAdminMixin)
 
 
 @admin.register(ToolInvocation)

@@ -11,7 +11,7 @@ from agentruns.gate.audit import current_enforcement
 from agentruns.gate.core import ConfigView, Source, compose_sources
 from agentruns.gate.lookups import config_view, forced_for_composition, forced_for_resume
 from agentruns.gate.readout import readout
-from agentruns.models import Configuration, Event, Run, Thread, Ticket
+from agentruns.models import Configuration, Event, Run, Thread, Ticket, ToolInvocation
 from agentruns.store import store
 
 
@@ -110,3 +110,16 @@ def actionable_tickets(user: Any) -> QuerySet[Ticket]:
     if user.has_perm("agentruns.approve_run"):
         return tickets
     return tickets.filter(run__created_by=user, kind=Ticket.Kind.REMOTE_INPUT)
+
+
+def uncertain_invocations(user: Any) -> QuerySet[ToolInvocation]:
+    """TOOL-4: writes whose outcome is unknown, shown to approvers and never re-run."""
+    if not (user.is_authenticated and user.has_perm("agentruns.approve_run")):
+        return ToolInvocation.objects.none()
+    return (
+        ToolInvocation.objects.filter(
+            status=ToolInvocation.Status.UNCERTAIN, run__in=visible_runs(user)
+        )
+        .select_related("run", "run__configuration")
+        .order_by("-effect_sent_at")[:200]
+    )

@@ -50,6 +50,8 @@ DEBUG = env_bool("DEBUG", False)
 SECRET_KEY = os.environ.get("SECRET_KEY") or persisted_secret_key()
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver")
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS")
+# UI-5: a forged post is refused on a page that says why, in the site's own style.
+CSRF_FAILURE_VIEW = "agentruns.pages.csrf.csrf_failure"
 
 INSTALLED_APPS = [
     "django.contrib.admin",

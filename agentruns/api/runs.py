@@ -16,8 +16,14 @@ from rest_framework.response import Response
 
 from agentruns.api.limits import MAX_ID
 from agentruns.api.shapes import EventsOut, RunDetailOut, RunOut, ThreadOut, TicketsOut
-from agentruns.models import Event, Note, Run, Thread, Ticket, ToolInvocation
-from agentruns.selectors import actionable_tickets, durable_events, run_readout, visible_runs
+from agentruns.models import Event, Note, Run, Thread, Ticket
+from agentruns.selectors import (
+    actionable_tickets,
+    durable_events,
+    run_readout,
+    uncertain_invocations,
+    visible_runs,
+)
 from agentruns.services.resume import INPUT, PERMISSION, ResumeCommand, run_resume
 from agentruns.services.runs import (
     MAX_INPUT_CHARS,
@@ -297,11 +303,6 @@ class TicketViewSet(viewsets.GenericViewSet):
 
 def uncertain_calls(user: Any) -> list[dict[str, Any]]:
     """TOOL-4: a write whose outcome is unknown is shown to approvers, never re-run."""
-    if not user.has_perm("agentruns.approve_run"):
-        return []
-    rows = ToolInvocation.objects.filter(
-        status=ToolInvocation.Status.UNCERTAIN, run__in=visible_runs(user)
-    ).order_by("-effect_sent_at")[:200]
     return [
         {
             "run": row.run_id,
@@ -310,7 +311,7 @@ def uncertain_calls(user: Any) -> list[dict[str, Any]]:
             "arguments": row.arguments,
             "effect_sent_at": row.effect_sent_at,
         }
-        for row in rows
+        for row in uncertain_invocations(user)
     ]
 
 

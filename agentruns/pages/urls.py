@@ -14,5 +14,7 @@ urlpatterns = [
     path("runs/<int:run_id>/", runs.run_detail, name="run"),
     path("inbox/", inbox.inbox, name="inbox"),
     path("inbox/count/", views.inbox_count, name="inbox-count"),
+    path("inbox/cards/", inbox.cards, name="inbox-cards"),
     path("inbox/<uuid:correlation_id>/", inbox.card, name="inbox-card"),
+    path("inbox/<uuid:correlation_id>/resume/", inbox.resume, name="inbox-resume"),
 ]

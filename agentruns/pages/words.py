@@ -6,7 +6,11 @@ words here falls back to the error's own detail, so nothing fails silently.
 
 from __future__ import annotations
 
+from typing import Any
+
 from agentruns.errors import AgentrunsError
+from agentruns.models import Ticket
+from agentruns.services.resume import ALLOW, INPUT, ResumeCommand
 
 WORDS: dict[str, str] = {
     # Requests.
@@ -20,17 +24,49 @@ WORDS: dict[str, str] = {
         "provider's zone may receive."
     ),
     "fenced": "Another worker took over this run; nothing was written.",
-    # HITL-3, in the order the resume service checks them.
-    "not_awaiting": "The run is no longer waiting for an answer; someone may have answered.",
-    "correlation_mismatch": "This answer belongs to an earlier wait; the run has moved on.",
-    "run_mismatch": "This answer belongs to another run.",
-    "snapshot_mismatch": "The configuration changed since the question was asked.",
-    "catalog_mismatch": "The tool catalog changed since the question was asked.",
-    "expired": "The question expired; the run went on without an answer.",
-    "result_kind_mismatch": "This kind of answer does not fit the question.",
-    "call_mismatch": "The tool call changed since it was shown; nothing was decided.",
-    "invalid_input": "The answer does not fit the question's form; see the fields below.",
-    "self_approval": "Four-eyes: the person who started a run may not approve its tool calls.",
+    # HITL-3, in the order the resume service checks them. Each says that nothing changed
+    # (HITL-4) and why, since the person may press again.
+    "not_awaiting": (
+        "Nothing was changed: the run is no longer waiting for an answer; it was already "
+        "answered, or cancelled."
+    ),
+    "correlation_mismatch": (
+        "Nothing was changed: this form belongs to an earlier wait of the run, which has "
+        "moved on. Answer the card the inbox shows now."
+    ),
+    "run_mismatch": "Nothing was changed: the form names another run than its ticket's.",
+    "snapshot_mismatch": (
+        "Nothing was changed: the form's configuration snapshot is not the one this ticket "
+        "was opened under (the form was edited, or is from another wait)."
+    ),
+    "catalog_mismatch": (
+        "Nothing was changed: the form's tool catalog fingerprint is not the one this "
+        "ticket was opened under (the form was edited, or is from another wait)."
+    ),
+    "expired": (
+        "Nothing was changed: the deadline passed before the answer arrived, and the run "
+        "went on as if the call was denied."
+    ),
+    "result_kind_mismatch": (
+        "Nothing was changed: this ticket takes another kind of answer (an approval, or a "
+        "typed answer to a question)."
+    ),
+    "call_mismatch": (
+        "Nothing was changed: the form names another tool call than the one this ticket waits for."
+    ),
+    "invalid_input": (
+        "Nothing was sent: the answer does not fit the question; see the marked fields."
+    ),
+    "self_approval": (
+        "Nothing was approved: four-eyes. You started this run, and its configuration needs "
+        "a second person to approve its tool calls; ask another approver (you may deny)."
+    ),
+    # UI-5: Django's CSRF check refused the post before any view saw it.
+    "csrf_failed": (
+        "Nothing was decided: the form came without this site's security token (CSRF), so "
+        "it may not have been sent from this site's own page. Open the page again and send "
+        "the form from there; if cookies are blocked, allow them for this site."
+    ),
 }
 
 
@@ -48,6 +84,38 @@ def field_errors(error: AgentrunsError) -> dict[str, list[str]]:
     """Per-field messages an `invalid`/`invalid_input` error carries, for form display."""
     fields = error.fields.get("fields") or {}
     return {str(name): [str(m) for m in msgs] for name, msgs in fields.items()}
+
+
+DONE = {"allow": "approved", "deny": "denied", "input": "answered"}
+
+
+def decided_sentence(command: ResumeCommand, ticket: Ticket) -> str:
+    """What a successful post did, in the words of the button pressed."""
+    where = f"run #{ticket.run_id}"
+    if command.kind == INPUT:
+        return f"Answer sent: {where} goes on with it."
+    if command.decision == ALLOW:
+        return f"Approved: {ticket.tool} on {where} runs now."
+    note = ", with your note" if command.note else ""
+    return f"Denied: {ticket.tool} on {where} will not run; the model is told{note}."
+
+
+def ticket_outcome(ticket: Ticket, user: Any) -> str:
+    """What became of a ticket that is not (or no longer) on this viewer's card."""
+    when = ticket.resolved_at.strftime("%Y-%m-%d %H:%M:%S UTC") if ticket.resolved_at else ""
+    if ticket.status == Ticket.Status.EXPIRED:
+        return f"It expired at {when} and counted as a denial; the run went on."
+    if ticket.status == Ticket.Status.VOID:
+        return "The run was cancelled, so nobody needs to answer any more."
+    if ticket.status == Ticket.Status.ANSWERED:
+        who = ticket.resolved_by
+        by = who.get_username() if who else "someone"
+        if who is not None and who.pk == user.pk:
+            by = "you"
+        decision = (ticket.resolution or {}).get("decision", "")
+        done = DONE.get(decision, "answered")
+        return f"It was {done} by {by} at {when}."
+    return "It waits for someone who may decide it: an approver (approve_run)."
 
 
 def failure_sentence(failure: dict) -> str:
