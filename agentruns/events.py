@@ -22,6 +22,23 @@ RUN_COMPLETED = "run.completed"
 RUN_FAILED = "run.failed"
 RUN_CANCELLED = "run.cancelled"
 
+EVENT_TYPES = (
+    USER,
+    ASSISTANT,
+    TOOL_RESULT,
+    TICKET_OPENED,
+    TICKET_DECIDED,
+    CONTEXT_REFUSED,
+    CONTEXT_OBSERVED,
+    SOURCES_DROPPED,
+    SECRET_REDACTED,
+    MODE_SWITCHED,
+    COMPACTION,
+    RUN_COMPLETED,
+    RUN_FAILED,
+    RUN_CANCELLED,
+)
+
 TERMINAL_EVENTS = {RUN_COMPLETED: "completed", RUN_FAILED: "failed", RUN_CANCELLED: "cancelled"}
 
 # tool.result statuses

@@ -249,6 +249,31 @@ AGENTRUNS_SWEEP_SECONDS = env_float("AGENTRUNS_SWEEP_SECONDS", 0.0)
 AGENTRUNS_SHUTDOWN_SECONDS = env_float("AGENTRUNS_SHUTDOWN_SECONDS", 20.0)
 # q2's task timeout. A wake-up blocks at most half of it waiting for a free thread.
 AGENTRUNS_Q_TIMEOUT = env_int("AGENTRUNS_Q_TIMEOUT", 60)
+# Operating and integrating (README "Operating and integrating").
+# OPS-3: a bearer token for `GET /metrics` (Prometheus); without it only staff sessions.
+AGENTRUNS_METRICS_TOKEN = os.environ.get("AGENTRUNS_METRICS_TOKEN", "")
+# OPS-4: webhook sends: per-request timeout, attempts before giving up, backoff base/cap.
+AGENTRUNS_WEBHOOK_TIMEOUT = env_float("AGENTRUNS_WEBHOOK_TIMEOUT", 5.0)
+AGENTRUNS_WEBHOOK_MAX_ATTEMPTS = env_int("AGENTRUNS_WEBHOOK_MAX_ATTEMPTS", 8)
+AGENTRUNS_WEBHOOK_BACKOFF_SECONDS = env_float("AGENTRUNS_WEBHOOK_BACKOFF_SECONDS", 10.0)
+AGENTRUNS_WEBHOOK_BACKOFF_MAX_SECONDS = env_float("AGENTRUNS_WEBHOOK_BACKOFF_MAX_SECONDS", 3600.0)
+# OPS-6: links in mails point here; a reminder goes this long before a ticket's deadline.
+AGENTRUNS_SITE_URL = os.environ.get("AGENTRUNS_SITE_URL", "http://127.0.0.1:8000").rstrip("/")
+AGENTRUNS_REMINDER_SECONDS = env_float("AGENTRUNS_REMINDER_SECONDS", 3600.0)
+# Mail: the console in the demo; SMTP once EMAIL_HOST is set.
+EMAIL_HOST = os.environ.get("EMAIL_HOST", "")
+EMAIL_BACKEND = os.environ.get(
+    "EMAIL_BACKEND",
+    "django.core.mail.backends.smtp.EmailBackend"
+    if EMAIL_HOST
+    else "django.core.mail.backends.console.EmailBackend",
+)
+EMAIL_PORT = env_int("EMAIL_PORT", 587)
+EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", True)
+EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 10)
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "agentruns@localhost")
 # Only the test suite sets these: fault injection points, and modules that register
 # tools outside the product (comma-separated import paths, imported at app ready).
 AGENTRUNS_FAULTS = os.environ.get("AGENTRUNS_FAULTS", "")

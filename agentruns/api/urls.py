@@ -1,7 +1,7 @@
 from django.urls import include, path
 from rest_framework.routers import DefaultRouter
 
-from agentruns.api import catalog, runs
+from agentruns.api import audit, catalog, runs, usage, webhooks
 
 router = DefaultRouter()
 router.register("providers", catalog.ProviderViewSet)
@@ -12,5 +12,10 @@ router.register("runs", runs.RunViewSet, basename="run")
 router.register("notes", runs.NoteViewSet, basename="note")
 router.register("tickets", runs.TicketViewSet, basename="ticket")
 router.register("threads", runs.ThreadViewSet, basename="thread")
+router.register("webhooks", webhooks.WebhookViewSet)
 
-urlpatterns = [path("", include(router.urls))]
+urlpatterns = [
+    path("audit/", audit.AuditExportView.as_view(), name="audit-export"),
+    path("usage/", usage.UsageView.as_view(), name="usage"),
+    path("", include(router.urls)),
+]

@@ -315,9 +315,11 @@ class Driver:
             now = time.monotonic()
             if not self._shutting_down and now - self._last_sweep >= self.config.sweep_seconds:
                 self._last_sweep = now
+                from agentruns.cluster.outbox import kick
                 from agentruns.cluster.sweeper import sweep
 
                 sweep()
+                kick()  # webhooks and mails, on a thread of their own (OPS-4, OPS-6)
         except Exception:
             logger.exception("heartbeat failed")
         finally:

@@ -5,7 +5,7 @@ page (agentruns.cluster.admin)."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -14,7 +14,8 @@ from django.db.models import Count, Max, Min, Q
 from django_q.models import Failure, OrmQ
 
 from agentruns.cluster.sweeper import live_wake_tasks, lost_candidates, q_timeouts
-from agentruns.models import Run, Ticket
+from agentruns.models import Run, Ticket, ToolInvocation, WebhookDelivery
+from agentruns.services.usage import daily_usage
 from agentruns.store import store
 from agentruns.store.base import lease_expired
 
@@ -59,6 +60,12 @@ class Snapshot:
     retried_runs: int = 0
     failed_tasks_last_hour: int = 0
     db_connections: int | None = None
+    # What an operator asks next: who waits longest, what is uncertain, what it cost today.
+    awaiting_longest: list[tuple[int, float]] = field(default_factory=list)
+    uncertain_calls: list[int] = field(default_factory=list)
+    spend_today: dict[str, dict[str, Any]] = field(default_factory=dict)
+    webhooks_failed: int = 0
+    webhooks_retrying: int = 0
 
     @property
     def stuck(self) -> int:
@@ -159,7 +166,35 @@ def snapshot() -> Snapshot:
             stopped__gte=now - timedelta(hours=1)
         ).count(),
         db_connections=store().client_connections(),
+        **_operations(now),
     )
+
+
+def _operations(now: datetime) -> dict[str, Any]:
+    waiting = (
+        Ticket.objects.filter(status=Ticket.Status.ACTIVE, run__status=Run.Status.AWAITING)
+        .order_by("created_at")
+        .values_list("run_id", "created_at")[:5]
+    )
+    uncertain = (
+        ToolInvocation.objects.filter(status=ToolInvocation.Status.UNCERTAIN)
+        .order_by("-id")
+        .values_list("run_id", flat=True)[:LIST_LIMIT]
+    )
+    deliveries = WebhookDelivery.objects.aggregate(
+        failed=Count("id", filter=Q(status=WebhookDelivery.Status.FAILED)),
+        retrying=Count("id", filter=Q(status=WebhookDelivery.Status.PENDING, attempts__gt=0)),
+    )
+    today = now.astimezone(UTC).date()
+    return {
+        "awaiting_longest": [(pk, _seconds(now - opened) or 0.0) for pk, opened in waiting],
+        "uncertain_calls": list(dict.fromkeys(uncertain)),
+        "spend_today": {
+            row.configuration: row.usage.as_dict() for row in daily_usage(start=today, end=today)
+        },
+        "webhooks_failed": deliveries["failed"],
+        "webhooks_retrying": deliveries["retrying"],
+    }
 
 
 def table(snap: Snapshot) -> list[tuple[str, str]]:
@@ -203,6 +238,23 @@ def table(snap: Snapshot) -> list[tuple[str, str]]:
         ("failed tasks (1 h)", str(snap.failed_tasks_last_hour)),
         ("db connections", "-" if snap.db_connections is None else str(snap.db_connections)),
         ("stuck", str(snap.stuck)),
+        (
+            "awaiting longest",
+            ", ".join(f"run {pk} ({fmt(s)})" for pk, s in snap.awaiting_longest) or "-",
+        ),
+        ("runs with uncertain calls", _ids(snap.uncertain_calls)),
+        (
+            "spend today (UTC)",
+            "; ".join(
+                f"{slug}: {u['input_tokens']} in + {u['output_tokens']} out = {u['cost']}"
+                for slug, u in snap.spend_today.items()
+            )
+            or "-",
+        ),
+        (
+            "webhook deliveries",
+            f"{snap.webhooks_failed} gave up, {snap.webhooks_retrying} retrying",
+        ),
     ]
     return rows
 

@@ -9,15 +9,24 @@ from agentruns.models.catalog import (
     Skill,
     Snippet,
 )
+from agentruns.models.ops import (
+    AuditRecord,
+    DailyUsage,
+    Webhook,
+    WebhookAttempt,
+    WebhookDelivery,
+)
 from agentruns.models.runs import Checkpoint, Event, Note, Run, Thread, Ticket, ToolInvocation
 
 __all__ = [
+    "AuditRecord",
     "CatalogGeneration",
     "Checkpoint",
     "Configuration",
     "ConfigurationFallback",
     "ConfigurationSkill",
     "ConfigurationSnippet",
+    "DailyUsage",
     "Event",
     "GateAudit",
     "Note",
@@ -28,4 +37,7 @@ __all__ = [
     "Thread",
     "Ticket",
     "ToolInvocation",
+    "Webhook",
+    "WebhookAttempt",
+    "WebhookDelivery",
 ]

@@ -161,6 +161,16 @@ class Configuration(models.Model):
         blank=True,
         help_text='Turns a scripted provider plays back: {"turns": [...]}.',
     )
+    # OPS-1, OPS-2: prices per million tokens; the limit bounds a UTC day's tokens.
+    input_token_price = models.DecimalField(
+        max_digits=12, decimal_places=4, default=0, help_text="Price per million input tokens."
+    )
+    output_token_price = models.DecimalField(
+        max_digits=12, decimal_places=4, default=0, help_text="Price per million output tokens."
+    )
+    daily_token_limit = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="Tokens this configuration's runs may use per UTC day."
+    )
     active = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

@@ -248,6 +248,9 @@ class Ticket(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
     )
     resolution = models.JSONField(null=True, blank=True)
+    # OPS-6: when the cluster mailed the people who can answer, and the reminder.
+    notified_at = models.DateTimeField(null=True, blank=True)
+    reminded_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-id"]

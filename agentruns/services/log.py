@@ -1,6 +1,6 @@
 """Appends made outside an executor (submission, resume, cancel, expiry). The thread row
 lock serialises them; an executor never overlaps because these only touch runs that no
-worker holds."""
+worker holds. Matching webhooks' deliveries are queued in the same transaction (OPS-4)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 from django.db.models import Max
 
 from agentruns.models import Event, Thread
+from agentruns.services.webhooks import webhook_queue
 
 
 def append_events(
@@ -17,7 +18,9 @@ def append_events(
 ) -> list[Event]:
     Thread.objects.select_for_update().filter(pk=thread_id).values_list("pk", flat=True).get()
     last = Event.objects.filter(thread_id=thread_id).aggregate(last=Max("sequence"))["last"] or 0
-    return Event.objects.bulk_create(
+    events = Event.objects.bulk_create(
         Event(thread_id=thread_id, run_id=run_id, sequence=last + i, type=kind, payload=payload)
         for i, (kind, payload) in enumerate(items, start=1)
     )
+    webhook_queue(events=events)
+    return events

@@ -1,0 +1,94 @@
+"""`/api/webhooks/` (OPS-4): staff register where events go. The secret is write-only."""
+
+from __future__ import annotations
+
+from django.db.models import QuerySet
+from rest_framework import serializers, viewsets
+from rest_framework.decorators import action
+from rest_framework.permissions import IsAdminUser
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from agentruns.events import EVENT_TYPES
+from agentruns.models import Webhook, WebhookAttempt, WebhookDelivery
+
+RECENT_DELIVERIES = 50
+
+
+class WebhookSerializer(serializers.ModelSerializer):
+    events = serializers.ListField(
+        child=serializers.ChoiceField(choices=EVENT_TYPES), required=False
+    )
+    secret = serializers.CharField(
+        write_only=True, min_length=16, max_length=200, trim_whitespace=False
+    )
+    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+
+    class Meta:
+        model = Webhook
+        fields = [
+            "id",
+            "url",
+            "events",
+            "secret",
+            "description",
+            "active",
+            "created_by",
+            "created_at",
+            "updated_at",
+        ]
+        read_only_fields = ["id", "created_at", "updated_at"]
+
+    def validate_events(self, value: list[str]) -> list[str]:
+        return list(dict.fromkeys(value))
+
+    def get_fields(self) -> dict:
+        fields = super().get_fields()
+        if self.instance is not None:  # an update may keep the secret it has
+            fields["secret"].required = False
+        return fields
+
+
+class AttemptSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = WebhookAttempt
+        fields = ["at", "status_code", "latency_ms", "error"]
+
+
+class DeliverySerializer(serializers.ModelSerializer):
+    attempt_log = AttemptSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = WebhookDelivery
+        fields = [
+            "delivery_id",
+            "event_type",
+            "run_id",
+            "thread_id",
+            "sequence",
+            "status",
+            "attempts",
+            "next_attempt_at",
+            "last_status_code",
+            "last_error",
+            "delivered_at",
+            "created_at",
+            "attempt_log",
+        ]
+
+
+class WebhookViewSet(viewsets.ModelViewSet):
+    serializer_class = WebhookSerializer
+    permission_classes = [IsAdminUser]
+    queryset = Webhook.objects.select_related("created_by")
+
+    def perform_create(self, serializer: serializers.BaseSerializer) -> None:
+        serializer.save(created_by=self.request.user)
+
+    @action(detail=True, methods=["get"], serializer_class=DeliverySerializer)
+    def deliveries(self, request: Request, pk: str | None = None) -> Response:
+        """The newest deliveries of this webhook, each with every attempt."""
+        rows: QuerySet[WebhookDelivery] = (
+            self.get_object().deliveries.prefetch_related("attempt_log").order_by("-id")
+        )
+        return Response(DeliverySerializer(rows[:RECENT_DELIVERIES], many=True).data)

@@ -1,0 +1,136 @@
+"""What operating and integrating needs (OPS-1..OPS-5): the day's token counters, webhooks
+and their outbox, and the permission to export the audit."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+from agentruns.models.catalog import Configuration, GateAudit
+
+
+class DailyUsage(models.Model):
+    """OPS-1, OPS-2: tokens a configuration's runs used on one UTC day. The loop upserts it
+    in the statement that writes each model turn, so the daily limit is one indexed
+    single-row read and per-day spend never scans the log."""
+
+    configuration = models.ForeignKey(
+        Configuration, on_delete=models.CASCADE, related_name="daily_usage"
+    )
+    day = models.DateField()
+    input_tokens = models.BigIntegerField(default=0)
+    output_tokens = models.BigIntegerField(default=0)
+
+    class Meta:
+        ordering = ["-day", "configuration"]
+        constraints = [
+            models.UniqueConstraint(fields=["configuration", "day"], name="daily_usage_once")
+        ]
+        verbose_name_plural = "daily usage"
+
+    def __str__(self) -> str:
+        return f"{self.configuration_id} on {self.day}"
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+
+class Webhook(models.Model):
+    """OPS-4: where matching events are delivered. An empty `events` list means every type."""
+
+    url = models.URLField(max_length=1000)
+    events = models.JSONField(
+        default=list, blank=True, help_text='Event types, e.g. ["run.completed"]; empty: all.'
+    )
+    secret = models.CharField(
+        max_length=200, help_text="Signs every delivery (HMAC-SHA256); never shown again."
+    )
+    description = models.CharField(max_length=200, blank=True)
+    active = models.BooleanField(default=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return self.url
+
+    # The matching rule, twice in one place: in Python for the portable path and as the SQL
+    # predicate the PostgreSQL statements use (services.webhooks), given the event type as
+    # the expression `event_type`.
+    def wants(self, event_type: str) -> bool:
+        return self.active and (not self.events or event_type in self.events)
+
+    MATCH_SQL = "w.active AND (w.events = '[]'::jsonb OR w.events ? event_type)"
+
+
+class WebhookDelivery(models.Model):
+    """One event for one webhook: the outbox row, written in the event's transaction."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        DELIVERED = "delivered"
+        FAILED = "failed"  # gave up after AGENTRUNS_WEBHOOK_MAX_ATTEMPTS
+
+    webhook = models.ForeignKey(Webhook, on_delete=models.CASCADE, related_name="deliveries")
+    delivery_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    event_type = models.CharField(max_length=40)
+    run_id = models.BigIntegerField(null=True, blank=True)
+    thread_id = models.BigIntegerField()
+    sequence = models.PositiveIntegerField()
+    payload = models.JSONField(default=dict)
+    event_created_at = models.DateTimeField()
+    status = models.CharField(max_length=12, choices=Status.choices, default=Status.PENDING)
+    attempts = models.PositiveIntegerField(default=0)
+    next_attempt_at = models.DateTimeField(default=timezone.now)
+    last_status_code = models.PositiveIntegerField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-id"]
+        verbose_name_plural = "webhook deliveries"
+        indexes = [
+            models.Index(
+                fields=["next_attempt_at"],
+                condition=models.Q(status="pending"),
+                name="webhook_delivery_due",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.event_type} #{self.sequence} → webhook {self.webhook_id} ({self.status})"
+
+
+class WebhookAttempt(models.Model):
+    delivery = models.ForeignKey(
+        WebhookDelivery, on_delete=models.CASCADE, related_name="attempt_log"
+    )
+    at = models.DateTimeField(default=timezone.now)
+    status_code = models.PositiveIntegerField(null=True, blank=True)
+    latency_ms = models.PositiveIntegerField(default=0)
+    error = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"delivery {self.delivery_id}: {self.status_code or self.error[:40]}"
+
+
+class AuditRecord(GateAudit):
+    """OPS-5: the audit export's home in the admin, and its permission."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "audit record"
+        permissions = [("view_audit", "Can export the audit (gate decisions and approvals)")]

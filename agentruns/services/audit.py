@@ -1,0 +1,135 @@
+"""The audit export (OPS-5): gate decisions, approvals, denials, expiries, redactions and
+cancels as one time-ordered stream of flat records, for the API and the admin alike.
+
+Records carry names, decisions and reasons, never a source's text or a secret: gate rows
+hold source names and classes only (CG-4), and what people typed was redacted before it
+was stored (CG-11). The two sources are read with server-side cursors (`.iterator()`) and
+merged by time, so a year of audit streams in constant memory.
+"""
+
+from __future__ import annotations
+
+import csv
+import heapq
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db.models import F, Q
+
+from agentruns import events as ev
+from agentruns.models import Event, GateAudit
+
+GATE_PREFIX = "gate."
+EVENT_KINDS = (ev.TICKET_DECIDED, ev.SECRET_REDACTED, ev.RUN_CANCELLED)
+COLUMNS = ("time", "kind", "run", "configuration", "actor", "decision", "reason")
+CHUNK = 2000
+
+
+@dataclass(frozen=True)
+class AuditFilter:
+    start: datetime | None = None
+    end: datetime | None = None
+    configuration: str | None = None
+    kinds: Sequence[str] = ()
+
+    def wants(self, kind: str) -> bool:
+        return not self.kinds or kind in self.kinds
+
+    def wants_gate(self) -> bool:
+        return not self.kinds or any(k.startswith(GATE_PREFIX) for k in self.kinds)
+
+
+def _window(field: str, flt: AuditFilter) -> Q:
+    q = Q()
+    if flt.start:
+        q &= Q(**{f"{field}__gte": flt.start})
+    if flt.end:
+        q &= Q(**{f"{field}__lt": flt.end})
+    return q
+
+
+def _gate_records(flt: AuditFilter) -> Iterator[dict[str, Any]]:
+    rows = GateAudit.objects.filter(_window("created_at", flt))
+    if flt.configuration:
+        rows = rows.filter(configuration=flt.configuration)
+    if flt.kinds:
+        rows = rows.filter(verdict__in=[k.removeprefix(GATE_PREFIX) for k in flt.kinds])
+    for row in rows.order_by("created_at", "id").iterator(chunk_size=CHUNK):
+        what = f"{row.source_kind} {row.source_name}".strip() or "system prompt"
+        reason = (
+            f"{what} (class {row.data_class or 'undeclared'}) to zone {row.zone or '-'}, "
+            f"ceiling {row.ceiling or '-'}, {row.mode}{', forced' if row.forced else ''}"
+        )
+        yield {
+            "time": row.created_at,
+            "kind": GATE_PREFIX + row.verdict,
+            "run": row.run_id,
+            "configuration": row.configuration,
+            "actor": None,
+            "decision": row.verdict,
+            "reason": reason,
+        }
+
+
+def _event_record(kind: str, payload: dict[str, Any]) -> tuple[str | None, str, str]:
+    """(actor, decision, reason) of one event."""
+    if kind == ev.TICKET_DECIDED:
+        return payload.get("by"), str(payload.get("decision") or ""), payload.get("note") or ""
+    if kind == ev.SECRET_REDACTED:
+        kinds = ", ".join(payload.get("kinds") or [])
+        return None, "redacted", f"{payload.get('where', '')}: {kinds}"
+    return payload.get("by"), "cancelled", payload.get("reason") or ""
+
+
+def _event_records(flt: AuditFilter) -> Iterator[dict[str, Any]]:
+    kinds = [k for k in EVENT_KINDS if flt.wants(k)]
+    if not kinds:
+        return
+    rows = Event.objects.filter(_window("created_at", flt), type__in=kinds)
+    if flt.configuration:
+        rows = rows.filter(run__configuration__slug=flt.configuration)
+    rows = rows.annotate(configuration_slug=F("run__configuration__slug")).order_by(
+        "created_at", "id"
+    )
+    values = rows.values_list("created_at", "type", "run_id", "configuration_slug", "payload")
+    for created_at, kind, run_id, configuration, payload in values.iterator(chunk_size=CHUNK):
+        actor, decision, reason = _event_record(kind, payload or {})
+        yield {
+            "time": created_at,
+            "kind": kind,
+            "run": run_id,
+            "configuration": configuration,
+            "actor": actor,
+            "decision": decision,
+            "reason": reason,
+        }
+
+
+def audit_records(flt: AuditFilter) -> Iterator[dict[str, Any]]:
+    sources = [_event_records(flt)]
+    if flt.wants_gate():
+        sources.append(_gate_records(flt))
+    return heapq.merge(*sources, key=lambda record: record["time"])
+
+
+def audit_jsonl(flt: AuditFilter) -> Iterator[str]:
+    for record in audit_records(flt):
+        yield json.dumps({**record, "time": record["time"].isoformat()}) + "\n"
+
+
+class _Line:
+    """csv.writer writes into this and hands the line straight back."""
+
+    def write(self, value: str) -> str:
+        return value
+
+
+def audit_csv(flt: AuditFilter) -> Iterator[str]:
+    writer = csv.writer(_Line())
+    yield writer.writerow(COLUMNS)
+    for record in audit_records(flt):
+        row = {**record, "time": record["time"].isoformat()}
+        yield writer.writerow(["" if row[c] is None else row[c] for c in COLUMNS])

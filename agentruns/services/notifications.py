@@ -1,0 +1,126 @@
+"""Approvers hear of work (OPS-6): a mail when a ticket opens, and a reminder before its
+deadline, sent by the cluster after the ticket committed (never inside a run's
+transaction).
+
+Each mail is claimed first with a conditional update of the ticket's `notified_at` /
+`reminded_at`, so two machines never send the same one; a send that fails clears the
+mark again and the next pass retries. A mail names the run, the tool and the deadline and
+links to the inbox card, a page that shows and never decides (a mail scanner that
+prefetches the link cannot approve). It never carries the call's arguments.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
+from django.core.mail import send_mass_mail
+from django.db.models import F, Q
+from django.utils import timezone
+
+from agentruns.models import Ticket
+
+logger = logging.getLogger(__name__)
+
+OPENED = "notified_at"
+REMINDER = "reminded_at"
+
+
+def approver_emails() -> set[str]:
+    """Active users holding `approve_run` (directly, through a group, or as superusers)."""
+    permission = Permission.objects.filter(
+        content_type__app_label="agentruns", codename="approve_run"
+    ).first()
+    holds = Q(is_superuser=True)
+    if permission is not None:
+        holds |= Q(user_permissions=permission) | Q(groups__permissions=permission)
+    users = get_user_model().objects.filter(holds, is_active=True).exclude(email="")
+    return set(users.values_list("email", flat=True).distinct())
+
+
+def recipients(ticket: Ticket, approvers: set[str]) -> list[str]:
+    """HITL-9's answerers: approvers, and the initiator for their own run's question."""
+    emails = set(approvers)
+    initiator = ticket.run.created_by
+    if ticket.kind == Ticket.Kind.REMOTE_INPUT and initiator and initiator.email:
+        emails.add(initiator.email)
+    return sorted(emails)
+
+
+def card_url(ticket: Ticket) -> str:
+    return f"{settings.AGENTRUNS_SITE_URL}/inbox/{ticket.correlation_id}/"
+
+
+def message(ticket: Ticket, *, reminder: bool) -> tuple[str, str]:
+    run = ticket.run
+    if ticket.kind == Ticket.Kind.REMOTE_INPUT:
+        what = f"Run {run.pk} ({run.configuration.slug}) asks a question"
+    else:
+        what = f"Run {run.pk} ({run.configuration.slug}) asks to call {ticket.tool}"
+    subject = f"[agentruns] {'Reminder: ' if reminder else ''}{what}"
+    deadline = ticket.deadline.strftime("%Y-%m-%d %H:%M UTC") if ticket.deadline else "none"
+    body = (
+        f"{what}.\n\nDeadline: {deadline} (unanswered by then, it counts as a denial).\n\n"
+        f"Open the card to review and decide:\n{card_url(ticket)}\n"
+    )
+    return subject, body
+
+
+def _claim(ticket_id: int, mark: str) -> bool:
+    return bool(
+        Ticket.objects.filter(pk=ticket_id, status=Ticket.Status.ACTIVE, **{mark: None}).update(
+            **{mark: timezone.now()}
+        )
+    )
+
+
+def _send(tickets: list[Ticket], mark: str) -> int:
+    approvers = approver_emails() if tickets else set()
+    sent = 0
+    for ticket in tickets:
+        to = recipients(ticket, approvers)
+        if not to or not _claim(ticket.pk, mark):
+            continue
+        subject, body = message(ticket, reminder=mark == REMINDER)
+        try:
+            # One message per person: recipients never see each other's addresses.
+            send_mass_mail([(subject, body, settings.DEFAULT_FROM_EMAIL, [email]) for email in to])
+        except Exception:
+            logger.exception("mail for ticket %s failed; retried on the next pass", ticket.pk)
+            Ticket.objects.filter(pk=ticket.pk).update(**{mark: None})
+            continue
+        sent += 1
+    return sent
+
+
+def tickets_notify_due(*, limit: int = 100) -> int:
+    """Mail every active ticket nobody was told of yet; returns tickets mailed."""
+    due = (
+        Ticket.objects.filter(status=Ticket.Status.ACTIVE, notified_at__isnull=True)
+        .select_related("run__configuration", "run__created_by")
+        .order_by("id")[:limit]
+    )
+    return _send(list(due), OPENED)
+
+
+def tickets_remind_due(*, limit: int = 100) -> int:
+    """A reminder once a ticket's deadline is within AGENTRUNS_REMINDER_SECONDS; a ticket
+    opened already inside that window had its first mail just now and gets none."""
+    lead = timedelta(seconds=float(settings.AGENTRUNS_REMINDER_SECONDS))
+    now = timezone.now()
+    due = (
+        Ticket.objects.filter(
+            status=Ticket.Status.ACTIVE,
+            reminded_at__isnull=True,
+            notified_at__isnull=False,
+            deadline__gt=now,
+            deadline__lte=now + lead,
+            created_at__lt=F("deadline") - lead,
+        )
+        .select_related("run__configuration", "run__created_by")
+        .order_by("deadline")[:limit]
+    )
+    return _send(list(due), REMINDER)

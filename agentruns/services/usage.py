@@ -1,0 +1,130 @@
+"""Usage and cost (OPS-1): what turns, runs and configurations used, and what it cost.
+
+A model turn's counts live in its `message.assistant` (and a compaction summary's in its
+`compaction`) payload as `usage` {input_tokens, output_tokens}; a run's usage sums them.
+Per configuration and UTC day the loop keeps `DailyUsage` counters, which the daily limit
+(OPS-2), the metrics and the status page read. Cost is priced at read time from the
+configuration's prices per million tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import date
+from decimal import Decimal
+from typing import Any
+
+from django.db.models import BigIntegerField, Sum
+from django.db.models.fields.json import KT
+from django.db.models.functions import Cast, Coalesce
+
+from agentruns import events as ev
+from agentruns.models import Configuration, DailyUsage, Event
+
+MILLION = Decimal(1_000_000)
+USAGE_EVENTS = (ev.ASSISTANT, ev.COMPACTION)
+
+
+def token_cost(
+    input_tokens: int, output_tokens: int, input_price: Decimal, output_price: Decimal
+) -> Decimal:
+    """Prices are per million tokens; the result keeps six decimal places."""
+    cost = (Decimal(input_tokens) * input_price + Decimal(output_tokens) * output_price) / MILLION
+    return cost.quantize(Decimal("0.000001"))
+
+
+@dataclass(frozen=True)
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost: Decimal = Decimal("0")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "cost": str(self.cost),
+        }
+
+
+def _summed(field: str) -> Coalesce:
+    return Coalesce(Sum(Cast(KT(f"payload__usage__{field}"), BigIntegerField())), 0)
+
+
+def runs_usage(runs: Iterable[Any]) -> dict[int, Usage]:
+    """Usage per run (one query for all), priced with each run's configuration."""
+    runs = list(runs)
+    totals = dict(
+        (row["run_id"], row)
+        for row in Event.objects.filter(run_id__in=[r.pk for r in runs], type__in=USAGE_EVENTS)
+        .values("run_id")
+        .annotate(input=_summed("input_tokens"), output=_summed("output_tokens"))
+        .order_by()
+    )
+    usage = {}
+    for run in runs:
+        row = totals.get(run.pk, {"input": 0, "output": 0})
+        configuration = run.configuration
+        usage[run.pk] = Usage(
+            row["input"],
+            row["output"],
+            token_cost(
+                row["input"],
+                row["output"],
+                configuration.input_token_price,
+                configuration.output_token_price,
+            ),
+        )
+    return usage
+
+
+def run_usage(run: Any) -> Usage:
+    return runs_usage([run])[run.pk]
+
+
+@dataclass(frozen=True)
+class DayUsage:
+    configuration: str
+    day: date
+    usage: Usage
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"configuration": self.configuration, "day": self.day.isoformat()} | (
+            self.usage.as_dict()
+        )
+
+
+def daily_usage(
+    *, start: date | None = None, end: date | None = None, configuration: str | None = None
+) -> list[DayUsage]:
+    """Per configuration per UTC day, newest first; `end` is inclusive."""
+    rows = DailyUsage.objects.select_related("configuration").order_by("-day", "configuration")
+    if start:
+        rows = rows.filter(day__gte=start)
+    if end:
+        rows = rows.filter(day__lte=end)
+    if configuration:
+        rows = rows.filter(configuration__slug=configuration)
+    return [DayUsage(row.configuration.slug, row.day, day_usage(row)) for row in rows]
+
+
+def day_usage(row: DailyUsage) -> Usage:
+    c, i, o = row.configuration, row.input_tokens, row.output_tokens
+    return Usage(i, o, token_cost(i, o, c.input_token_price, c.output_token_price))
+
+
+def usage_totals() -> dict[str, Usage]:
+    """All-time usage per configuration slug (the metrics' counters)."""
+    rows = (
+        DailyUsage.objects.values("configuration")
+        .annotate(i=Sum("input_tokens"), o=Sum("output_tokens"))
+        .order_by()
+    )
+    configurations = {c.pk: c for c in Configuration.objects.all()}
+    totals = {}
+    for row in rows:
+        c = configurations[row["configuration"]]
+        cost = token_cost(row["i"], row["o"], c.input_token_price, c.output_token_price)
+        totals[c.slug] = Usage(row["i"], row["o"], cost)
+    return totals

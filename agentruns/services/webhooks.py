@@ -1,0 +1,229 @@
+"""Webhooks (OPS-4): the outbox, and the sender the cluster runs.
+
+Queueing is the outbox pattern, like the wake-ups: a delivery row is written in the same
+transaction as the event it carries, so a host hears of every committed event and of no
+rolled-back one. The matching rule lives on the model (`Webhook.wants`, `MATCH_SQL`); on
+PostgreSQL `delivery_insert_sql` is the one statement both paths use (the services'
+`webhook_queue` here, the loop's step write as one more CTE).
+
+Sending happens on the cluster, never on a run's thread: `webhook_deliver_due` claims due
+rows (`FOR UPDATE SKIP LOCKED`, then pushes `next_attempt_at` past the send so no other
+machine takes them), sends each with a short timeout outside any transaction, and records
+every attempt. Failures back off exponentially with jitter until the attempt budget is
+spent. Delivery is at least once: a receiver deduplicates by `X-Agentruns-Delivery`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import random
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import httpx
+from django.conf import settings
+from django.db import connection, transaction
+from django.utils import timezone
+
+from agentruns.models import Event, Webhook, WebhookAttempt, WebhookDelivery
+
+logger = logging.getLogger(__name__)
+
+SIGNATURE_HEADER = "X-Agentruns-Signature"
+DELIVERY_HEADER = "X-Agentruns-Delivery"
+EVENT_HEADER = "X-Agentruns-Event"
+# The columns a source relation gives `delivery_insert_sql`, in this order.
+SOURCE_COLUMNS = ("event_type", "run_id", "thread_id", "sequence", "payload", "created_at")
+
+
+# ---- queueing (inside the event's transaction) -----------------------------------------
+
+
+def delivery_insert_sql(source: str) -> str:
+    """INSERT one delivery per (matching active webhook, event) of `source`, a relation
+    with SOURCE_COLUMNS. Costs one join against an empty table when nobody subscribed."""
+    table, hooks = WebhookDelivery._meta.db_table, Webhook._meta.db_table
+    return (
+        f"INSERT INTO {table} (webhook_id, delivery_id, event_type, run_id, thread_id, "
+        "sequence, payload, event_created_at, status, attempts, next_attempt_at, "
+        "last_error, created_at) "
+        "SELECT w.id, gen_random_uuid(), e.event_type, e.run_id, e.thread_id, e.sequence, "
+        "e.payload, e.created_at, 'pending', 0, now(), '', now() "
+        f"FROM {source} JOIN {hooks} w ON {Webhook.MATCH_SQL}"
+    )
+
+
+def webhook_queue(*, events: Sequence[Event]) -> None:
+    """Queue deliveries for events just appended, in the caller's transaction."""
+    if not events:
+        return
+    if connection.vendor == "postgresql":
+        row = "(%s, %s::bigint, %s::bigint, %s::integer, %s::jsonb, %s::timestamptz)"
+        params: list[Any] = []
+        for event in events:
+            params += [
+                event.type,
+                event.run_id,
+                event.thread_id,
+                event.sequence,
+                json.dumps(event.payload),
+                event.created_at,
+            ]
+        values = ", ".join([row] * len(events))
+        source = f"(VALUES {values}) AS e ({', '.join(SOURCE_COLUMNS)})"
+        with connection.cursor() as cursor:
+            cursor.execute(delivery_insert_sql(source), params)
+        return
+    hooks = list(Webhook.objects.filter(active=True))
+    WebhookDelivery.objects.bulk_create(
+        WebhookDelivery(
+            webhook=hook,
+            event_type=event.type,
+            run_id=event.run_id,
+            thread_id=event.thread_id,
+            sequence=event.sequence,
+            payload=event.payload,
+            event_created_at=event.created_at,
+        )
+        for event in events
+        for hook in hooks
+        if hook.wants(event.type)
+    )
+
+
+# ---- the wire format --------------------------------------------------------------------
+
+
+def delivery_body(delivery: WebhookDelivery) -> bytes:
+    """The JSON a receiver gets; the same bytes on every retry of one delivery."""
+    body = {
+        "type": delivery.event_type,
+        "run": delivery.run_id,
+        "thread": delivery.thread_id,
+        "sequence": delivery.sequence,
+        "payload": delivery.payload,
+        "created_at": delivery.event_created_at.isoformat(),
+    }
+    return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+
+
+def signature(secret: str, body: bytes) -> str:
+    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+def backoff_seconds(attempts: int) -> float:
+    """Exponential in the attempts made so far, capped, with equal jitter so receivers
+    that came back are not hit by every sender at once."""
+    base = float(settings.AGENTRUNS_WEBHOOK_BACKOFF_SECONDS)
+    ceiling = float(settings.AGENTRUNS_WEBHOOK_BACKOFF_MAX_SECONDS)
+    delay = min(ceiling, base * 2 ** max(0, attempts - 1))
+    return delay / 2 + random.uniform(0, delay / 2)
+
+
+# ---- sending (on the cluster) -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status_code: int | None
+    latency_ms: int
+    error: str
+
+    @property
+    def ok(self) -> bool:
+        return self.status_code is not None and 200 <= self.status_code < 300
+
+
+def _claim(limit: int) -> list[int]:
+    now = timezone.now()
+    hold = timedelta(seconds=2 * float(settings.AGENTRUNS_WEBHOOK_TIMEOUT) + 30)
+    with transaction.atomic():
+        ids = list(
+            WebhookDelivery.objects.select_for_update(skip_locked=True)
+            .filter(status=WebhookDelivery.Status.PENDING, next_attempt_at__lte=now)
+            .order_by("next_attempt_at")
+            .values_list("pk", flat=True)[:limit]
+        )
+        if ids:
+            WebhookDelivery.objects.filter(pk__in=ids).update(next_attempt_at=now + hold)
+    return ids
+
+
+def _send(client: httpx.Client, delivery: WebhookDelivery) -> Outcome:
+    body = delivery_body(delivery)
+    headers = {
+        "Content-Type": "application/json",
+        "User-Agent": "agentruns-webhooks/1",
+        SIGNATURE_HEADER: signature(delivery.webhook.secret, body),
+        DELIVERY_HEADER: str(delivery.delivery_id),
+        EVENT_HEADER: delivery.event_type,
+    }
+    started = time.monotonic()
+    try:
+        response = client.post(delivery.webhook.url, content=body, headers=headers)
+    except httpx.HTTPError as exc:
+        elapsed = int((time.monotonic() - started) * 1000)
+        return Outcome(None, elapsed, f"{type(exc).__name__}: {exc}"[:500])
+    elapsed = int((time.monotonic() - started) * 1000)
+    error = "" if response.is_success else f"HTTP {response.status_code}"
+    return Outcome(response.status_code, elapsed, error)
+
+
+def _record(delivery: WebhookDelivery, outcome: Outcome) -> None:
+    now = timezone.now()
+    attempts = delivery.attempts + 1
+    changes: dict[str, Any] = {
+        "attempts": attempts,
+        "last_status_code": outcome.status_code,
+        "last_error": outcome.error,
+    }
+    if outcome.ok:
+        changes.update(status=WebhookDelivery.Status.DELIVERED, delivered_at=now)
+    elif attempts >= int(settings.AGENTRUNS_WEBHOOK_MAX_ATTEMPTS):
+        changes.update(status=WebhookDelivery.Status.FAILED)
+    else:
+        changes.update(next_attempt_at=now + timedelta(seconds=backoff_seconds(attempts)))
+    with transaction.atomic():
+        WebhookAttempt.objects.create(
+            delivery=delivery,
+            at=now,
+            status_code=outcome.status_code,
+            latency_ms=outcome.latency_ms,
+            error=outcome.error,
+        )
+        WebhookDelivery.objects.filter(
+            pk=delivery.pk, status=WebhookDelivery.Status.PENDING
+        ).update(**changes)
+
+
+def webhook_deliver_due(*, limit: int = 100, budget_seconds: float = 20.0) -> int:
+    """Send what is due, oldest first, until the batch or the time budget is spent;
+    returns how many attempts were made. What is left stays claimed briefly, then due."""
+    ids = _claim(limit)
+    if not ids:
+        return 0
+    deadline = time.monotonic() + budget_seconds
+    timeout = httpx.Timeout(float(settings.AGENTRUNS_WEBHOOK_TIMEOUT))
+    sent = 0
+    rows = WebhookDelivery.objects.select_related("webhook").filter(pk__in=ids)
+    with httpx.Client(timeout=timeout, follow_redirects=False) as client:
+        for delivery in _in_order(rows, ids):
+            if time.monotonic() > deadline:
+                WebhookDelivery.objects.filter(pk=delivery.pk).update(
+                    next_attempt_at=timezone.now()
+                )
+                continue
+            _record(delivery, _send(client, delivery))
+            sent += 1
+    return sent
+
+
+def _in_order(rows: Iterable[WebhookDelivery], ids: list[int]) -> list[WebhookDelivery]:
+    by_id = {row.pk: row for row in rows}
+    return [by_id[pk] for pk in ids if pk in by_id]
