@@ -1,0 +1,110 @@
+"""Helpers for the operations tests: a real HTTP receiver on loopback, and a parked run."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from rest_framework.test import APIClient
+
+from agentruns.runtime.executor import execute_run
+from tests.factories import make_configuration, make_provider
+
+
+@dataclass
+class Received:
+    headers: dict[str, str]
+    body: bytes
+
+
+@dataclass
+class Receiver:
+    """Answers each POST with the next status of `statuses` (the last one repeats)."""
+
+    statuses: list[int]
+    received: list[Received] = field(default_factory=list)
+    hang: threading.Event | None = None
+
+    def __post_init__(self) -> None:
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length", "0"))
+                body = self.rfile.read(length)
+                receiver.received.append(Received(dict(self.headers.items()), body))
+                if receiver.hang is not None:
+                    receiver.hang.wait(30)
+                    return
+                index = min(len(receiver.received), len(receiver.statuses)) - 1
+                self.send_response(receiver.statuses[index])
+                self.end_headers()
+                self.wfile.write(b"ok")
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+
+    def close(self) -> None:
+        if self.hang is not None:
+            self.hang.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def refused_port() -> int:
+    """A loopback port nothing listens on."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def client_for(user) -> APIClient:
+    client = APIClient()
+    client.force_authenticate(user)
+    return client
+
+
+NOTE_WRITE = {"name": "notes.write", "arguments": {"title": "t", "body": "b"}}
+
+
+def parked_run(user, slug: str = "ops", calls: list | None = None, **kw) -> int:
+    """A scripted run that asks to write a note and parks on its ticket."""
+    make_configuration(
+        slug,
+        provider=make_provider(f"{slug}-p", zone="local"),
+        allowed_tools=["notes", "ask_user"],
+        script={"turns": [{"tool_calls": calls or [NOTE_WRITE]}, {"text": "done"}]},
+        **kw,
+    )
+    response = client_for(user).post(
+        "/api/runs/", {"configuration": slug, "input": "go"}, format="json"
+    )
+    assert response.status_code == 201, response.content
+    run_id = response.json()["id"]
+    assert execute_run(run_id) == "awaiting"
+    return run_id
+
+
+def answer(user, run_id: int, decision: str = "allow", note: str = "") -> None:
+    client = client_for(user)
+    ticket = client.get(f"/api/runs/{run_id}/").json()["ticket"]
+    body = {k: ticket[k] for k in ("correlation_id", "run", "snapshot_id", "catalog_fingerprint")}
+    body["call_id"] = ticket["target"]["call_id"]
+    body["result"] = {"kind": "permission", "decision": decision, "note": note}
+    response = client.post(f"/api/runs/{run_id}/resume/", body, format="json")
+    assert response.status_code == 200, response.content
+
+
+Sender = Callable[[], int]

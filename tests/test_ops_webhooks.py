@@ -1,0 +1,195 @@
+"""OPS-4: webhooks queued in the event's transaction, sent by the cluster with a signature
+and a stable delivery id, retried with backoff, every attempt recorded."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import threading
+import time
+
+import pytest
+from django.utils import timezone
+
+from agentruns.models import Run, Webhook, WebhookAttempt, WebhookDelivery
+from agentruns.runtime.executor import execute_run
+from agentruns.services.webhooks import backoff_seconds, webhook_deliver_due
+from tests.factories import make_configuration, make_provider
+from tests.ops_support import Receiver, client_for, refused_port
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+SECRET = "s3cret-for-signing-0123456789"
+
+
+def hook(url: str, events: list[str] | None = None, **kw) -> Webhook:
+    return Webhook.objects.create(url=url, events=events or [], secret=SECRET, **kw)
+
+
+def submit(staff, slug: str = "wh") -> int:
+    make_configuration(
+        slug, provider=make_provider(f"{slug}-p", zone="local"), script={"turns": [{"text": "hi"}]}
+    )
+    response = client_for(staff).post(
+        "/api/runs/", {"configuration": slug, "input": "hello"}, format="json"
+    )
+    assert response.status_code == 201
+    return response.json()["id"]
+
+
+def make_due() -> None:
+    """Skip the backoff wait without sleeping: the next pass finds the rows due."""
+    WebhookDelivery.objects.filter(status="pending").update(next_attempt_at=timezone.now())
+
+
+def test_ops4_staff_register_webhooks_and_the_secret_is_never_read_back(staff, member):
+    api = client_for(staff)
+    created = api.post(
+        "/api/webhooks/",
+        {"url": "http://127.0.0.1:9/x", "events": ["run.completed"], "secret": SECRET},
+        format="json",
+    )
+    assert created.status_code == 201, created.content
+    data = created.json()
+    assert "secret" not in data and data["created_by"] == "staff"
+    assert Webhook.objects.get(pk=data["id"]).secret == SECRET
+    patched = api.patch(f"/api/webhooks/{data['id']}/", {"active": False}, format="json")
+    assert patched.status_code == 200 and patched.json()["active"] is False
+    assert Webhook.objects.get(pk=data["id"]).secret == SECRET
+    bad = api.post(
+        "/api/webhooks/", {"url": "http://x/", "events": ["nope"], "secret": SECRET}, format="json"
+    )
+    assert bad.status_code == 400
+    assert client_for(member).get("/api/webhooks/").status_code == 403
+
+
+def test_ops4_a_submission_queues_one_delivery_per_matching_active_webhook(staff):
+    wanted = hook("http://127.0.0.1:9/a", ["message.user"])
+    everything = hook("http://127.0.0.1:9/b")
+    hook("http://127.0.0.1:9/c", ["run.completed"])
+    hook("http://127.0.0.1:9/d", ["message.user"], active=False)
+    run_id = submit(staff)
+    rows = WebhookDelivery.objects.filter(run_id=run_id, event_type="message.user")
+    assert sorted(rows.values_list("webhook_id", flat=True)) == [wanted.pk, everything.pk]
+    row = rows.first()
+    assert row.payload == {"text": "hello"} and row.sequence == 1 and row.status == "pending"
+
+
+def test_ops4_deliveries_commit_or_roll_back_with_their_events(staff):
+    from django.db import transaction
+
+    from agentruns.services.log import append_events
+
+    hook("http://127.0.0.1:9/a")
+    run_id = submit(staff, "first")
+    run = Run.objects.get(pk=run_id)
+    before = WebhookDelivery.objects.count()
+    with pytest.raises(RuntimeError), transaction.atomic():
+        append_events(thread_id=run.thread_id, run_id=run.pk, items=[("run.cancelled", {})])
+        assert WebhookDelivery.objects.count() == before + 1
+        raise RuntimeError("the event's transaction fails")
+    assert WebhookDelivery.objects.count() == before
+
+
+def test_ops4_receiver_failing_then_succeeding_gets_signed_retries_all_recorded(staff, settings):
+    settings.AGENTRUNS_WEBHOOK_MAX_ATTEMPTS = 5
+    receiver = Receiver(statuses=[500, 200])
+    try:
+        hook(receiver.url, ["message.user"])
+        run_id = submit(staff)
+        assert webhook_deliver_due() == 1
+        delivery = WebhookDelivery.objects.get()
+        assert delivery.status == "pending" and delivery.attempts == 1
+        assert delivery.next_attempt_at > timezone.now()  # backing off
+        assert webhook_deliver_due() == 0  # not due yet
+        make_due()
+        assert webhook_deliver_due() == 1
+    finally:
+        receiver.close()
+    delivery.refresh_from_db()
+    assert delivery.status == "delivered" and delivery.attempts == 2
+    attempts = list(WebhookAttempt.objects.filter(delivery=delivery))
+    assert [a.status_code for a in attempts] == [500, 200]
+    assert attempts[0].error == "HTTP 500" and attempts[1].error == ""
+    assert all(a.latency_ms >= 0 for a in attempts)
+    first, second = receiver.received
+    assert first.body == second.body
+    for got in receiver.received:
+        expected = "sha256=" + hmac.new(SECRET.encode(), got.body, hashlib.sha256).hexdigest()
+        assert hmac.compare_digest(got.headers["X-Agentruns-Signature"], expected)
+        assert got.headers["X-Agentruns-Delivery"] == str(delivery.delivery_id)
+    body = json.loads(first.body)
+    assert body["type"] == "message.user" and body["run"] == run_id
+    assert body["payload"] == {"text": "hello"} and body["sequence"] == 1
+    assert set(body) == {"type", "run", "thread", "sequence", "payload", "created_at"}
+
+
+def test_ops4_a_refused_connection_is_retried_then_given_up(staff, settings):
+    settings.AGENTRUNS_WEBHOOK_MAX_ATTEMPTS = 2
+    hook(f"http://127.0.0.1:{refused_port()}/gone", ["message.user"])
+    submit(staff)
+    webhook_deliver_due()
+    make_due()
+    webhook_deliver_due()
+    delivery = WebhookDelivery.objects.get()
+    assert delivery.status == "failed" and delivery.attempts == 2
+    errors = list(WebhookAttempt.objects.values_list("status_code", "error"))
+    assert len(errors) == 2 and all(code is None and "Connect" in err for code, err in errors)
+    make_due()
+    assert webhook_deliver_due() == 0  # given up: never sent again
+
+
+def test_ops4_a_hanging_receiver_never_slows_a_run_and_times_out_on_the_cluster(
+    staff, settings
+):
+    settings.AGENTRUNS_WEBHOOK_TIMEOUT = 0.5
+    receiver = Receiver(statuses=[200], hang=threading.Event())
+    try:
+        hook(receiver.url)
+        run_id = submit(staff)
+        started = time.monotonic()
+        assert execute_run(run_id) == "completed"
+        assert time.monotonic() - started < 2.0  # no send on the run's path
+        assert WebhookDelivery.objects.filter(status="pending").exists()
+        started = time.monotonic()
+        webhook_deliver_due(limit=1)
+        assert time.monotonic() - started < 3.0  # bounded by the short timeout
+    finally:
+        receiver.close()
+    attempt = WebhookAttempt.objects.get()
+    assert attempt.status_code is None and "Timeout" in attempt.error
+
+
+def test_ops4_claimed_deliveries_are_not_taken_by_a_second_sender(staff):
+    """Two machines' passes never send one delivery at once: a claim moves the row out
+    of the due set (under FOR UPDATE SKIP LOCKED) before anything is sent."""
+    from agentruns.services.webhooks import _claim
+
+    hook("http://127.0.0.1:9/a", ["message.user"])
+    submit(staff)
+    results: list[list[int]] = []
+    barrier = threading.Barrier(2)
+
+    def claim() -> None:
+        from django.db import connection
+
+        barrier.wait()
+        results.append(_claim(10))
+        connection.close()
+
+    threads = [threading.Thread(target=claim) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(len(r) for r in results) == [0, 1]
+
+
+def test_ops4_backoff_grows_exponentially_with_jitter(settings):
+    settings.AGENTRUNS_WEBHOOK_BACKOFF_SECONDS = 10
+    settings.AGENTRUNS_WEBHOOK_BACKOFF_MAX_SECONDS = 100
+    for attempts, delay in ((1, 10), (2, 20), (3, 40), (4, 80), (9, 100)):
+        samples = [backoff_seconds(attempts) for _ in range(50)]
+        assert all(delay / 2 <= s <= delay for s in samples)
+        assert len(set(samples)) > 1
