@@ -140,9 +140,7 @@ def test_ops4_a_refused_connection_is_retried_then_given_up(staff, settings):
     assert webhook_deliver_due() == 0  # given up: never sent again
 
 
-def test_ops4_a_hanging_receiver_never_slows_a_run_and_times_out_on_the_cluster(
-    staff, settings
-):
+def test_ops4_a_hanging_receiver_never_slows_a_run_and_times_out_on_the_cluster(staff, settings):
     settings.AGENTRUNS_WEBHOOK_TIMEOUT = 0.5
     receiver = Receiver(statuses=[200], hang=threading.Event())
     try:

@@ -1,0 +1,108 @@
+"""OPS-5: the audit export holds gate refusals and decisions with their approver, streamed,
+never a source's text or a secret."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import pytest
+from django.http import StreamingHttpResponse
+
+from agentruns.models import GateAudit
+from agentruns.runtime.executor import execute_run
+from tests.conftest import grant
+from tests.factories import make_configuration, make_provider, make_snippet
+from tests.ops_support import answer, client_for, parked_run
+
+pytestmark = pytest.mark.django_db
+
+SOURCE_TEXT = "TOP-SECRET-SNIPPET-TEXT-42"
+
+
+@pytest.fixture
+def auditor(staff):
+    return grant(staff, "view_audit", "approve_run")
+
+
+def refused_run(user) -> int:
+    snippet = make_snippet("secret-plan", data_class="restricted", text=SOURCE_TEXT)
+    make_configuration(
+        "leaky",
+        provider=make_provider("far", zone="external_global"),
+        snippets=[snippet],
+        script={"turns": [{"text": "x"}]},
+    )
+    response = client_for(user).post(
+        "/api/runs/", {"configuration": "leaky", "input": "go"}, format="json"
+    )
+    if response.status_code == 201:
+        execute_run(response.json()["id"])
+        return response.json()["id"]
+    return 0
+
+
+def export(user, **params) -> tuple[StreamingHttpResponse, str]:
+    response = client_for(user).get("/api/audit/", params)
+    assert response.status_code == 200, response
+    assert isinstance(response, StreamingHttpResponse)
+    return response, b"".join(response.streaming_content).decode()
+
+
+def test_ops5_export_holds_a_refusal_and_a_decision_with_its_approver(auditor, settings):
+    settings.AGENTRUNS_DATA_CLASS_ENFORCEMENT = "enforce"
+    refused_run(auditor)
+    assert GateAudit.objects.filter(verdict="refused").exists()
+    run_id = parked_run(auditor, "approve-me")
+    answer(auditor, run_id, "deny", note="not today")
+    response, body = export(auditor, format="jsonl")
+    assert response["Content-Type"].startswith("application/x-ndjson")
+    records = [json.loads(line) for line in body.splitlines()]
+    refusal = next(r for r in records if r["kind"] == "gate.refused")
+    assert refusal["configuration"] == "leaky" and "secret-plan" in refusal["reason"]
+    decision = next(r for r in records if r["kind"] == "ticket.decided")
+    assert decision["run"] == run_id and decision["configuration"] == "approve-me"
+    assert decision["actor"] == "staff" and decision["decision"] == "deny"
+    assert decision["reason"] == "not today"
+    times = [r["time"] for r in records]
+    assert times == sorted(times)
+    assert SOURCE_TEXT not in body
+
+
+def test_ops5_csv_with_filters(auditor):
+    first = parked_run(auditor, "one")
+    answer(auditor, first)
+    second = parked_run(auditor, "two")
+    answer(auditor, second, "deny")
+    response, body = export(auditor, format="csv", configuration="two", kind="ticket.decided")
+    assert response["Content-Type"].startswith("text/csv")
+    rows = list(csv.DictReader(io.StringIO(body)))
+    assert [(r["run"], r["decision"], r["actor"]) for r in rows] == [(str(second), "deny", "staff")]
+    _, none = export(auditor, format="csv", **{"from": "2000-01-01", "to": "2000-01-02"})
+    assert none.strip() == "time,kind,run,configuration,actor,decision,reason"
+
+
+def test_ops5_export_needs_the_view_audit_permission(staff, member):
+    assert client_for(staff).get("/api/audit/", {"format": "csv"}).status_code == 403
+    grant(member, "view_audit")
+    assert client_for(member).get("/api/audit/").status_code == 403  # not staff
+    bad = client_for(grant(staff, "view_audit")).get("/api/audit/", {"from": "yesterday"})
+    assert bad.status_code == 400
+
+
+def test_ops5_the_admin_action_exports_the_same(auditor, client):
+    run_id = parked_run(auditor, "adm")
+    answer(auditor, run_id)
+    # Selected rows from before and after the decision: their period holds it.
+    GateAudit.objects.create(verdict="refused", mode="enforced", configuration="adm")
+    client.force_login(auditor)
+    ids = list(GateAudit.objects.values_list("pk", flat=True))
+    response = client.post(
+        "/admin/agentruns/auditrecord/",
+        {"action": "export_jsonl", "_selected_action": ids},
+    )
+    assert response.status_code == 200
+    body = b"".join(response.streaming_content).decode()
+    kinds = {json.loads(line)["kind"] for line in body.splitlines()}
+    assert {"gate.refused", "ticket.decided"} <= kinds
