@@ -106,3 +106,11 @@ def test_ops5_the_admin_action_exports_the_same(auditor, client):
     body = b"".join(response.streaming_content).decode()
     kinds = {json.loads(line)["kind"] for line in body.splitlines()}
     assert {"gate.refused", "ticket.decided"} <= kinds
+
+
+def test_ops5_a_cancel_names_who_cancelled(auditor):
+    run_id = parked_run(auditor, "stop-me")
+    assert client_for(auditor).post(f"/api/runs/{run_id}/cancel/").status_code == 200
+    _, body = export(auditor, format="jsonl", kind="run.cancelled")
+    [record] = [json.loads(line) for line in body.splitlines()]
+    assert (record["run"], record["actor"], record["decision"]) == (run_id, "staff", "cancelled")

@@ -288,12 +288,12 @@ def run_cancel(*, user: User, run_id: int) -> Run:
         if run.status == Run.Status.RUNNING:
             Run.objects.filter(pk=run.pk).update(cancel_requested=True)
         else:
-            _cancel_parked(run)
+            _cancel_parked(run, by=user.get_username())
     run.refresh_from_db()
     return run
 
 
-def _cancel_parked(run: Run) -> None:
+def _cancel_parked(run: Run, *, by: str) -> None:
     now = timezone.now()
     Ticket.objects.filter(run=run, status=Ticket.Status.ACTIVE).update(
         status=Ticket.Status.VOID, resolved_at=now
@@ -314,7 +314,7 @@ def _cancel_parked(run: Run) -> None:
         open_rows.filter(effect_sent_at__isnull=not was_sent).update(
             status=closed_status(was_sent), completed_at=now
         )
-    items.append((ev.RUN_CANCELLED, {}))
+    items.append((ev.RUN_CANCELLED, {"by": by}))  # who, for the audit (OPS-5)
     append_events(thread_id=run.thread_id, run_id=run.pk, items=items)
     run_cancel_parked(run.pk)
 
