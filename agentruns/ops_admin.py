@@ -4,7 +4,9 @@ daily usage, and the audit export as an action. Imported from `agentruns.admin`.
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
+from django import forms
 from django.contrib import admin
 from django.db.models import Max, Min, QuerySet
 from django.http import HttpRequest, StreamingHttpResponse
@@ -29,16 +31,16 @@ class WebhookAdmin(admin.ModelAdmin):
     list_filter = ["active"]
     readonly_fields = ["created_by", "created_at", "updated_at"]
 
-    def get_form(self, request, obj=None, change=False, **kwargs):  # type: ignore[no-untyped-def]
-        form = super().get_form(request, obj, change=change, **kwargs)
+    def get_form(
+        self, request: HttpRequest, obj: Webhook | None = None, change: bool = False, **kw: Any
+    ) -> Any:
+        form = super().get_form(request, obj, change=change, **kw)
         # The secret signs deliveries: it is typed once and never shown again.
-        from django import forms
-
         form.base_fields["secret"].widget = forms.PasswordInput(render_value=False)
         form.base_fields["secret"].required = obj is None
         return form
 
-    def save_model(self, request: HttpRequest, obj: Webhook, form, change: bool) -> None:  # type: ignore[no-untyped-def]
+    def save_model(self, request: HttpRequest, obj: Webhook, form: Any, change: bool) -> None:
         if change and not form.cleaned_data.get("secret"):
             obj.secret = Webhook.objects.values_list("secret", flat=True).get(pk=obj.pk)
         if obj.created_by_id is None:

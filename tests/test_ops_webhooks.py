@@ -191,3 +191,30 @@ def test_ops4_backoff_grows_exponentially_with_jitter(settings):
         samples = [backoff_seconds(attempts) for _ in range(50)]
         assert all(delay / 2 <= s <= delay for s in samples)
         assert len(set(samples)) > 1
+
+
+def test_ops4_the_admin_registers_a_webhook_without_showing_its_secret(django_user_model):
+    from django.test import Client
+
+    root = django_user_model.objects.create_superuser("root", password="pw")
+    client = Client()
+    client.force_login(root)
+    add = "/admin/agentruns/webhook/add/"
+    assert client.get(add).status_code == 200
+    response = client.post(
+        add, {"url": "http://127.0.0.1:9/x", "events": "[]", "secret": SECRET, "active": "on"}
+    )
+    assert response.status_code == 302, response.content
+    created = Webhook.objects.get()
+    assert created.created_by == root and created.secret == SECRET
+    change = client.get(f"/admin/agentruns/webhook/{created.pk}/change/")
+    assert SECRET not in change.content.decode()
+    edited = client.post(
+        f"/admin/agentruns/webhook/{created.pk}/change/",
+        {"url": "http://127.0.0.1:9/y", "events": "[]", "secret": "", "active": "on"},
+    )
+    assert edited.status_code == 302
+    created.refresh_from_db()
+    assert created.url.endswith("/y") and created.secret == SECRET
+    for page in ("webhookdelivery", "dailyusage", "auditrecord"):
+        assert client.get(f"/admin/agentruns/{page}/").status_code == 200

@@ -73,7 +73,7 @@ class DatabaseCollector(Collector):
         oldest = Run.objects.filter(status=Run.Status.RUNNING).aggregate(t=Min("lease_expires_at"))
         age = 0.0
         if oldest["t"] is not None:
-            age = max(0.0, (now - (oldest["t"] - timedelta(seconds=lease))).total_seconds())  # type: ignore[operator]
+            age = max(0.0, (now - (oldest["t"] - timedelta(seconds=lease))).total_seconds())
         yield GaugeMetricFamily(
             "agentruns_oldest_lease_age_seconds",
             "Seconds since the stalest running lease was last renewed.",
@@ -93,7 +93,7 @@ class DatabaseCollector(Collector):
         yield GaugeMetricFamily(
             "agentruns_ticket_oldest_open_age_seconds",
             "Age of the oldest active ticket.",
-            value=(now - opened).total_seconds() if opened else 0.0,  # type: ignore[operator]
+            value=(now - opened).total_seconds() if opened else 0.0,
         )
         waited = ExpressionWrapper(F("resolved_at") - F("created_at"), output_field=DurationField())
         resolved = Ticket.objects.filter(

@@ -22,7 +22,9 @@ class WebhookSerializer(serializers.ModelSerializer):
     secret = serializers.CharField(
         write_only=True, min_length=16, max_length=200, trim_whitespace=False
     )
-    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    created_by: serializers.SlugRelatedField = serializers.SlugRelatedField(
+        slug_field="username", read_only=True
+    )
 
     class Meta:
         model = Webhook
