@@ -8,11 +8,13 @@
 from __future__ import annotations
 
 import time
+from functools import lru_cache
 from typing import Any
 
 from agentruns.providers.base import (
     AssistantMessage,
     Link,
+    Message,
     ProviderError,
     ProviderRequest,
     Reply,
@@ -21,6 +23,7 @@ from agentruns.providers.base import (
     UserMessage,
     retryable_status,
 )
+from agentruns.runtime.tokens import PER_MESSAGE, count
 from agentruns.tools.names import wire_name
 
 FINISHED = "(script finished)"
@@ -59,12 +62,31 @@ def _raise(link: Link, error: dict[str, Any]) -> None:
     )
 
 
-def _usage(request: ProviderRequest, text: str) -> dict[str, int]:
-    # A rough four-characters-a-token estimate, so budgets and read-outs have figures.
-    sent = sum(
-        len(m.content if isinstance(m, ToolResultMessage) else m.text) for m in request.messages
+@lru_cache(maxsize=8192)
+def _tokens(text: str) -> int:
+    # Per distinct text: a replayed history costs a lookup per message, not an encoding.
+    return PER_MESSAGE + count(text)
+
+
+def _calls_text(calls: tuple[ToolCall, ...]) -> str:
+    return "".join(f"{c.name}{c.raw_arguments or c.arguments}" for c in calls)
+
+
+def _wire_text(message: Message) -> str:
+    if isinstance(message, ToolResultMessage):
+        return message.content
+    if isinstance(message, AssistantMessage):
+        return message.text + _calls_text(message.tool_calls)
+    return message.text
+
+
+def _usage(request: ProviderRequest, text: str, calls: tuple[ToolCall, ...]) -> dict[str, int]:
+    """OPS-1: the scripted provider reports what tiktoken counts, as a real one would."""
+    sent = sum(_tokens(t) for t in request.system) + sum(
+        _tokens(_wire_text(m)) for m in request.messages
     )
-    return {"input_tokens": sent // 4, "output_tokens": len(text) // 4}
+    said = text + _calls_text(calls)
+    return {"input_tokens": sent, "output_tokens": count(said) if said else 0}
 
 
 class ScriptedAdapter:
@@ -94,7 +116,7 @@ class ScriptedAdapter:
         return Reply(
             text=text,
             tool_calls=calls,
-            usage=_usage(request, text),
+            usage=_usage(request, text, calls),
             provider=link.provider_slug or "scripted",
             model=request.model or "scripted",
         )
