@@ -39,6 +39,12 @@ class ContextRefused(AgentrunsError):
     generation: int | None = None  # the live catalog generation when it was asserted
 
 
+class DailyLimitReached(AgentrunsError):
+    """OPS-2: the configuration used its daily tokens; nothing more is sent today (UTC)."""
+
+    code = "daily_limit_reached"
+
+
 class Fenced(AgentrunsError):
     """CLU-2: this worker's lease was taken; it must stop without writing."""
 

@@ -33,6 +33,7 @@ STATUS_BY_CODE = {
     "snapshot_mismatch": status.HTTP_409_CONFLICT,
     "catalog_mismatch": status.HTTP_409_CONFLICT,
     "call_mismatch": status.HTTP_409_CONFLICT,
+    "daily_limit_reached": status.HTTP_429_TOO_MANY_REQUESTS,
 }
 
 

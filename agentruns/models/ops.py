@@ -4,6 +4,7 @@ and their outbox, and the permission to export the audit."""
 from __future__ import annotations
 
 import uuid
+from datetime import UTC, date
 
 from django.conf import settings
 from django.db import models
@@ -37,6 +38,44 @@ class DailyUsage(models.Model):
     @property
     def total_tokens(self) -> int:
         return self.input_tokens + self.output_tokens
+
+    @staticmethod
+    def today() -> date:
+        return timezone.now().astimezone(UTC).date()
+
+    @classmethod
+    def used_today(cls, configuration_id: int) -> int:
+        """OPS-2's one read: an index lookup on (configuration, day), one row."""
+        row = (
+            cls.objects.filter(configuration_id=configuration_id, day=cls.today())
+            .values_list("input_tokens", "output_tokens")
+            .first()
+        )
+        return sum(row) if row else 0
+
+    @classmethod
+    def at_limit(cls, configuration_id: int, limit: int | None) -> bool:
+        """No limit costs nothing; a limit is reached once the day's tokens meet it."""
+        return limit is not None and cls.used_today(configuration_id) >= limit
+
+    @classmethod
+    def add(cls, configuration_id: int, input_tokens: int, output_tokens: int) -> None:
+        """The portable upsert; on PostgreSQL the loop uses UPSERT_SQL inside its step."""
+        day = cls.today()
+        if not cls.objects.filter(configuration_id=configuration_id, day=day).update(
+            input_tokens=models.F("input_tokens") + input_tokens,
+            output_tokens=models.F("output_tokens") + output_tokens,
+        ):
+            cls.objects.get_or_create(configuration_id=configuration_id, day=day)
+            cls.add(configuration_id, input_tokens, output_tokens)
+
+    # Parameters: configuration id, UTC day, input tokens, output tokens.
+    UPSERT_SQL = (
+        "INSERT INTO agentruns_dailyusage (configuration_id, day, input_tokens, output_tokens) "
+        "VALUES (%s, %s::date, %s, %s) ON CONFLICT (configuration_id, day) DO UPDATE SET "
+        "input_tokens = agentruns_dailyusage.input_tokens + EXCLUDED.input_tokens, "
+        "output_tokens = agentruns_dailyusage.output_tokens + EXCLUDED.output_tokens"
+    )
 
 
 class Webhook(models.Model):

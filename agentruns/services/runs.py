@@ -12,13 +12,14 @@ from django.utils import timezone
 from django.utils.crypto import salted_hmac
 
 from agentruns import events as ev
-from agentruns.errors import Conflict, InvalidRequest, NotFound, NotPermitted
+from agentruns.errors import Conflict, DailyLimitReached, InvalidRequest, NotFound, NotPermitted
 from agentruns.gate.audit import current_enforcement
 from agentruns.gate.core import compose_sources
 from agentruns.gate.lookups import forced_for_composition
 from agentruns.gate.readout import readout
 from agentruns.models import (
     Configuration,
+    DailyUsage,
     Event,
     Run,
     Skill,
@@ -153,6 +154,7 @@ def run_submit(
         if existing:
             return existing, False
     configuration, thread = _validate(user, submission)
+    _check_daily_limit(configuration)
     try:
         with transaction.atomic():
             run = _create(owner, configuration, thread, submission, idempotency_key)
@@ -165,6 +167,16 @@ def run_submit(
             "The thread already has a run in progress; wait for it or cancel it."
         ) from exc
     return run, True
+
+
+def _check_daily_limit(configuration: Configuration) -> None:
+    """OPS-2: over the limit, a new run would only fail before its first turn."""
+    limit = configuration.daily_token_limit
+    if DailyUsage.at_limit(configuration.pk, limit):
+        raise DailyLimitReached(
+            f"Configuration {configuration.slug!r} used its {limit} tokens for today (UTC).",
+            limit=limit,
+        )
 
 
 def _idempotent_match(owner: Any, key: str, submission: Submission) -> Run | None:
