@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, time, timedelta
 from typing import Any
 
@@ -17,7 +16,7 @@ from rest_framework.request import Request
 from rest_framework.views import APIView
 
 from agentruns.errors import InvalidRequest
-from agentruns.services.audit import AuditFilter, audit_csv, audit_jsonl
+from agentruns.services.audit import CONTENT_TYPES, AuditFilter, audit_export
 
 
 class CanExportAudit(BasePermission):
@@ -29,12 +28,12 @@ class CanExportAudit(BasePermission):
 class JSONLinesRenderer(renderers.JSONRenderer):
     """Selected by `?format=jsonl`; errors are rendered as one JSON document."""
 
-    media_type = "application/x-ndjson"
+    media_type = CONTENT_TYPES["jsonl"]
     format = "jsonl"
 
 
 class CSVRenderer(renderers.JSONRenderer):
-    media_type = "text/csv"
+    media_type = CONTENT_TYPES["csv"]
     format = "csv"
 
 
@@ -64,11 +63,9 @@ def audit_filter(params: Any) -> AuditFilter:
 
 
 def audit_response(flt: AuditFilter, fmt: str) -> StreamingHttpResponse:
-    lines: Iterator[str] = audit_csv(flt) if fmt == "csv" else audit_jsonl(flt)
-    media = CSVRenderer.media_type if fmt == "csv" else JSONLinesRenderer.media_type
-    response = StreamingHttpResponse(lines, content_type=f"{media}; charset=utf-8")
-    stamp = timezone.now().strftime("%Y%m%d-%H%M%S")
-    response["Content-Disposition"] = f'attachment; filename="agentruns-audit-{stamp}.{fmt}"'
+    lines, content_type, filename = audit_export(flt, fmt)
+    response = StreamingHttpResponse(lines, content_type=content_type)
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
     return response
 
 

@@ -103,8 +103,8 @@ class Webhook(models.Model):
         return self.url
 
     # The matching rule, twice in one place: in Python for the portable path and as the SQL
-    # predicate the PostgreSQL statements use (services.webhooks), given the event type as
-    # the expression `event_type`.
+    # predicate of WebhookDelivery.insert_sql (PostgreSQL), given the event type as the
+    # expression `event_type`.
     def wants(self, event_type: str) -> bool:
         return self.active and (not self.events or event_type in self.events)
 
@@ -148,6 +148,23 @@ class WebhookDelivery(models.Model):
 
     def __str__(self) -> str:
         return f"{self.event_type} #{self.sequence} → webhook {self.webhook_id} ({self.status})"
+
+    # The columns a source relation gives `insert_sql`, in this order.
+    SOURCE_COLUMNS = ("event_type", "run_id", "thread_id", "sequence", "payload", "created_at")
+
+    @classmethod
+    def insert_sql(cls, source: str) -> str:
+        """INSERT one delivery per (matching active webhook, event of `source`), a relation
+        with SOURCE_COLUMNS: the one statement the services' appends and the loop's step
+        write share. With no webhook it is a join against an empty table."""
+        return (
+            f"INSERT INTO {cls._meta.db_table} (webhook_id, delivery_id, event_type, run_id, "
+            "thread_id, sequence, payload, event_created_at, status, attempts, "
+            "next_attempt_at, last_error, created_at) "
+            "SELECT w.id, gen_random_uuid(), e.event_type, e.run_id, e.thread_id, e.sequence, "
+            f"e.payload, e.created_at, '{cls.Status.PENDING.value}', 0, now(), '', now() "
+            f"FROM {source} JOIN {Webhook._meta.db_table} w ON {Webhook.MATCH_SQL}"
+        )
 
 
 class WebhookAttempt(models.Model):

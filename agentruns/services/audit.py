@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db.models import F, Q
+from django.utils import timezone
 
 from agentruns import events as ev
 from agentruns.models import Event, GateAudit
@@ -133,3 +134,13 @@ def audit_csv(flt: AuditFilter) -> Iterator[str]:
     for record in audit_records(flt):
         row = {**record, "time": record["time"].isoformat()}
         yield writer.writerow(["" if row[c] is None else row[c] for c in COLUMNS])
+
+
+CONTENT_TYPES = {"csv": "text/csv", "jsonl": "application/x-ndjson"}
+
+
+def audit_export(flt: AuditFilter, fmt: str) -> tuple[Iterator[str], str, str]:
+    """(lines, content type, file name) of the export in `fmt` (csv or jsonl)."""
+    lines = audit_csv(flt) if fmt == "csv" else audit_jsonl(flt)
+    stamp = timezone.now().strftime("%Y%m%d-%H%M%S")
+    return lines, f"{CONTENT_TYPES[fmt]}; charset=utf-8", f"agentruns-audit-{stamp}.{fmt}"

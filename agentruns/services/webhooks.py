@@ -3,7 +3,7 @@
 Queueing is the outbox pattern, like the wake-ups: a delivery row is written in the same
 transaction as the event it carries, so a host hears of every committed event and of no
 rolled-back one. The matching rule lives on the model (`Webhook.wants`, `MATCH_SQL`); on
-PostgreSQL `delivery_insert_sql` is the one statement both paths use (the services'
+PostgreSQL `WebhookDelivery.insert_sql` is the one statement both paths use (the services'
 `webhook_queue` here, the loop's step write as one more CTE).
 
 Sending happens on the cluster, never on a run's thread: `webhook_deliver_due` claims due
@@ -38,25 +38,8 @@ logger = logging.getLogger(__name__)
 SIGNATURE_HEADER = "X-Agentruns-Signature"
 DELIVERY_HEADER = "X-Agentruns-Delivery"
 EVENT_HEADER = "X-Agentruns-Event"
-# The columns a source relation gives `delivery_insert_sql`, in this order.
-SOURCE_COLUMNS = ("event_type", "run_id", "thread_id", "sequence", "payload", "created_at")
-
 
 # ---- queueing (inside the event's transaction) -----------------------------------------
-
-
-def delivery_insert_sql(source: str) -> str:
-    """INSERT one delivery per (matching active webhook, event) of `source`, a relation
-    with SOURCE_COLUMNS. Costs one join against an empty table when nobody subscribed."""
-    table, hooks = WebhookDelivery._meta.db_table, Webhook._meta.db_table
-    return (
-        f"INSERT INTO {table} (webhook_id, delivery_id, event_type, run_id, thread_id, "
-        "sequence, payload, event_created_at, status, attempts, next_attempt_at, "
-        "last_error, created_at) "
-        "SELECT w.id, gen_random_uuid(), e.event_type, e.run_id, e.thread_id, e.sequence, "
-        "e.payload, e.created_at, 'pending', 0, now(), '', now() "
-        f"FROM {source} JOIN {hooks} w ON {Webhook.MATCH_SQL}"
-    )
 
 
 def webhook_queue(*, events: Sequence[Event]) -> None:
@@ -76,9 +59,10 @@ def webhook_queue(*, events: Sequence[Event]) -> None:
                 event.created_at,
             ]
         values = ", ".join([row] * len(events))
-        source = f"(VALUES {values}) AS e ({', '.join(SOURCE_COLUMNS)})"
+        columns = ", ".join(WebhookDelivery.SOURCE_COLUMNS)
+        sql = WebhookDelivery.insert_sql(f"(VALUES {values}) AS e ({columns})")
         with connection.cursor() as cursor:
-            cursor.execute(delivery_insert_sql(source), params)
+            cursor.execute(sql, params)
         return
     hooks = list(Webhook.objects.filter(active=True))
     WebhookDelivery.objects.bulk_create(
