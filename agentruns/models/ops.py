@@ -4,7 +4,9 @@ and their outbox, and the permission to export the audit."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
 from datetime import UTC, date
+from typing import Any
 
 from django.conf import settings
 from django.db import models
@@ -148,6 +150,25 @@ class WebhookDelivery(models.Model):
 
     def __str__(self) -> str:
         return f"{self.event_type} #{self.sequence} → webhook {self.webhook_id} ({self.status})"
+
+    @classmethod
+    def rows_for(cls, events: Iterable[Any], webhooks: Iterable[Webhook]) -> list[WebhookDelivery]:
+        """The portable twin of `insert_sql`: unsaved rows for the matching pairs."""
+        hooks = list(webhooks)
+        return [
+            cls(
+                webhook=hook,
+                event_type=event.type,
+                run_id=event.run_id,
+                thread_id=event.thread_id,
+                sequence=event.sequence,
+                payload=event.payload,
+                event_created_at=event.created_at,
+            )
+            for event in events
+            for hook in hooks
+            if hook.wants(event.type)
+        ]
 
     # The columns a source relation gives `insert_sql`, in this order.
     SOURCE_COLUMNS = ("event_type", "run_id", "thread_id", "sequence", "payload", "created_at")

@@ -64,21 +64,8 @@ def webhook_queue(*, events: Sequence[Event]) -> None:
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
         return
-    hooks = list(Webhook.objects.filter(active=True))
-    WebhookDelivery.objects.bulk_create(
-        WebhookDelivery(
-            webhook=hook,
-            event_type=event.type,
-            run_id=event.run_id,
-            thread_id=event.thread_id,
-            sequence=event.sequence,
-            payload=event.payload,
-            event_created_at=event.created_at,
-        )
-        for event in events
-        for hook in hooks
-        if hook.wants(event.type)
-    )
+    hooks = Webhook.objects.filter(active=True)
+    WebhookDelivery.objects.bulk_create(WebhookDelivery.rows_for(events, hooks))
 
 
 # ---- the wire format --------------------------------------------------------------------
