@@ -76,6 +76,12 @@ class WebhookDeliveryAdmin(ReadOnly):
     inlines = [AttemptInline]
 
 
+@admin.register(WebhookAttempt)
+class WebhookAttemptAdmin(ReadOnly):
+    list_display = ["at", "delivery", "status_code", "latency_ms", "error"]
+    list_filter = ["status_code"]
+
+
 @admin.register(DailyUsage)
 class DailyUsageAdmin(ReadOnly):
     list_display = ["day", "configuration", "input_tokens", "output_tokens", "cost"]

@@ -8,9 +8,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from agentruns.runtime.executor import execute_run
 from rest_framework.test import APIClient
 
-from agentruns.runtime.executor import execute_run
 from tests.factories import make_configuration, make_provider
 
 

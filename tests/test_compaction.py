@@ -1,7 +1,7 @@
 """DEF-6: an over-budget context is compacted before it is sent.
 
 The integration tests read the fake provider's request log and count every turn request
-with `agentruns.runtime.tokens`, the runtime's own counter; the planning is tested pure.
+with `agentruns.providers.tokens`, the runtime's own counter; the planning is tested pure.
 """
 
 from __future__ import annotations
@@ -23,13 +23,13 @@ from agentruns.providers.base import (
     ToolSpec,
     UserMessage,
 )
+from agentruns.providers.tokens import fixed_tokens, message_tokens
 from agentruns.runtime import compaction
 from agentruns.runtime.context import SUMMARY_PREFIX, effective_events, pairing_problems
 from agentruns.runtime.deferred import active_deferred
 from agentruns.runtime.loop import execute_run
 from agentruns.runtime.state import Ev
 from agentruns.runtime.steps.compact import SUMMARY_INSTRUCTION
-from agentruns.runtime.tokens import fixed_tokens, message_tokens
 from tests.support.deferred import (
     call,
     fake_server,

@@ -8,10 +8,10 @@ import io
 import json
 
 import pytest
+from agentruns.runtime.executor import execute_run
 from django.http import StreamingHttpResponse
 
 from agentruns.models import GateAudit
-from agentruns.runtime.executor import execute_run
 from tests.conftest import grant
 from tests.factories import make_configuration, make_provider, make_snippet
 from tests.ops_support import answer, client_for, parked_run

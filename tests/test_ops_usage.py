@@ -73,3 +73,155 @@ def test_ops1_usage_api_gives_tokens_and_cost_per_configuration_per_day(staff, m
     assert sorted(r["configuration"] for r in today) == ["other", "priced"]
     assert api.get("/api/usage/", {"from": "nope"}).status_code == 400
     assert client_for(member).get("/api/usage/").status_code == 403
+
+
+# --- in the loop -------------------------------------------------------------------------
+
+CLOCK = {"id": "call_clock", "name": "clock_now", "arguments": {}}
+
+
+@pytest.fixture
+def fake():
+    from agentruns.testing.fake_provider import FakeProvider
+
+    with FakeProvider() as server:
+        yield server
+
+
+def fallback_pair(fake, **kw):
+    """`primary` (OpenAI wire) falls back to `backup` (Anthropic wire), one fake server."""
+    from tests.crash import make_openai_configuration
+
+    backup = make_configuration(
+        "backup",
+        provider=make_provider(
+            "anthropic-fake",
+            zone="local",
+            kind="anthropic",
+            base_url=fake.anthropic_base_url,
+            max_retries=0,
+        ),
+        model="claude-test",
+    )
+    return make_openai_configuration(
+        "primary", fake, fallbacks=[backup], allowed_tools=["clock"], **kw
+    )
+
+
+def assistant_usage(run_id: int) -> list[dict]:
+    from agentruns.models import Event
+
+    rows = Event.objects.filter(run_id=run_id, type="message.assistant").order_by("sequence")
+    return [payload["usage"] for payload in rows.values_list("payload", flat=True)]
+
+
+def test_ops1_usage_and_cost_sum_over_a_multi_turn_run_with_fallback(fake, staff):
+    """Turn 1 by the primary (OpenAI's prompt/completion tokens), turn 2 by the fallback
+    after a 503 (Anthropic's input/output tokens): each turn's counts in its payload, the
+    run's total and cost priced by the run's configuration, and the day's counter."""
+    from agentruns.runtime.executor import execute_run
+    from agentruns.testing.fake_provider import OPENAI_PATH
+
+    fallback_pair(fake, input_token_price="2.50", output_token_price="10.00")
+
+    def reply(body: dict, path: str) -> dict:
+        if len(body["messages"]) > 1:  # the clock's result is in
+            if path == OPENAI_PATH:
+                return {"status": 503, "message": "overloaded"}
+            return {"text": "It is now."}
+        return {"text": "", "tool_calls": [CLOCK]}
+
+    fake.default = reply
+    run_id = (
+        client_for(staff)
+        .post(
+            "/api/runs/", {"configuration": "primary", "input": "What time is it?"}, format="json"
+        )
+        .json()["id"]
+    )
+    assert execute_run(run_id) == "completed"
+    assert [r.path == OPENAI_PATH for r in fake.requests] == [True, True, False]
+    turns = assistant_usage(run_id)
+    assert len(turns) == 2 and all(t["input_tokens"] > 0 and t["output_tokens"] > 0 for t in turns)
+    spent_in = sum(t["input_tokens"] for t in turns)
+    spent_out = sum(t["output_tokens"] for t in turns)
+    from decimal import Decimal
+
+    cost = (Decimal(spent_in) * Decimal("2.50") + Decimal(spent_out) * 10) / 1_000_000
+    usage = client_for(staff).get(f"/api/runs/{run_id}/").json()["usage"]
+    assert usage == {
+        "input_tokens": spent_in,
+        "output_tokens": spent_out,
+        "cost": str(cost.quantize(Decimal("0.000001"))),
+    }
+    listed = client_for(staff).get("/api/runs/").json()["results"][0]
+    assert listed["usage"] == usage
+    day = DailyUsage.objects.get(configuration__slug="primary")
+    assert (day.input_tokens, day.output_tokens) == (spent_in, spent_out)
+
+
+def test_ops2_a_limit_crossed_mid_run_fails_it_before_the_next_send(fake, staff):
+    from agentruns.runtime.executor import execute_run
+
+    fallback_pair(fake, daily_token_limit=10)  # the first turn alone uses more
+    fake.default = lambda body, path: (
+        {"text": "done"} if len(body["messages"]) > 1 else {"text": "", "tool_calls": [CLOCK]}
+    )
+    run_id = (
+        client_for(staff)
+        .post(
+            "/api/runs/", {"configuration": "primary", "input": "What time is it?"}, format="json"
+        )
+        .json()["id"]
+    )
+    assert execute_run(run_id) == "failed"
+    assert len(fake.requests) == 1  # nothing sent after the limit was reached
+    run = Run.objects.get(pk=run_id)
+    assert run.failure["code"] == "daily_limit_reached" and run.failure["limit"] == 10
+    again = client_for(staff).post(
+        "/api/runs/", {"configuration": "primary", "input": "And now?"}, format="json"
+    )
+    assert again.status_code == 429 and again.json()["code"] == "daily_limit_reached"
+
+
+def test_ops2_without_a_limit_the_loop_reads_no_counter(staff, django_assert_max_num_queries):
+    """No limit, no cost: the turn's statements are the same with or without OPS-2."""
+    from agentruns.runtime.executor import execute_run
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    scripted("free", [{"text": "hi"}])
+    run_id = (
+        client_for(staff)
+        .post("/api/runs/", {"configuration": "free", "input": "go"}, format="json")
+        .json()["id"]
+    )
+    with CaptureQueriesContext(connection) as seen:
+        assert execute_run(run_id) == "completed"
+    assert not any("dailyusage" in q["sql"] and "SELECT" in q["sql"][:10] for q in seen)
+    assert DailyUsage.used_today(Run.objects.get().configuration_id) > 0
+
+
+def test_ops1_a_compaction_summary_call_counts_too(staff):
+    from agentruns.runtime.executor import execute_run
+
+    from agentruns.models import Event
+    from agentruns.services.usage import run_usage
+
+    scripted("tight", [{"text": "ok"}], context_budget_tokens=400)
+    api = client_for(staff)
+    words = " ".join(f"word{i}" for i in range(150))
+    first = api.post("/api/runs/", {"configuration": "tight", "input": words}, format="json")
+    assert execute_run(first.json()["id"]) == "completed"
+    body = {"configuration": "tight", "input": "again " + words, "thread": first.json()["thread"]}
+    second = api.post("/api/runs/", body, format="json").json()["id"]
+    assert execute_run(second) == "completed"
+    [compaction] = Event.objects.filter(run_id=second, type="compaction")
+    summary = compaction.payload["usage"]
+    assert summary["input_tokens"] > 0 and summary["output_tokens"] > 0
+    turns = assistant_usage(second)
+    usage = run_usage(Run.objects.get(pk=second))
+    assert usage.input_tokens == summary["input_tokens"] + sum(t["input_tokens"] for t in turns)
+    day = DailyUsage.objects.get()
+    first_usage = run_usage(Run.objects.get(pk=first.json()["id"]))
+    assert day.input_tokens == usage.input_tokens + first_usage.input_tokens

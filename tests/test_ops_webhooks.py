@@ -10,10 +10,10 @@ import threading
 import time
 
 import pytest
+from agentruns.runtime.executor import execute_run
 from django.utils import timezone
 
 from agentruns.models import Run, Webhook, WebhookAttempt, WebhookDelivery
-from agentruns.runtime.executor import execute_run
 from agentruns.services.webhooks import backoff_seconds, webhook_deliver_due
 from tests.factories import make_configuration, make_provider
 from tests.ops_support import Receiver, client_for, refused_port
@@ -218,3 +218,18 @@ def test_ops4_the_admin_registers_a_webhook_without_showing_its_secret(django_us
     assert created.url.endswith("/y") and created.secret == SECRET
     for page in ("webhookdelivery", "dailyusage", "auditrecord"):
         assert client.get(f"/admin/agentruns/{page}/").status_code == 200
+
+
+def test_ops4_the_loops_events_are_queued_by_its_step_statement(staff):
+    done = hook("http://127.0.0.1:9/done", ["run.completed"])
+    replies = hook("http://127.0.0.1:9/turns", ["message.assistant"])
+    run_id = submit(staff)
+    assert execute_run(run_id) == "completed"
+    rows = WebhookDelivery.objects.filter(run_id=run_id).order_by("sequence")
+    assert [(r.webhook_id, r.event_type) for r in rows] == [
+        (replies.pk, "message.assistant"),
+        (done.pk, "run.completed"),
+    ]
+    assistant = rows[0]
+    assert assistant.payload["text"] == "hi" and "usage" in assistant.payload
+    assert len({r.delivery_id for r in rows}) == 2

@@ -34,6 +34,7 @@ from agentruns.services.runs import (
     thread_mode_name,
     thread_switch_mode,
 )
+from agentruns.services.usage import run_usage, runs_usage
 
 
 class SubmitSerializer(serializers.Serializer):
@@ -156,6 +157,7 @@ def run_dict(run: Run, *, detail: bool = True) -> dict[str, Any]:
         data["uncertain_calls"] = list(
             run.invocations.filter(status="uncertain").values("call_id", "tool", "arguments")
         )
+        data["usage"] = run_usage(run).as_dict()  # OPS-1
     return data
 
 
@@ -179,7 +181,10 @@ class RunViewSet(viewsets.GenericViewSet):
     def list(self, request: Request) -> Response:
         runs = self.get_queryset().filter(**query(RunFilter, request))
         page = self.paginate_queryset(runs) or []
-        return self.get_paginated_response([run_dict(run, detail=False) for run in page])
+        usage = runs_usage(page)  # one query for the page
+        return self.get_paginated_response(
+            [run_dict(run, detail=False) | {"usage": usage[run.pk].as_dict()} for run in page]
+        )
 
     @extend_schema(
         parameters=[OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER)],

@@ -130,7 +130,7 @@ def warm_up() -> None:
     token encoder's table takes ~0.3 s of CPU to load)."""
     try:
         import agentruns.runtime.loop  # noqa: F401  (the runtime's imports)
-        from agentruns.runtime.tokens import count
+        from agentruns.providers.tokens import count
 
         count("warm-up")
         connections["default"].ensure_connection()  # opens this process's pool

@@ -12,7 +12,10 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from agentruns import events as ev
 from agentruns.models.catalog import Configuration, GateAudit
+
+USAGE_EVENTS = (ev.ASSISTANT, ev.COMPACTION)
 
 
 class DailyUsage(models.Model):
@@ -56,13 +59,22 @@ class DailyUsage(models.Model):
         return sum(row) if row else 0
 
     @classmethod
-    def at_limit(cls, configuration_id: int, limit: int | None) -> bool:
-        """No limit costs nothing; a limit is reached once the day's tokens meet it."""
-        return limit is not None and cls.used_today(configuration_id) >= limit
+    def at_limit(
+        cls, configuration_id: int, limit: int | None, *, seen: tuple[date, int] | None = None
+    ) -> bool:
+        """No limit costs nothing; a limit is reached once the day's tokens meet it. `seen`
+        is today's total as a step statement returned it, which spares the read."""
+        if limit is None:
+            return False
+        if seen is not None and seen[0] == cls.today():
+            return seen[1] >= limit
+        return cls.used_today(configuration_id) >= limit
 
     @classmethod
     def add(cls, configuration_id: int, input_tokens: int, output_tokens: int) -> None:
         """The portable upsert; on PostgreSQL the loop uses UPSERT_SQL inside its step."""
+        if not (input_tokens or output_tokens):
+            return
         day = cls.today()
         if not cls.objects.filter(configuration_id=configuration_id, day=day).update(
             input_tokens=models.F("input_tokens") + input_tokens,
@@ -71,12 +83,27 @@ class DailyUsage(models.Model):
             cls.objects.get_or_create(configuration_id=configuration_id, day=day)
             cls.add(configuration_id, input_tokens, output_tokens)
 
-    # Parameters: configuration id, UTC day, input tokens, output tokens.
+    @staticmethod
+    def usage_of(events: Iterable[Any]) -> tuple[int, int]:
+        """(input, output) tokens the events record: model turns and compaction summaries."""
+        spent_in = spent_out = 0
+        for event in events:
+            if event.type in USAGE_EVENTS:
+                usage = event.payload.get("usage") or {}
+                spent_in += int(usage.get("input_tokens") or 0)
+                spent_out += int(usage.get("output_tokens") or 0)
+        return spent_in, spent_out
+
+    # The loop's upsert inside its step statement (PostgreSQL), behind the step's fence; it
+    # hands back the day's new total. Parameters: configuration id, UTC day, input tokens,
+    # output tokens.
     UPSERT_SQL = (
         "INSERT INTO agentruns_dailyusage (configuration_id, day, input_tokens, output_tokens) "
-        "VALUES (%s, %s::date, %s, %s) ON CONFLICT (configuration_id, day) DO UPDATE SET "
+        "SELECT %s, %s::date, %s, %s WHERE EXISTS (SELECT 1 FROM fence) "
+        "ON CONFLICT (configuration_id, day) DO UPDATE SET "
         "input_tokens = agentruns_dailyusage.input_tokens + EXCLUDED.input_tokens, "
-        "output_tokens = agentruns_dailyusage.output_tokens + EXCLUDED.output_tokens"
+        "output_tokens = agentruns_dailyusage.output_tokens + EXCLUDED.output_tokens "
+        "RETURNING input_tokens + output_tokens AS used"
     )
 
 

@@ -124,6 +124,14 @@ class Reply:
             for call in self.tool_calls
         )
 
+    @property
+    def token_usage(self) -> dict[str, int]:
+        """OPS-1's `usage` as the log records it; a provider that reported none counts 0."""
+        return {
+            "input_tokens": int(self.usage.get("input_tokens") or 0),
+            "output_tokens": int(self.usage.get("output_tokens") or 0),
+        }
+
 
 class ProviderError(Exception):
     """A failed provider call. `retryable` decides whether the fallback chain is tried

@@ -23,7 +23,7 @@ from agentruns.providers.base import (
     UserMessage,
     retryable_status,
 )
-from agentruns.runtime.tokens import PER_MESSAGE, count
+from agentruns.providers.tokens import PER_MESSAGE, count
 from agentruns.tools.names import wire_name
 
 FINISHED = "(script finished)"

@@ -28,6 +28,7 @@ class RuntimeConfig:
     context_budget_tokens: int
     require_second_approver: bool
     active: bool
+    daily_token_limit: int | None = None  # OPS-2
 
     @property
     def id(self) -> int:
@@ -90,6 +91,7 @@ def build_runtime_config(configuration: Configuration) -> RuntimeConfig:
         context_budget_tokens=configuration.context_budget_tokens,
         require_second_approver=configuration.require_second_approver,
         active=configuration.active,
+        daily_token_limit=configuration.daily_token_limit,
     )
 
 

@@ -19,11 +19,10 @@ from django.db.models import BigIntegerField, Sum
 from django.db.models.fields.json import KT
 from django.db.models.functions import Cast, Coalesce
 
-from agentruns import events as ev
 from agentruns.models import Configuration, DailyUsage, Event
+from agentruns.models.ops import USAGE_EVENTS
 
 MILLION = Decimal(1_000_000)
-USAGE_EVENTS = (ev.ASSISTANT, ev.COMPACTION)
 
 
 def token_cost(

@@ -13,7 +13,17 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from agentruns.errors import Fenced
-from agentruns.models import CatalogGeneration, Checkpoint, Event, GateAudit, Run, ToolInvocation
+from agentruns.models import (
+    CatalogGeneration,
+    Checkpoint,
+    DailyUsage,
+    Event,
+    GateAudit,
+    Run,
+    ToolInvocation,
+    Webhook,
+    WebhookDelivery,
+)
 from agentruns.store.base import LogRow, claimable
 from agentruns.store.records import CLAIM_FIELDS, Lease, Step, checkpoint_row, event_row
 
@@ -37,7 +47,16 @@ class PortableStore:
             if row is None:
                 _lost(lease)
             now = timezone.now()
-            Event.objects.bulk_create(Event(**event_row(lease, e, now)) for e in step.events)
+            events = Event.objects.bulk_create(
+                Event(**event_row(lease, e, now)) for e in step.events
+            )
+            hooks = Webhook.objects.filter(active=True)  # OPS-4's outbox, OPS-1's counter
+            WebhookDelivery.objects.bulk_create(WebhookDelivery.rows_for(events, hooks))
+            spent = DailyUsage.usage_of(step.events)
+            if any(spent):
+                DailyUsage.add(lease.configuration_id, *spent)
+                used = DailyUsage.used_today(lease.configuration_id)
+                lease.used_today = (DailyUsage.today(), used)
             Checkpoint.objects.bulk_create(
                 Checkpoint(**checkpoint_row(lease, cp, now)) for cp in step.checkpoints
             )

@@ -14,7 +14,16 @@ from django.utils import timezone
 from django_q.models import OrmQ
 
 from agentruns.errors import Fenced
-from agentruns.models import CatalogGeneration, Checkpoint, Event, GateAudit, Run, ToolInvocation
+from agentruns.models import (
+    CatalogGeneration,
+    Checkpoint,
+    DailyUsage,
+    Event,
+    GateAudit,
+    Run,
+    ToolInvocation,
+    WebhookDelivery,
+)
 from agentruns.store.base import LogRow
 from agentruns.store.connection import fast_commit, prepared, prepared_rows
 from agentruns.store.records import CLAIM_FIELDS, Lease, Step, checkpoint_row, event_row
@@ -48,6 +57,11 @@ TIME_COLUMNS = {
     "composed_at",
 }
 EVENT_COLUMNS = ("thread_id", "run_id", "sequence", "type", "payload", "created_at")
+# What the step's inserts hand the CTEs after them: the events feed the webhook outbox.
+RETURNING = {
+    "inv": "id, call_id",
+    "ev": "type AS event_type, run_id, thread_id, sequence, payload, created_at",
+}
 CHECKPOINT_COLUMNS = ("run_id", "kind", "last_sequence", "state", "created_at")
 INVOCATION_COLUMNS = (
     "run_id",
@@ -98,7 +112,7 @@ def _insert(name: str, table: str, columns: tuple[str, ...], rows: list[dict], p
     for values in rows:
         params.extend(_value(c, values[c]) for c in columns)
     names = ", ".join(columns)
-    returning = "id, call_id" if name == "inv" else "1"
+    returning = RETURNING.get(name, "1")
     return (
         f"{name} AS (INSERT INTO {table} ({names}) SELECT * FROM (VALUES "
         f"{', '.join([row] * len(rows))}) AS v ({names}) "
@@ -114,13 +128,21 @@ def _update(name: str, table: str, changes: dict[str, Any], where: str, params: 
 
 def step_statement(lease: Lease, step: Step, fast: bool) -> tuple:
     """The whole step as data-modifying CTEs behind a `FOR SHARE` fence on the run row;
-    returns (fence held, cancel flag, catalog generation, [[call_id, invocation id]])."""
+    returns (fence held, cancel flag, catalog generation, [[call_id, invocation id]],
+    the configuration's tokens today if the step used any)."""
     params: list[Any] = [lease.run_id, lease.epoch]
     parts = [f"fence AS (SELECT id FROM {RUN} WHERE id = %s AND epoch = %s FOR SHARE)"]
     now = timezone.now()
     if step.events:
         rows = [event_row(lease, event, now) for event in step.events]
         parts.append(_insert("ev", Event._meta.db_table, EVENT_COLUMNS, rows, params))
+        # OPS-4: the outbox in the same statement (a join against an empty table when
+        # nobody subscribed); OPS-1: the day's counter, only when the step used tokens.
+        parts.append(f"wh AS ({WebhookDelivery.insert_sql('ev AS e')} RETURNING 1)")
+        spent_in, spent_out = DailyUsage.usage_of(step.events)
+        if spent_in or spent_out:
+            parts.append(f"du AS ({DailyUsage.UPSERT_SQL})")
+            params.extend([lease.configuration_id, DailyUsage.today(), spent_in, spent_out])
     if step.checkpoints:
         rows = [checkpoint_row(lease, cp, now) for cp in step.checkpoints]
         parts.append(_insert("cp", Checkpoint._meta.db_table, CHECKPOINT_COLUMNS, rows, params))
@@ -143,6 +165,7 @@ def step_statement(lease: Lease, step: Step, fast: bool) -> tuple:
     if step.run_update:
         parts.append(_update("run", RUN, step.run_update, "id = %s AND epoch = %s", params))
         params.extend([lease.run_id, lease.epoch])
+    used = "(SELECT used FROM du)" if any(p.startswith("du AS") for p in parts) else "NULL"
     created = (
         "(SELECT json_agg(json_build_array(call_id, id)) FROM inv)"
         if step.new_invocations
@@ -152,7 +175,7 @@ def step_statement(lease: Lease, step: Step, fast: bool) -> tuple:
         "WITH "
         + ", ".join(parts)
         + f" SELECT (SELECT count(*) FROM fence), (SELECT cancel_requested FROM {RUN} "
-        f"WHERE id = %s), {GENERATION}, {created}{RELAX_COMMIT if fast else ''}"
+        f"WHERE id = %s), {GENERATION}, {created}, {used}{RELAX_COMMIT if fast else ''}"
     )
     params.append(lease.run_id)
     return prepared(sql, params)
@@ -196,6 +219,8 @@ class PostgresStore:
             lease.lost = True
             raise Fenced("the lease was taken by another worker")
         lease.cancel_requested, lease.generation = bool(row[1]), row[2]
+        if row[4] is not None:
+            lease.used_today = (DailyUsage.today(), int(row[4]))
         return {call_id: pk for call_id, pk in (row[3] or [])}
 
     def read_log(self, thread_id: int, run_id: int) -> tuple[list[LogRow], dict | None]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import date
 from typing import Any, Protocol
 
 from django.conf import settings
@@ -27,6 +28,9 @@ class Lease:
     seconds: float = field(default_factory=lambda: settings.AGENTRUNS_LEASE_SECONDS)
     renewed_at: float = field(default_factory=time.monotonic)
     cancel_requested: bool = False
+    # OPS-2: (UTC day, the configuration's tokens that day) as this run's last model turn's
+    # write returned them, so the next turn's limit check needs no read of its own.
+    used_today: tuple[date, int] | None = None
     # Set by the process heartbeat when a renewal found the epoch moved on.
     lost: bool = False
     # Set by the driver when its process is shutting down: release at the next boundary.

@@ -13,6 +13,7 @@ from agentruns.providers.base import (
     UserMessage,
 )
 from agentruns.providers.dispatch import dispatch
+from agentruns.providers.tokens import fixed_tokens, message_tokens, truncate_tokens
 from agentruns.runtime import compaction
 from agentruns.runtime.context import effective_events, project
 from agentruns.runtime.redaction import redact
@@ -21,7 +22,6 @@ from agentruns.runtime.state import (
 )
 from agentruns.runtime.steps.base import Outcome
 from agentruns.runtime.steps.gating import Gating
-from agentruns.runtime.tokens import fixed_tokens, message_tokens, truncate_tokens
 from agentruns.store.connection import release_connection
 
 logger = logging.getLogger(__name__)
@@ -74,6 +74,7 @@ class Compaction(Gating):
             "kept_from": plan.kept_from,
             "active_deferred": sorted(self._active_deferred()),
             "summarised_events": len(summarised),
+            "usage": reply.token_usage,  # OPS-1: the summary call is paid for too
         }
         self._commit([(ev.COMPACTION, payload)], durable=False)
         return self._over_budget(fixed, budget)

@@ -11,7 +11,7 @@ from django.conf import settings
 
 from agentruns import events as ev
 from agentruns.answers import schema_problems
-from agentruns.models import Checkpoint, Run, ToolInvocation
+from agentruns.models import Checkpoint, DailyUsage, Run, ToolInvocation
 from agentruns.providers.base import (
     MalformedReply,
     ProviderError,
@@ -64,6 +64,14 @@ class ModelTurn(ToolCalls):
         if step >= settings.AGENTRUNS_MAX_TURNS:
             return self._finish_failed(
                 "turn_limit", f"The model took {step} turns without a final reply."
+            )
+        limit = self.config.daily_token_limit
+        lease = self.lease
+        if DailyUsage.at_limit(lease.configuration_id, limit, seen=lease.used_today):  # OPS-2
+            return self._finish_failed(
+                "daily_limit_reached",
+                f"The configuration used its {limit} tokens for today (UTC); nothing was sent.",
+                fields={"limit": limit},
             )
         refused = self._assert_context()
         if refused:
@@ -152,6 +160,7 @@ class ModelTurn(ToolCalls):
             "step": step,
             "tool_calls_before": self.state.tool_calls_used,
             "served_by": served_by or {},  # LOOP-3: which link of the chain answered (TZ-5)
+            "usage": reply.token_usage,  # OPS-1
         }
         redaction = self._redaction_items("model_reply", redacted)
         if not calls:
