@@ -52,7 +52,13 @@ def script(turns: int, calls: int, latency_ms: int = 0, park: bool = False) -> d
 
 
 def configuration(
-    slug: str, turns: int, calls: int, latency_ms: int = 0, *, park: bool = False
+    slug: str,
+    turns: int,
+    calls: int,
+    latency_ms: int = 0,
+    *,
+    park: bool = False,
+    daily_limit: int | None = None,
 ) -> Configuration:
     register_noop()
     provider, _ = Provider.objects.update_or_create(
@@ -69,6 +75,7 @@ def configuration(
             "max_tool_calls": turns * calls + 1,
             "context_budget_tokens": 10_000_000,
             "script": script(turns, calls, latency_ms, park),
+            "daily_token_limit": daily_limit,
         },
     )
     return config

@@ -36,8 +36,23 @@ class Command(BaseCommand):
         parser.add_argument("--runs", type=int, default=20)
         parser.add_argument("--rounds", type=int, default=3)
         parser.add_argument("--no-peers", action="store_true")
+        parser.add_argument(
+            "--daily-limit",
+            type=int,
+            default=None,
+            help="Give the reference configuration a (never reached) daily token limit, so "
+            "PERF-1/PERF-2 include OPS-2's check before every model turn.",
+        )
 
-    def handle(self, *args: Any, runs: int, rounds: int, no_peers: bool, **options: Any) -> None:
+    def handle(
+        self,
+        *args: Any,
+        runs: int,
+        rounds: int,
+        no_peers: bool,
+        daily_limit: int | None,
+        **options: Any,
+    ) -> None:
         if connection.vendor != "postgresql":
             raise CommandError("The benchmark measures PostgreSQL: set DATABASE_URL.")
         settings.AGENTRUNS_MAX_TURNS = 10_000  # PERF-3 runs 200 turns
@@ -48,7 +63,7 @@ class Command(BaseCommand):
         peers: dict[str, list[float]] = {"peer_langgraph.py": [], "peer_dbos.py": []}
         for _ in range(rounds):
             bares.append(bare_commit_ms())
-            loops.append(loop_ms_per_step(user, runs))
+            loops.append(loop_ms_per_step(user, runs, daily_limit))
             for name, seen in peers.items():
                 peer = None if no_peers else run_peer(name, runs)
                 if peer is not None:
@@ -64,7 +79,7 @@ class Command(BaseCommand):
             peer = statistics.median(seen)
             self.line(f"{name} per step", f"{peer:.3f} ms  {spread(seen)}")
             self.line(f"PERF-1 ratio to {name} (<= 0.5)", f"{per_step / peer:.2f}x")
-        statements = statements_per_step(user)
+        statements = statements_per_step(user, daily_limit)
         self.line("PERF-2 statements per durable step (<= 4)", f"{statements:.2f}")
         small, large = storage_per_turn(user, 20), storage_per_turn(user, 200)
         self.line("PERF-3 bytes per turn, 20-turn run", f"{small:.0f}")
@@ -108,8 +123,8 @@ def bare_commit_ms(rounds: int = 2000) -> float:
         return 1000 * (time.perf_counter() - started) / rounds
 
 
-def loop_ms_per_step(user: Any, runs: int) -> float:
-    config = workload.configuration("bench-reference", 10, 2)
+def loop_ms_per_step(user: Any, runs: int, daily_limit: int | None = None) -> float:
+    config = workload.configuration("bench-reference", 10, 2, daily_limit=daily_limit)
     workload.run_to_end(workload.submit(config, user))  # warm caches and connections
     ids = [workload.submit(config, user) for _ in range(runs)]
     started = time.perf_counter()
@@ -139,8 +154,8 @@ def peer_database(script: str) -> str:
     return f"{base}/{script.removesuffix('.py')}"
 
 
-def statements_per_step(user: Any) -> float:
-    config = workload.configuration("bench-reference", 10, 2)
+def statements_per_step(user: Any, daily_limit: int | None = None) -> float:
+    config = workload.configuration("bench-reference", 10, 2, daily_limit=daily_limit)
     run_id = workload.submit(config, user)
     with CaptureQueriesContext(connection) as queries:
         workload.run_to_end(run_id)
