@@ -223,11 +223,14 @@ NOTE_ID = re.compile(r"Saved note \d+")
 
 
 def history(run_id: int) -> list[tuple[str, dict[str, Any]]]:
-    """Types and payloads in order; ids, times and row numbers do not take part."""
+    """Types and payloads in order; ids, times, row numbers and token counts do not take
+    part."""
     return [(event.type, normalise(event.payload)) for event in run_events(run_id)]
 
 
 def normalise(payload: dict[str, Any]) -> dict[str, Any]:
+    # A provider's token counts (OPS-1) measure the request, which holds row numbers.
+    payload = {key: value for key, value in payload.items() if key != "usage"}
     content = payload.get("content")
     if isinstance(content, str):
         return {**payload, "content": NOTE_ID.sub("Saved note #", content)}
