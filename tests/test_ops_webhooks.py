@@ -233,3 +233,26 @@ def test_ops4_the_loops_events_are_queued_by_its_step_statement(staff):
     assistant = rows[0]
     assert assistant.payload["text"] == "hi" and "usage" in assistant.payload
     assert len({r.delivery_id for r in rows}) == 2
+
+
+def test_ops4_the_heartbeat_kick_runs_one_background_pass_at_a_time(monkeypatch):
+    """A worker's heartbeat starts the outbox on a thread of its own and never waits for
+    it: a receiver that hangs delays neither the heartbeat nor a second pass."""
+    from agentruns.cluster import outbox
+
+    entered, release = threading.Event(), threading.Event()
+
+    def slow_pass() -> dict:
+        entered.set()
+        release.wait(10)
+        return {}
+
+    monkeypatch.setattr(outbox, "run_outbox", slow_pass)
+    assert outbox.kick() is True
+    assert entered.wait(10)
+    started = time.monotonic()
+    assert outbox.kick() is False  # still busy: skipped, not queued
+    assert time.monotonic() - started < 0.5
+    release.set()
+    assert outbox._busy.acquire(timeout=10)  # the pass finished and let go
+    outbox._busy.release()
