@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
-import pytest
+from datetime import timedelta
+from decimal import Decimal
 
-from agentruns.models import DailyUsage, Run
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from agentruns.models import DailyUsage, Event, Run
+from agentruns.runtime.executor import execute_run
+from agentruns.services.usage import run_usage
+from agentruns.testing.fake_provider import OPENAI_PATH, FakeProvider
+from tests.crash import make_openai_configuration
 from tests.factories import make_configuration, make_provider
 from tests.ops_support import client_for
 
@@ -52,8 +61,6 @@ def test_ops1_the_day_counter_accumulates_per_configuration_and_day():
 
 
 def test_ops1_usage_api_gives_tokens_and_cost_per_configuration_per_day(staff, member):
-    from datetime import timedelta
-
     priced = scripted("priced", [], input_token_price="3", output_token_price="15")
     DailyUsage.objects.create(
         configuration=priced,
@@ -82,16 +89,12 @@ CLOCK = {"id": "call_clock", "name": "clock_now", "arguments": {}}
 
 @pytest.fixture
 def fake():
-    from agentruns.testing.fake_provider import FakeProvider
-
     with FakeProvider() as server:
         yield server
 
 
 def fallback_pair(fake, **kw):
     """`primary` (OpenAI wire) falls back to `backup` (Anthropic wire), one fake server."""
-    from tests.crash import make_openai_configuration
-
     backup = make_configuration(
         "backup",
         provider=make_provider(
@@ -108,9 +111,15 @@ def fallback_pair(fake, **kw):
     )
 
 
-def assistant_usage(run_id: int) -> list[dict]:
-    from agentruns.models import Event
+def submitted(user, slug: str, text: str = "What time is it?") -> int:
+    response = client_for(user).post(
+        "/api/runs/", {"configuration": slug, "input": text}, format="json"
+    )
+    assert response.status_code == 201, response.content
+    return response.json()["id"]
 
+
+def assistant_usage(run_id: int) -> list[dict]:
     rows = Event.objects.filter(run_id=run_id, type="message.assistant").order_by("sequence")
     return [payload["usage"] for payload in rows.values_list("payload", flat=True)]
 
@@ -119,9 +128,6 @@ def test_ops1_usage_and_cost_sum_over_a_multi_turn_run_with_fallback(fake, staff
     """Turn 1 by the primary (OpenAI's prompt/completion tokens), turn 2 by the fallback
     after a 503 (Anthropic's input/output tokens): each turn's counts in its payload, the
     run's total and cost priced by the run's configuration, and the day's counter."""
-    from agentruns.runtime.executor import execute_run
-    from agentruns.testing.fake_provider import OPENAI_PATH
-
     fallback_pair(fake, input_token_price="2.50", output_token_price="10.00")
 
     def reply(body: dict, path: str) -> dict:
@@ -132,21 +138,13 @@ def test_ops1_usage_and_cost_sum_over_a_multi_turn_run_with_fallback(fake, staff
         return {"text": "", "tool_calls": [CLOCK]}
 
     fake.default = reply
-    run_id = (
-        client_for(staff)
-        .post(
-            "/api/runs/", {"configuration": "primary", "input": "What time is it?"}, format="json"
-        )
-        .json()["id"]
-    )
+    run_id = submitted(staff, "primary")
     assert execute_run(run_id) == "completed"
     assert [r.path == OPENAI_PATH for r in fake.requests] == [True, True, False]
     turns = assistant_usage(run_id)
     assert len(turns) == 2 and all(t["input_tokens"] > 0 and t["output_tokens"] > 0 for t in turns)
     spent_in = sum(t["input_tokens"] for t in turns)
     spent_out = sum(t["output_tokens"] for t in turns)
-    from decimal import Decimal
-
     cost = (Decimal(spent_in) * Decimal("2.50") + Decimal(spent_out) * 10) / 1_000_000
     usage = client_for(staff).get(f"/api/runs/{run_id}/").json()["usage"]
     assert usage == {
@@ -161,19 +159,11 @@ def test_ops1_usage_and_cost_sum_over_a_multi_turn_run_with_fallback(fake, staff
 
 
 def test_ops2_a_limit_crossed_mid_run_fails_it_before_the_next_send(fake, staff):
-    from agentruns.runtime.executor import execute_run
-
     fallback_pair(fake, daily_token_limit=10)  # the first turn alone uses more
     fake.default = lambda body, path: (
         {"text": "done"} if len(body["messages"]) > 1 else {"text": "", "tool_calls": [CLOCK]}
     )
-    run_id = (
-        client_for(staff)
-        .post(
-            "/api/runs/", {"configuration": "primary", "input": "What time is it?"}, format="json"
-        )
-        .json()["id"]
-    )
+    run_id = submitted(staff, "primary")
     assert execute_run(run_id) == "failed"
     assert len(fake.requests) == 1  # nothing sent after the limit was reached
     run = Run.objects.get(pk=run_id)
@@ -184,30 +174,25 @@ def test_ops2_a_limit_crossed_mid_run_fails_it_before_the_next_send(fake, staff)
     assert again.status_code == 429 and again.json()["code"] == "daily_limit_reached"
 
 
-def test_ops2_without_a_limit_the_loop_reads_no_counter(staff, django_assert_max_num_queries):
-    """No limit, no cost: the turn's statements are the same with or without OPS-2."""
-    from agentruns.runtime.executor import execute_run
-    from django.db import connection
-    from django.test.utils import CaptureQueriesContext
-
-    scripted("free", [{"text": "hi"}])
-    run_id = (
-        client_for(staff)
-        .post("/api/runs/", {"configuration": "free", "input": "go"}, format="json")
-        .json()["id"]
+@pytest.mark.parametrize(("limit", "reads"), [(None, 0), (10**12, 2)])
+def test_ops2_the_limit_costs_one_read_per_model_turn_and_nothing_without_one(staff, limit, reads):
+    scripted(
+        "metered",
+        [{"tool_calls": [{"name": "clock.now", "arguments": {}}]}, {"text": "hi"}],
+        allowed_tools=["clock"],
+        daily_token_limit=limit,
     )
+    run_id = submitted(staff, "metered")
     with CaptureQueriesContext(connection) as seen:
         assert execute_run(run_id) == "completed"
-    assert not any("dailyusage" in q["sql"] and "SELECT" in q["sql"][:10] for q in seen)
+    counter_reads = [
+        q for q in seen if q["sql"].startswith("SELECT") and "agentruns_dailyusage" in q["sql"]
+    ]
+    assert len(counter_reads) == reads  # two model turns
     assert DailyUsage.used_today(Run.objects.get().configuration_id) > 0
 
 
 def test_ops1_a_compaction_summary_call_counts_too(staff):
-    from agentruns.runtime.executor import execute_run
-
-    from agentruns.models import Event
-    from agentruns.services.usage import run_usage
-
     scripted("tight", [{"text": "ok"}], context_budget_tokens=400)
     api = client_for(staff)
     words = " ".join(f"word{i}" for i in range(150))
