@@ -38,6 +38,7 @@ from agentruns.pages.words import sentence
 from agentruns.selectors import configuration_readout, run_readout
 from agentruns.services.catalog import fallback_problem
 from agentruns.services.runs import run_cancel
+from agentruns.services.usage import run_usage
 
 
 @admin.register(Provider)
@@ -197,6 +198,7 @@ class RunAdmin(RunCancelAdminMixin):
     readonly_fields = [
         *(field.name for field in Run._meta.fields if field.name != "id"),
         "readout_panel",
+        "usage",
     ]
     actions = ["cancel_runs"]
 
@@ -213,6 +215,11 @@ class RunAdmin(RunCancelAdminMixin):
     @admin.display(description="Context readout (CG-10)")
     def readout_panel(self, obj: Run) -> SafeString:
         return render_to_string("admin/agentruns/readout.html", {"r": run_readout(obj)})
+
+    @admin.display(description="Usage (OPS-1)")
+    def usage(self, obj: Run) -> str:
+        used = run_usage(obj)
+        return f"{used.input_tokens} input + {used.output_tokens} output tokens = {used.cost}"
 
     @admin.action(description="Cancel selected runs")
     def cancel_runs(self, request: HttpRequest, queryset: QuerySet) -> None:

@@ -210,3 +210,18 @@ def test_ops1_a_compaction_summary_call_counts_too(staff):
     day = DailyUsage.objects.get()
     first_usage = run_usage(Run.objects.get(pk=first.json()["id"]))
     assert day.input_tokens == usage.input_tokens + first_usage.input_tokens
+
+
+def test_ops1_the_run_admin_shows_usage_and_cost(staff, django_user_model):
+    from django.test import Client
+
+    scripted("shown", [{"text": "hi"}], input_token_price="1000000")
+    run_id = submitted(staff, "shown")
+    assert execute_run(run_id) == "completed"
+    used = run_usage(Run.objects.get(pk=run_id))
+    root = django_user_model.objects.create_superuser("root", password="pw")
+    client = Client()
+    client.force_login(root)
+    page = client.get(f"/admin/agentruns/run/{run_id}/change/").content.decode()
+    expected = f"{used.input_tokens} input + {used.output_tokens} output tokens = {used.cost}"
+    assert used.cost == used.input_tokens and expected in page
