@@ -256,3 +256,16 @@ def test_ops4_the_heartbeat_kick_runs_one_background_pass_at_a_time(monkeypatch)
     release.set()
     assert outbox._busy.acquire(timeout=10)  # the pass finished and let go
     outbox._busy.release()
+
+
+def test_ops4_a_webhook_switched_off_after_queueing_sends_nothing(staff):
+    receiver = Receiver(statuses=[200])
+    try:
+        off = hook(receiver.url, ["message.user"])
+        submit(staff)
+        Webhook.objects.filter(pk=off.pk).update(active=False)
+        assert webhook_deliver_due() == 0
+    finally:
+        receiver.close()
+    assert receiver.received == []
+    assert WebhookDelivery.objects.get().status == "failed"

@@ -190,6 +190,11 @@ def webhook_deliver_due(*, limit: int = 100, budget_seconds: float = 20.0) -> in
                     next_attempt_at=timezone.now()
                 )
                 continue
+            if not delivery.webhook.active:  # switched off after queueing: never sent
+                WebhookDelivery.objects.filter(pk=delivery.pk).update(
+                    status=WebhookDelivery.Status.FAILED, last_error="webhook inactive"
+                )
+                continue
             _record(delivery, _send(client, delivery))
             sent += 1
     return sent
