@@ -136,6 +136,10 @@ class ConfigurationAdmin(PlaygroundAdminMixin):
             },
         ),
         ("Approvals", {"fields": ["approval_timeout_seconds", "require_second_approver"]}),
+        (
+            "Usage and limits (OPS-1, OPS-2)",
+            {"fields": ["input_token_price", "output_token_price", "daily_token_limit"]},
+        ),
         ("Scripted provider", {"fields": ["script"], "classes": ["collapse"]}),
     ]
 

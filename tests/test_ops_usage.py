@@ -225,3 +225,26 @@ def test_ops1_the_run_admin_shows_usage_and_cost(staff, django_user_model):
     page = client.get(f"/admin/agentruns/run/{run_id}/change/").content.decode()
     expected = f"{used.input_tokens} input + {used.output_tokens} output tokens = {used.cost}"
     assert used.cost == used.input_tokens and expected in page
+
+
+def test_ops1_prices_and_the_limit_are_edited_on_the_configuration(staff, django_user_model):
+    from django.test import Client
+
+    configuration = scripted("edit-me", [])
+    root = django_user_model.objects.create_superuser("root", password="pw")
+    client = Client()
+    client.force_login(root)
+    page = client.get("/admin/agentruns/configuration/").content.decode()
+    assert "edit-me" in page
+    form = client.get(f"/admin/agentruns/configuration/{configuration.pk}/change/")
+    for name in ("input_token_price", "output_token_price", "daily_token_limit"):
+        assert f'name="{name}"' in form.content.decode()
+    api = client_for(staff)
+    patched = api.patch(
+        "/api/configurations/edit-me/",
+        {"input_token_price": "3.00", "daily_token_limit": 5000},
+        format="json",
+    )
+    assert patched.status_code == 200, patched.content
+    assert patched.json()["input_token_price"] == "3.0000"
+    assert patched.json()["daily_token_limit"] == 5000
