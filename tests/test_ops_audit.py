@@ -8,13 +8,13 @@ import io
 import json
 
 import pytest
-from agentruns.runtime.executor import execute_run
 from django.http import StreamingHttpResponse
 
 from agentruns.models import GateAudit
+from agentruns.runtime.loop import execute_run
 from tests.conftest import grant
-from tests.factories import make_configuration, make_provider, make_snippet
-from tests.ops_support import answer, client_for, parked_run
+from tests.support.factories import make_configuration, make_provider, make_snippet
+from tests.support.ops import answer, client_for, parked_run
 
 pytestmark = pytest.mark.django_db
 

@@ -8,8 +8,8 @@ from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from agentruns.models import DailyUsage, GateAudit
-from tests.factories import make_configuration
-from tests.ops_support import answer, parked_run
+from tests.support.factories import make_configuration
+from tests.support.ops import answer, parked_run
 
 pytestmark = pytest.mark.django_db
 

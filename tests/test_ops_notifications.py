@@ -13,7 +13,7 @@ from agentruns.cluster.outbox import run_outbox
 from agentruns.models import Ticket
 from agentruns.services.notifications import tickets_notify_due, tickets_remind_due
 from tests.conftest import grant
-from tests.ops_support import parked_run
+from tests.support.ops import parked_run
 
 pytestmark = pytest.mark.django_db
 

@@ -12,8 +12,8 @@ from django.utils import timezone
 
 from agentruns.cluster.status import snapshot
 from agentruns.models import DailyUsage, ToolInvocation, Webhook, WebhookDelivery
-from tests.factories import make_configuration
-from tests.ops_support import parked_run
+from tests.support.factories import make_configuration
+from tests.support.ops import parked_run
 
 pytestmark = pytest.mark.django_db
 

@@ -10,13 +10,13 @@ import threading
 import time
 
 import pytest
-from agentruns.runtime.executor import execute_run
 from django.utils import timezone
 
 from agentruns.models import Run, Webhook, WebhookAttempt, WebhookDelivery
+from agentruns.runtime.loop import execute_run
 from agentruns.services.webhooks import backoff_seconds, webhook_deliver_due
-from tests.factories import make_configuration, make_provider
-from tests.ops_support import Receiver, client_for, refused_port
+from tests.support.factories import make_configuration, make_provider
+from tests.support.ops import Receiver, client_for, refused_port
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -33,7 +33,7 @@ def remove_schedule(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('agentruns', '0007_log_without_fk_checks'),
+        ('agentruns', '0008_ticket_kind_without_pause'),
         ('django_q', '0019_alter_task_options_alter_ormq_key_alter_ormq_lock_and_more'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]

@@ -8,10 +8,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from agentruns.runtime.executor import execute_run
 from rest_framework.test import APIClient
 
-from tests.factories import make_configuration, make_provider
+from agentruns.runtime.loop import execute_run
+from tests.support.factories import make_configuration, make_provider
 
 
 @dataclass
