@@ -249,3 +249,12 @@ def test_ops1_prices_and_the_limit_are_edited_on_the_configuration(staff, django
     assert patched.status_code == 200, patched.content
     assert patched.json()["input_token_price"] == "3.0000"
     assert patched.json()["daily_token_limit"] == 5000
+
+
+def test_ops1_a_blank_price_in_a_form_means_zero():
+    configuration = scripted("blank-price", [])
+    configuration.input_token_price = None
+    configuration.full_clean()
+    configuration.save()
+    configuration.refresh_from_db()
+    assert configuration.input_token_price == 0

@@ -60,12 +60,12 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='configuration',
             name='input_token_price',
-            field=models.DecimalField(decimal_places=4, default=0, help_text='Price per million input tokens.', max_digits=12),
+            field=models.DecimalField(blank=True, decimal_places=4, default=0, help_text='Price per million input tokens.', max_digits=12),
         ),
         migrations.AddField(
             model_name='configuration',
             name='output_token_price',
-            field=models.DecimalField(decimal_places=4, default=0, help_text='Price per million output tokens.', max_digits=12),
+            field=models.DecimalField(blank=True, decimal_places=4, default=0, help_text='Price per million output tokens.', max_digits=12),
         ),
         migrations.AddField(
             model_name='ticket',

@@ -162,11 +162,20 @@ class Configuration(models.Model):
         help_text='Turns a scripted provider plays back: {"turns": [...]}.',
     )
     # OPS-1, OPS-2: prices per million tokens; the limit bounds a UTC day's tokens.
+    # Blank in a form means 0 (see clean), so forms written before prices existed still save.
     input_token_price = models.DecimalField(
-        max_digits=12, decimal_places=4, default=0, help_text="Price per million input tokens."
+        max_digits=12,
+        decimal_places=4,
+        default=0,
+        blank=True,
+        help_text="Price per million input tokens.",
     )
     output_token_price = models.DecimalField(
-        max_digits=12, decimal_places=4, default=0, help_text="Price per million output tokens."
+        max_digits=12,
+        decimal_places=4,
+        default=0,
+        blank=True,
+        help_text="Price per million output tokens.",
     )
     daily_token_limit = models.PositiveBigIntegerField(
         null=True, blank=True, help_text="Tokens this configuration's runs may use per UTC day."
@@ -180,6 +189,11 @@ class Configuration(models.Model):
 
     def __str__(self) -> str:
         return self.slug
+
+    def clean(self) -> None:
+        for name in ("input_token_price", "output_token_price"):
+            if getattr(self, name) is None:
+                setattr(self, name, 0)
 
 
 class Ordered(models.Model):

@@ -8,7 +8,6 @@
 from __future__ import annotations
 
 import time
-from functools import lru_cache
 from typing import Any
 
 from agentruns.providers.base import (
@@ -23,7 +22,7 @@ from agentruns.providers.base import (
     UserMessage,
     retryable_status,
 )
-from agentruns.providers.tokens import PER_MESSAGE, count
+from agentruns.providers.tokens import count, text_tokens
 from agentruns.tools.names import wire_name
 
 FINISHED = "(script finished)"
@@ -62,12 +61,6 @@ def _raise(link: Link, error: dict[str, Any]) -> None:
     )
 
 
-@lru_cache(maxsize=8192)
-def _tokens(text: str) -> int:
-    # Per distinct text: a replayed history costs a lookup per message, not an encoding.
-    return PER_MESSAGE + count(text)
-
-
 def _calls_text(calls: tuple[ToolCall, ...]) -> str:
     return "".join(f"{c.name}{c.raw_arguments or c.arguments}" for c in calls)
 
@@ -82,8 +75,8 @@ def _wire_text(message: Message) -> str:
 
 def _usage(request: ProviderRequest, text: str, calls: tuple[ToolCall, ...]) -> dict[str, int]:
     """OPS-1: the scripted provider reports what tiktoken counts, as a real one would."""
-    sent = sum(_tokens(t) for t in request.system) + sum(
-        _tokens(_wire_text(m)) for m in request.messages
+    sent = sum(text_tokens(t) for t in request.system) + sum(
+        text_tokens(_wire_text(m)) for m in request.messages
     )
     said = text + _calls_text(calls)
     return {"input_tokens": sent, "output_tokens": count(said) if said else 0}

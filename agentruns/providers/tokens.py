@@ -37,11 +37,12 @@ def message_tokens(message: Message) -> int:
 def fixed_tokens(system: Sequence[str], tools: Sequence[ToolSpec]) -> int:
     """What every request of a run repeats: counted once per distinct text."""
     specs = json.dumps([[t.name, t.description, t.parameters] for t in tools], sort_keys=True)
-    return sum(_text_tokens(text) for text in system) + (_specs_tokens(specs) if tools else 0)
+    return sum(text_tokens(text) for text in system) + (_specs_tokens(specs) if tools else 0)
 
 
-@lru_cache(maxsize=1024)
-def _text_tokens(text: str) -> int:
+@lru_cache(maxsize=8192)
+def text_tokens(text: str) -> int:
+    """A message's tokens, once per distinct text (a replayed history is lookups)."""
     return PER_MESSAGE + count(text)
 
 
