@@ -10,7 +10,7 @@ from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils.safestring import SafeString
 
-import agentruns.cluster.admin  # noqa: F401  (cluster summary and status page on the task queue)
+import agentruns.cluster.admin
 import agentruns.ops_admin  # noqa: F401  (webhooks, daily usage, the audit export)
 from agentruns import events as ev
 from agentruns.errors import AgentrunsError
