@@ -34,7 +34,7 @@ from agentruns.services.runs import (
     thread_mode_name,
     thread_switch_mode,
 )
-from agentruns.services.usage import run_usage, runs_usage
+from agentruns.services.usage import Usage, run_usage, runs_usage
 
 
 class SubmitSerializer(serializers.Serializer):
@@ -127,7 +127,7 @@ def ticket_dict(ticket: Ticket | None) -> dict[str, Any] | None:
     }
 
 
-def run_dict(run: Run, *, detail: bool = True) -> dict[str, Any]:
+def run_dict(run: Run, *, detail: bool = True, usage: Usage | None = None) -> dict[str, Any]:
     data: dict[str, Any] = {
         "id": run.pk,
         "thread": run.thread_id,
@@ -141,6 +141,7 @@ def run_dict(run: Run, *, detail: bool = True) -> dict[str, Any]:
         "updated_at": run.updated_at,
         "forced_snippets": run.forced_snippet_ids or [],
         "forced_skills": run.forced_skill_ids or [],
+        "usage": (usage or run_usage(run)).as_dict(),  # OPS-1
     }
     if detail:
         active = run.tickets.filter(status=Ticket.Status.ACTIVE).first()
@@ -157,7 +158,6 @@ def run_dict(run: Run, *, detail: bool = True) -> dict[str, Any]:
         data["uncertain_calls"] = list(
             run.invocations.filter(status="uncertain").values("call_id", "tool", "arguments")
         )
-        data["usage"] = run_usage(run).as_dict()  # OPS-1
     return data
 
 
@@ -183,7 +183,7 @@ class RunViewSet(viewsets.GenericViewSet):
         page = self.paginate_queryset(runs) or []
         usage = runs_usage(page)  # one query for the page
         return self.get_paginated_response(
-            [run_dict(run, detail=False) | {"usage": usage[run.pk].as_dict()} for run in page]
+            [run_dict(run, detail=False, usage=usage[run.pk]) for run in page]
         )
 
     @extend_schema(

@@ -49,6 +49,14 @@ class CountersOut(serializers.Serializer):
     attempts = serializers.IntegerField()
 
 
+class UsageOut(serializers.Serializer):
+    """OPS-1: the run's tokens and their cost at its configuration's prices."""
+
+    input_tokens = serializers.IntegerField()
+    output_tokens = serializers.IntegerField()
+    cost = serializers.DecimalField(max_digits=20, decimal_places=6)
+
+
 class RunOut(serializers.Serializer):
     id = serializers.IntegerField()
     thread = serializers.IntegerField()
@@ -62,6 +70,7 @@ class RunOut(serializers.Serializer):
     updated_at = serializers.DateTimeField()
     forced_snippets = serializers.ListField(child=serializers.IntegerField())
     forced_skills = serializers.ListField(child=serializers.IntegerField())
+    usage = UsageOut()
 
 
 class RunDetailOut(RunOut):

@@ -67,6 +67,11 @@ WORDS: dict[str, str] = {
         "it may not have been sent from this site's own page. Open the page again and send "
         "the form from there; if cookies are blocked, allow them for this site."
     ),
+    # OPS-2.
+    "daily_limit_reached": (
+        "Nothing was started: this configuration has used its tokens for today (UTC); try "
+        "again tomorrow or ask an operator to raise its daily limit."
+    ),
 }
 
 
