@@ -81,7 +81,10 @@ class AuditExportView(APIView):
             OpenApiParameter("configuration", str, description="A configuration's slug."),
             OpenApiParameter("kind", str, description="Comma-separated kinds."),
         ],
-        responses={(200, "application/x-ndjson"): OpenApiTypes.STR},
+        responses={
+            (200, CONTENT_TYPES["jsonl"]): OpenApiTypes.STR,
+            (200, CONTENT_TYPES["csv"]): OpenApiTypes.STR,
+        },
     )
     def get(self, request: Request) -> StreamingHttpResponse:
         """Gate decisions, approvals, denials, expiries, redactions and cancels in time order:

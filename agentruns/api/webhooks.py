@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.db.models import QuerySet
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, viewsets
 from rest_framework.decorators import action
 from rest_framework.permissions import IsAdminUser
@@ -87,7 +88,10 @@ class WebhookViewSet(viewsets.ModelViewSet):
     def perform_create(self, serializer: serializers.BaseSerializer) -> None:
         serializer.save(created_by=self.request.user)
 
-    @action(detail=True, methods=["get"], serializer_class=DeliverySerializer)
+    @extend_schema(request=None, responses={200: DeliverySerializer(many=True)})
+    @action(
+        detail=True, methods=["get"], serializer_class=DeliverySerializer, pagination_class=None
+    )
     def deliveries(self, request: Request, pk: str | None = None) -> Response:
         """The newest deliveries of this webhook, each with every attempt."""
         rows: QuerySet[WebhookDelivery] = (
