@@ -8,6 +8,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin
+from django.db import models
 from django.db.models import Max, Min, QuerySet
 from django.http import HttpRequest, StreamingHttpResponse
 
@@ -30,6 +31,7 @@ class WebhookAdmin(admin.ModelAdmin):
     list_display = ["url", "events", "active", "created_by", "created_at"]
     list_filter = ["active"]
     readonly_fields = ["created_by", "created_at", "updated_at"]
+    formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
 
     def get_form(
         self, request: HttpRequest, obj: Webhook | None = None, change: bool = False, **kw: Any
