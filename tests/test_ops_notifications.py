@@ -95,3 +95,20 @@ def test_ops6_a_short_ticket_gets_no_separate_reminder(approver, initiator, sett
     parked_run(initiator, approval_timeout_seconds=600)
     assert tickets_notify_due() == 1
     assert tickets_remind_due() == 0
+
+
+def test_ops6_the_mailed_link_opens_the_card_and_a_get_never_decides(approver, initiator):
+    from urllib.parse import urlsplit
+
+    from django.test import Client
+
+    run_id = parked_run(initiator)
+    tickets_notify_due()
+    link = next(line for line in mail.outbox[0].body.splitlines() if "/inbox/" in line)
+    client = Client()
+    client.force_login(approver)
+    for _ in range(2):  # a mail scanner prefetching it, then the person
+        page = client.get(urlsplit(link).path)
+        assert page.status_code == 200
+    ticket = Ticket.objects.get(run_id=run_id)
+    assert ticket.status == Ticket.Status.ACTIVE and str(ticket.correlation_id) in link
