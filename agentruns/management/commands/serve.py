@@ -20,6 +20,10 @@ class Command(BaseCommand):
         parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
 
     def handle(self, *args: Any, host: str, port: int, **options: Any) -> None:
+        # A supervisor stops with SIGTERM, and a shell that starts `make run` in the
+        # background ignores SIGINT: both must still stop the children, never orphan them.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, _interrupt)
         manage = [sys.executable, "manage.py"]
         children = [
             subprocess.Popen([*manage, "runserver", f"{host}:{port}", "--noreload"]),
@@ -45,3 +49,7 @@ class Command(BaseCommand):
                     child.wait(timeout=30)
                 except subprocess.TimeoutExpired:
                     child.kill()
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
