@@ -274,7 +274,8 @@ def load_demo_data() -> None:
 
 
 def load_demo_users() -> None:
-    """Creates the demo users once; a password changed since is left alone."""
+    """Creates the demo users once; a password changed since is left alone. They have
+    addresses so the approver mails (OPS-6) show up in `make run`'s console."""
     users = get_user_model().objects
     for username, _, superuser in DEMO_USERS:
         user, created = users.get_or_create(
@@ -282,4 +283,6 @@ def load_demo_users() -> None:
         )
         if created:
             user.set_password(DEMO_PASSWORD)
+        if created or not user.email:
+            user.email = f"{username}@example.com"
             user.save()

@@ -112,3 +112,14 @@ def test_ops6_the_mailed_link_opens_the_card_and_a_get_never_decides(approver, i
         assert page.status_code == 200
     ticket = Ticket.objects.get(run_id=run_id)
     assert ticket.status == Ticket.Status.ACTIVE and str(ticket.correlation_id) in link
+
+
+def test_ops6_the_demo_admin_has_an_address_so_make_run_shows_the_mail(django_user_model):
+    """`make run` prints mails on the console: the demo's approver must have an address."""
+    from agentruns.demo import load_demo_users
+
+    load_demo_users()
+    admin = django_user_model.objects.get(username="admin")
+    parked_run(django_user_model.objects.get(username="member"))
+    assert tickets_notify_due() == 1
+    assert [m.to for m in mail.outbox] == [[admin.email]]
