@@ -6,6 +6,7 @@ and Ollama providers show how a real endpoint is declared.
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -123,6 +124,9 @@ CONFIGURATIONS: list[dict[str, Any]] = [
         name="Multi-tool run (scripted)",
         provider="local-scripted",
         model="scripted-1",
+        # Priced like a hosted model (per million tokens), so runs show a cost (OPS-1).
+        input_token_price=Decimal("3.00"),
+        output_token_price=Decimal("15.00"),
         system_prompt="You keep the team's notes.",
         snippets=["style-guide"],
         allowed_tools=["clock.now", "notes"],
