@@ -44,7 +44,8 @@ class PortableStore:
         with transaction.atomic():
             fenced = Run.objects.select_for_update().filter(lease.fence)
             row = fenced.values_list("cancel_requested", flat=True).first()
-            if row is None:
+            held = Event.objects.filter(thread_id=lease.thread_id, sequence=step.after)
+            if row is None or (step.after and not held.exists()):  # see Step.after
                 _lost(lease)
             now = timezone.now()
             events = Event.objects.bulk_create(

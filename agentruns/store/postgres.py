@@ -29,6 +29,7 @@ from agentruns.store.connection import fast_commit, prepared, prepared_rows
 from agentruns.store.records import CLAIM_FIELDS, Lease, Step, checkpoint_row, event_row
 
 RUN = Run._meta.db_table
+EVENT = Event._meta.db_table
 GENERATION = f"(SELECT value FROM {CatalogGeneration._meta.db_table} WHERE id = 1)"
 # Appended to a statement that is its own transaction: that commit skips the WAL flush.
 RELAX_COMMIT = ", set_config('synchronous_commit', 'off', true)"
@@ -131,7 +132,11 @@ def step_statement(lease: Lease, step: Step, fast: bool) -> tuple:
     returns (fence held, cancel flag, catalog generation, [[call_id, invocation id]],
     the configuration's tokens today if the step used any)."""
     params: list[Any] = [lease.run_id, lease.epoch]
-    parts = [f"fence AS (SELECT id FROM {RUN} WHERE id = %s AND epoch = %s FOR SHARE)"]
+    held = ""
+    if step.after:
+        held = f" AND EXISTS (SELECT 1 FROM {EVENT} WHERE thread_id = %s AND sequence = %s)"
+        params.extend([lease.thread_id, step.after])
+    parts = [f"fence AS (SELECT id FROM {RUN} WHERE id = %s AND epoch = %s{held} FOR SHARE)"]
     now = timezone.now()
     if step.events:
         rows = [event_row(lease, event, now) for event in step.events]
@@ -217,7 +222,7 @@ class PostgresStore:
         row = step_statement(lease, step, fast_commit(durable))
         if not row[0]:
             lease.lost = True
-            raise Fenced("the lease was taken by another worker")
+            raise Fenced("the lease was taken by another worker, or the log lost its steps")
         lease.cancel_requested, lease.generation = bool(row[1]), row[2]
         if row[4] is not None:
             lease.used_today = (DailyUsage.today(), int(row[4]))

@@ -61,6 +61,11 @@ class Step:
     new_invocations: list[dict[str, Any]] = field(default_factory=list)
     invocation_updates: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
     run_update: dict[str, Any] = field(default_factory=dict)
+    # The newest sequence of the thread this worker has seen (0: none). The step is written
+    # only if the log still holds it: a database crash can lose a tail of steps committed
+    # without waiting for the WAL flush, and a worker that carried on over a fresh
+    # connection would otherwise act on (and leave gaps after) steps that no longer exist.
+    after: int = 0
 
 
 # A claim reads these columns of the run as they were before it.

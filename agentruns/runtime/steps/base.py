@@ -136,6 +136,7 @@ class RunCore:
             new_invocations=list(new_invocations),
             invocation_updates=list(invocation_updates),
             run_update=(run_update() if callable(run_update) else run_update) or {},
+            after=self.next_sequence - 1,
         )
         try:
             created = journal.write(self.lease, step, durable=durable)
