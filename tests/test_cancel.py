@@ -197,7 +197,8 @@ def test_hitl11_a_cancel_landing_while_a_turns_calls_run_never_parks_the_run(
     calls ran the run would park. A cancel that lands while they run (or just after the
     last result committed, before the ticket) ends the run `cancelled` instead: no ticket
     is ever opened, the call that ran keeps its result, the waiting one gets an
-    'interrupted' result, and the history stays paired."""
+    'interrupted' result, and the history stays paired. OPS-5: `run.cancelled` names who
+    asked, as a parked cancel's does."""
     scripted_configuration("mixed", [MIXED_TURN, {"text": "never asked"}])
     run = submit(approver, "mixed")
     cancelled = []
@@ -218,7 +219,8 @@ def test_hitl11_a_cancel_landing_while_a_turns_calls_run_never_parks_the_run(
     assert results["call_e"]["status"] == "ok"
     assert results["call_w"]["status"] == "error"
     assert not Note.objects.exists()
-    assert [e.type for e in run_events(run.pk)][-1] == "run.cancelled"
+    last = run_events(run.pk)[-1]
+    assert (last.type, last.payload) == ("run.cancelled", {"by": "staff"})  # OPS-5: who asked
     assert provider_pairing_problems(run.pk) == []
     invocation = ToolInvocation.objects.get(run=run, call_id="call_w")
     assert invocation.status == ToolInvocation.Status.INTERRUPTED

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from django.contrib.auth import get_user_model
 from django_q.models import OrmQ
 
 from agentruns import events as ev
 from agentruns.errors import NotAwaiting
 from agentruns.models import Run, Ticket
 from agentruns.services.runs import run_cancel
+from tests.conftest import grant
 from tests.support.clusters import (
     Clusters,
     assert_log_consistent,
@@ -22,6 +25,7 @@ from tests.support.clusters import (
     submit_batch,
     wait_statuses,
 )
+from tests.support.hitl import client_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -74,7 +78,9 @@ def test_hitl11_cancel_running_run_stops_at_next_boundary_after_the_call_complet
     clusters, tmp_path
 ):
     """The call in progress completes and its result is recorded; then the run ends
-    `cancelled` instead of asking the model again."""
+    `cancelled` instead of asking the model again. OPS-5: the cancel came through the API
+    from an approver who did not start the run; the worker's `run.cancelled` and the audit
+    export name them."""
     started, release = tmp_path / "c.started", tmp_path / "c.release"
     config = configuration(
         "cancel-running",
@@ -93,7 +99,12 @@ def test_hitl11_cancel_running_run_stops_at_next_boundary_after_the_call_complet
     clusters.start("a")
     (run,) = submit_batch(config)
     clusters.wait(started.exists, timeout=30, what="the wait tool to start")
-    run_cancel(user=bench_user(), run_id=run.pk)
+    approver = grant(
+        get_user_model().objects.create_user("night-shift", is_staff=True),
+        "approve_run",
+        "view_audit",
+    )
+    assert client_for(approver).post(f"/api/runs/{run.pk}/cancel/").status_code == 200
     run.refresh_from_db()
     assert run.status == Run.Status.RUNNING and run.cancel_requested
     release.write_text("go")
@@ -103,6 +114,12 @@ def test_hitl11_cancel_running_run_stops_at_next_boundary_after_the_call_complet
     result = kinds[2][1]
     assert result["tool"] == "test.wait" and result["status"] == ev.OK
     assert result["content"] == "released"
+    assert kinds[3][1] == {"by": "night-shift"}
+    response = client_for(approver).get(
+        "/api/audit/", {"format": "jsonl", "kind": ev.RUN_CANCELLED}
+    )
+    records = [json.loads(line) for line in b"".join(response.streaming_content).splitlines()]
+    assert [(r["run"], r["actor"]) for r in records] == [(run.pk, "night-shift")]
     assert_log_consistent([run])
 
 

@@ -10,15 +10,21 @@ import json
 import pytest
 from django.http import StreamingHttpResponse
 
-from agentruns.models import GateAudit
+from agentruns import events as ev
+from agentruns.models import Event, GateAudit, Run
+from agentruns.runtime import faults
 from agentruns.runtime.loop import execute_run
 from tests.conftest import grant
+from tests.support.crash import fault_hook
 from tests.support.factories import make_configuration, make_provider, make_snippet
+from tests.support.hitl import scripted_configuration
 from tests.support.ops import answer, client_for, parked_run
+from tests.support.runs import submit
 
 pytestmark = pytest.mark.django_db
 
 SOURCE_TEXT = "TOP-SECRET-SNIPPET-TEXT-42"
+ECHO = {"id": "call_e", "name": "test.echo", "arguments": {"text": "hi"}}
 
 
 @pytest.fixture
@@ -114,3 +120,30 @@ def test_ops5_a_cancel_names_who_cancelled(auditor):
     _, body = export(auditor, format="jsonl", kind="run.cancelled")
     [record] = [json.loads(line) for line in body.splitlines()]
     assert (record["run"], record["actor"], record["decision"]) == (run_id, "staff", "cancelled")
+
+
+def test_ops5_a_running_runs_cancel_names_who_asked_in_the_event_and_the_export(auditor, member):
+    """OPS-5, HITL-11: a running run stops at its next step boundary; the loop's
+    `run.cancelled` names the approver who cancelled it through the API (not the
+    initiator), and so does the audit export."""
+    scripted_configuration("busy", [{"tool_calls": [ECHO]}, {"text": "never asked"}])
+    run = submit(member, "busy")
+    answered = []
+
+    def hook(name: str, count: int) -> None:
+        if name == faults.TOOL_DONE and not answered:
+            response = client_for(auditor).post(f"/api/runs/{run.pk}/cancel/")
+            answered.append((response.status_code, response.json()["status"]))
+
+    with fault_hook(hook):
+        assert execute_run(run.pk) == Run.Status.CANCELLED
+    assert answered == [(200, Run.Status.RUNNING)]
+    last = Event.objects.filter(run=run).order_by("sequence").last()
+    assert (last.type, last.payload) == (ev.RUN_CANCELLED, {"by": "staff"})
+    _, body = export(auditor, format="csv", kind="run.cancelled")
+    [record] = list(csv.DictReader(io.StringIO(body)))
+    assert (record["run"], record["actor"], record["decision"]) == (
+        str(run.pk),
+        "staff",
+        "cancelled",
+    )

@@ -62,6 +62,9 @@ class Run(models.Model):
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     attempts = models.PositiveIntegerField(default=0)
     cancel_requested = models.BooleanField(default=False)
+    # OPS-5: who asked, as the log names actors; the loop ending a running run at its next
+    # step boundary writes it into `run.cancelled`.
+    cancel_requested_by = models.CharField(max_length=150, blank=True)
     wake_task_id = models.CharField(max_length=64, blank=True)
     wake_enqueued_at = models.DateTimeField(null=True, blank=True)
     # CLU-5

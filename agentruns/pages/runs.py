@@ -25,6 +25,7 @@ from agentruns.pages import timeline
 from agentruns.pages.words import failure_sentence, field_errors, sentence
 from agentruns.selectors import run_readout, visible_runs
 from agentruns.services.runs import Submission, run_submit
+from agentruns.services.usage import run_usage
 
 PAGE_SIZE = 25
 
@@ -96,7 +97,8 @@ def live_response(
 
 
 def live_context(run: Run) -> dict[str, Any]:
-    """What changes while a run goes: status, reply, failure, ticket, counters, log."""
+    """What changes while a run goes: status, reply, failure, ticket, counters, usage and
+    cost (OPS-1: as the run API reports them), log."""
     events = list(Event.objects.filter(run=run).order_by("sequence"))
     counts: dict[str, int] = {}
     for event in events:
@@ -113,6 +115,7 @@ def live_context(run: Run) -> dict[str, Any]:
             "tool calls used": f"{run.tool_calls_used} of {run.configuration.max_tool_calls}",
             "attempts": run.attempts,
         },
+        "usage": run_usage(run),
         "redactions": [e.payload for e in events if e.type == ev.SECRET_REDACTED],
         "rows": timeline.timeline(run, events),
         "time": timeline.time_split(run, events, timezone.now()),

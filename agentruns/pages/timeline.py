@@ -1,7 +1,8 @@
 """What the run page and the playground inspector show, folded from a run's log.
 
 Plain functions over the run's events (and its tool-invocation rows for durations): the
-timeline rows, where the time went, and the model turns with what each one carried.
+timeline rows, where the time went, and the model turns with what each one carried and
+what it used.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 from agentruns import events as ev
 from agentruns.models import Checkpoint, Event, Run, ToolInvocation
+from agentruns.services.usage import Usage, turn_usage
 
 
 @dataclass
@@ -96,6 +98,7 @@ class Turn:
     sequence: int  # of its event in the thread's log
     text: str
     at: datetime
+    usage: Usage = field(default_factory=Usage)  # OPS-1
     calls: list[Call] = field(default_factory=list)
     history: list[dict[str, Any]] = field(default_factory=list)
     tools: list[str] = field(default_factory=list)
@@ -116,6 +119,7 @@ def turns(run: Run, events: list[Event]) -> list[Turn]:
                 event.sequence,
                 payload.get("text", ""),
                 event.created_at,
+                turn_usage(payload, run.configuration),
             )
             for raw in payload.get("tool_calls", []):
                 call = Call(raw["id"], raw["name"], _pretty(raw.get("arguments")))

@@ -298,7 +298,10 @@ def run_cancel(*, user: User, run_id: int) -> Run:
         if run.is_terminal:
             raise Conflict(f"The run already ended ({run.status}).", status=run.status)
         if run.status == Run.Status.RUNNING:
-            Run.objects.filter(pk=run.pk).update(cancel_requested=True)
+            if not run.cancel_requested:  # the first to ask is the one the audit names
+                Run.objects.filter(pk=run.pk).update(
+                    cancel_requested=True, cancel_requested_by=user.get_username()
+                )
         else:
             _cancel_parked(run, by=user.get_username())
     run.refresh_from_db()

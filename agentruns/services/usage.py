@@ -47,6 +47,25 @@ class Usage:
         }
 
 
+def priced(input_tokens: int, output_tokens: int, configuration: Any) -> Usage:
+    """Tokens priced with the configuration's prices (a run's, a day's or one turn's)."""
+    cost = token_cost(
+        input_tokens,
+        output_tokens,
+        configuration.input_token_price,
+        configuration.output_token_price,
+    )
+    return Usage(input_tokens, output_tokens, cost)
+
+
+def turn_usage(payload: dict[str, Any], configuration: Any) -> Usage:
+    """One model turn's usage, from its `message.assistant` payload."""
+    counts = payload.get("usage") or {}
+    return priced(
+        int(counts.get("input_tokens") or 0), int(counts.get("output_tokens") or 0), configuration
+    )
+
+
 def _summed(field: str) -> Coalesce:
     return Coalesce(Sum(Cast(KT(f"payload__usage__{field}"), BigIntegerField())), 0)
 
@@ -64,17 +83,7 @@ def runs_usage(runs: Iterable[Any]) -> dict[int, Usage]:
     usage = {}
     for run in runs:
         row = totals.get(run.pk, {"input": 0, "output": 0})
-        configuration = run.configuration
-        usage[run.pk] = Usage(
-            row["input"],
-            row["output"],
-            token_cost(
-                row["input"],
-                row["output"],
-                configuration.input_token_price,
-                configuration.output_token_price,
-            ),
-        )
+        usage[run.pk] = priced(row["input"], row["output"], run.configuration)
     return usage
 
 
@@ -109,8 +118,7 @@ def daily_usage(
 
 
 def day_usage(row: DailyUsage) -> Usage:
-    c, i, o = row.configuration, row.input_tokens, row.output_tokens
-    return Usage(i, o, token_cost(i, o, c.input_token_price, c.output_token_price))
+    return priced(row.input_tokens, row.output_tokens, row.configuration)
 
 
 def usage_totals() -> dict[str, Usage]:
@@ -124,6 +132,5 @@ def usage_totals() -> dict[str, Usage]:
     totals = {}
     for row in rows:
         c = configurations[row["configuration"]]
-        cost = token_cost(row["i"], row["o"], c.input_token_price, c.output_token_price)
-        totals[c.slug] = Usage(row["i"], row["o"], cost)
+        totals[c.slug] = priced(row["i"], row["o"], c)
     return totals

@@ -76,3 +76,9 @@ def lease_cancel_flag(lease: Lease) -> bool | None:
     (HITL-11); None if the lease was lost. Call inside a transaction."""
     held = Run.objects.select_for_update().filter(lease.fence)
     return held.values_list("cancel_requested", flat=True).first()
+
+
+def cancel_requester(run_id: int) -> str | None:
+    """Who asked to cancel a running run (OPS-5); read once, when the loop honours it."""
+    row = Run.objects.filter(pk=run_id).values_list("cancel_requested_by", flat=True).first()
+    return row or None

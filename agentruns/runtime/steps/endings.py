@@ -22,7 +22,7 @@ from agentruns.runtime.state import (
     Turn,
 )
 from agentruns.runtime.steps.base import Items, Outcome, RunCore
-from agentruns.store.transitions import lease_cancel_flag, released
+from agentruns.store.transitions import cancel_requester, lease_cancel_flag, released
 from agentruns.store.wakeups import enqueue_wake
 from agentruns.tools.policy import (
     catalog_fingerprint,
@@ -42,7 +42,7 @@ class Endings(RunCore):
         if self.lease.lost:
             raise Fenced("the lease was taken by another worker")
         if self.lease.cancel_requested:
-            return self._finish(Run.Status.CANCELLED, [(ev.RUN_CANCELLED, {})])
+            return self._cancelled()
         if self.lease.stop_requested:
             return self._release()
         renew_if_due(self.lease)
@@ -85,9 +85,14 @@ class Endings(RunCore):
                     run_update=self._run_row(Run.Status.AWAITING),
                 )
         if cancelled:
-            return self._finish(Run.Status.CANCELLED, [(ev.RUN_CANCELLED, {})])
+            return self._cancelled()
         self._committed(written)
         return Outcome.AWAITING
+
+    def _cancelled(self) -> Outcome:
+        """HITL-11 for a running run; OPS-5: `by` names who asked, as a parked cancel's does."""
+        by = cancel_requester(self.lease.run_id)
+        return self._finish(Run.Status.CANCELLED, [(ev.RUN_CANCELLED, {"by": by})])
 
     def _cancel_landed(self) -> bool:
         """HITL-11: a cancel that landed while the turn's calls ran must not be parked

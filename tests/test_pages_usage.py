@@ -1,0 +1,75 @@
+"""OPS-1 on the pages: the run page and the playground inspector show a run's usage and
+cost as the run API reports them, and the inspector each model turn's."""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal
+
+import pytest
+
+from agentruns import events as ev
+from agentruns.models import Event
+from agentruns.runtime.loop import execute_run
+from agentruns.services.usage import token_cost
+from tests.conftest import grant
+from tests.support.hitl import client_for, scripted_configuration
+from tests.support.runs import submit
+
+pytestmark = pytest.mark.django_db
+
+TURNS = [
+    {"tool_calls": [{"id": "call_e", "name": "test.echo", "arguments": {"text": "hi"}}]},
+    {"text": "all done"},
+]
+
+
+@pytest.fixture
+def run(staff):
+    scripted_configuration("priced", TURNS, input_token_price="3", output_token_price="15")
+    run = submit(staff, "priced")
+    execute_run(run.pk)
+    return run
+
+
+def figures(html: str, label: str) -> dict[str, str]:
+    """The `data-usage` figures of the list with this accessible name (UI-3)."""
+    block = re.search(rf'<ul class="counters" aria-label="{label}".*?</ul>', html, re.S)
+    assert block, f"no list labelled {label!r}"
+    return dict(re.findall(r'data-usage="(\w+)">([^<]*)<', block.group(0)))
+
+
+def turn_usages(run) -> list[dict[str, int]]:
+    rows = Event.objects.filter(run=run, type=ev.ASSISTANT).order_by("sequence")
+    return [e.payload["usage"] for e in rows]
+
+
+@pytest.mark.parametrize("page", ["/runs/{}/", "/playground/runs/{}/"])
+def test_ops1_the_run_page_and_the_inspector_show_the_runs_usage_as_the_api_does(
+    client, staff, run, page
+):
+    grant(staff, "use_playground")
+    client.force_login(staff)
+    html = client.get(page.format(run.pk)).content.decode()
+    api = client_for(staff).get(f"/api/runs/{run.pk}/").json()["usage"]
+    shown = figures(html, "Usage and cost")
+    assert shown == {k: str(v) for k, v in api.items()}
+    assert int(shown["input_tokens"]) == sum(u["input_tokens"] for u in turn_usages(run)) > 0
+    assert shown["cost"] != "0.000000"
+
+
+def test_ops1_each_inspector_turn_card_shows_that_turns_tokens_and_cost(client, staff, run):
+    grant(staff, "use_playground")
+    client.force_login(staff)
+    html = client.get(f"/playground/runs/{run.pk}/").content.decode()
+    usages = turn_usages(run)
+    assert len(usages) == 2
+    for number, usage in enumerate(usages, start=1):
+        cost = token_cost(
+            usage["input_tokens"], usage["output_tokens"], Decimal("3"), Decimal("15")
+        )
+        assert figures(html, f"Usage of model turn {number}") == {
+            "input_tokens": str(usage["input_tokens"]),
+            "output_tokens": str(usage["output_tokens"]),
+            "cost": str(cost),
+        }
