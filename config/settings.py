@@ -72,6 +72,8 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     # UI-4: static files are served by the app itself, with or without DEBUG.
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    # SEC-3: a path or query PostgreSQL cannot store is a 400 before any view looks it up.
+    "agentruns.api.limits.StorableRequestMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",

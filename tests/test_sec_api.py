@@ -181,3 +181,47 @@ def test_check_deploy_is_clean_under_production_settings(tmp_path):
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "no issues" in done.stdout
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/api/configurations/%00/",
+        "/api/providers/a%00b/",
+        "/api/runs/?status=%00",
+        "/api/notes/?run=1%00",
+        "/api/runs/1%00/",
+    ],
+)
+def test_sec3_a_nul_in_a_path_or_query_is_a_400_not_a_500(api, url):
+    response = api.get(url)
+    assert response.status_code == 400, response.content
+    assert response.json()["code"] == "malformed"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"slug": "nul", "name": "n\x00", "text": "t", "data_class": "public"},
+        {"slug": "nul", "name": "n", "text": "t", "data_class": "public", "k\x00": 1},
+        # A lone surrogate, escaped as the fuzzer sends it (no client can encode it raw).
+        '{"slug": "nul", "name": "\\ud861", "text": "t", "data_class": "public"}',
+    ],
+)
+def test_sec3_a_string_postgresql_cannot_store_is_a_400_not_a_500(api, body):
+    if isinstance(body, str):
+        response = api.post("/api/snippets/", body, content_type="application/json")
+    else:
+        response = api.post("/api/snippets/", body, format="json")
+    assert response.status_code == 400, response.content
+    assert response.json()["code"] == "malformed"
+
+
+def test_sec3_a_nul_inside_a_json_field_is_a_400_not_a_500(api):
+    """Found by schemathesis: a `script` key holding \\u0000 reached jsonb (500)."""
+    response = api.post(
+        "/api/configurations/",
+        {"slug": "nul", "name": "n", "script": {"turns": [], "a\x00": 1}},
+        format="json",
+    )
+    assert response.status_code == 400, response.content

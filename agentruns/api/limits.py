@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
 from rest_framework.exceptions import ParseError
 from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.parsers import JSONParser
@@ -17,13 +18,57 @@ MAX_OFFSET = 2**31 - 1
 
 
 class BoundedJSONParser(JSONParser):
-    """A body nested deeper than Python's recursion limit is malformed (400), not a 500."""
+    """A body nested deeper than Python's recursion limit, or holding a string PostgreSQL
+    cannot store, is malformed (400), not a 500."""
 
     def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> Any:
         try:
-            return super().parse(stream, media_type, parser_context)
+            data = super().parse(stream, media_type, parser_context)
         except RecursionError as exc:
             raise ParseError("JSON parse error - nested too deeply.") from exc
+        problem = unstorable(data)
+        if problem:
+            raise ParseError(f"JSON parse error - {problem}.")
+        return data
+
+
+def unstorable(value: Any) -> str:
+    """Why PostgreSQL would refuse a string of this JSON value ('' when it would not): text
+    and jsonb hold no NUL character, and only whole UTF-16 surrogate pairs."""
+    strings: list[Any] = [value]
+    while strings:
+        node = strings.pop()
+        if isinstance(node, dict):
+            strings.extend(node.keys())
+            strings.extend(node.values())
+        elif isinstance(node, list):
+            strings.extend(node)
+        elif isinstance(node, str):
+            if "\x00" in node:
+                return "strings may not contain NUL (\\u0000)"
+            try:
+                node.encode("utf-8")
+            except UnicodeEncodeError:
+                return "strings may not contain unpaired surrogates"
+    return ""
+
+
+class StorableRequestMiddleware:
+    """The same rule for the path and the query string of every request (API and pages):
+    a NUL there would reach a lookup and make the database fail (SEC-3)."""
+
+    def __init__(self, get_response: Any) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        values = [request.path, *(v for _, vs in request.GET.lists() for v in vs)]
+        problem = unstorable(values)
+        if not problem:
+            return self.get_response(request)
+        detail = f"The request's path or query is malformed: {problem}."
+        if request.path.startswith("/api/"):
+            return JsonResponse({"code": "malformed", "detail": detail}, status=400)
+        return HttpResponseBadRequest(detail)
 
 
 class Pagination(LimitOffsetPagination):
