@@ -2,10 +2,12 @@
 visibility. A run belongs to `initiator`; everyone else sees it only through a permission
 (view_all_runs to look, approve_run to look and act).
 
-Pages are built elsewhere: add their rows to PAGE_ROWS (same columns, paths under /)."""
+PAGE_ROWS hold the pages (a session, as a browser has; anonymous visitors are sent to sign
+in: 302) and the metrics endpoint."""
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import pytest
@@ -26,16 +28,23 @@ ROLES = [
     "staff+approve_run",
     "approver",
     "initiator",
+    "staff+use_playground",
 ]
 # Status per role, in ROLES order. 401: not signed in; 403: signed in, not allowed;
 # 404: the object is invisible to the caller (SEC-2: no existence oracle).
-CATALOG_READ = (401, 403, 200, 200, 200, 403, 403)
-CATALOG_WRITE = (401, 403, 201, 201, 201, 403, 403)
-SEE_RUN = (401, 404, 404, 200, 200, 200, 200)
-ACT_ON_RUN = (401, 404, 404, 403, 200, 200, 200)
-ANY_USER = (401, 200, 200, 200, 200, 200, 200)
-RESUME = (401, 404, 404, 403, 409, 409, 403)  # no ticket: who may answer meets not_awaiting
-SWITCH_MODE = (401, 404, 404, 403, 409, 409, 409)  # the run is queued: conflict
+CATALOG_READ = (401, 403, 200, 200, 200, 403, 403, 200)
+CATALOG_WRITE = (401, 403, 201, 201, 201, 403, 403, 201)
+STAFF_ONLY = (401, 403, 200, 200, 200, 403, 403, 200)
+NOBODY_HERE = (401, 403, 403, 403, 403, 403, 403, 403)  # needs view_audit, which none holds
+SEE_RUN = (401, 404, 404, 200, 200, 200, 200, 404)
+ACT_ON_RUN = (401, 404, 404, 403, 200, 200, 200, 404)
+ANY_USER = (401, 200, 200, 200, 200, 200, 200, 200)
+RESUME = (401, 404, 404, 403, 409, 409, 403, 404)  # no ticket: who may answer: not_awaiting
+SWITCH_MODE = (401, 404, 404, 403, 409, 409, 409, 404)  # the run is queued: conflict
+# Pages: anonymous visitors are sent to sign in.
+PAGE_ANY_USER = (302, 200, 200, 200, 200, 200, 200, 200)
+PAGE_PLAYGROUND = (302, 403, 403, 403, 403, 403, 403, 200)  # FS-5
+PAGE_SEE_RUN = (302, 404, 404, 200, 200, 200, 200, 404)
 
 SUBMIT = {"configuration": "c", "input": "hello"}
 RESUME_BODY = {
@@ -60,7 +69,7 @@ API_ROWS: list[tuple[str, str, Any, tuple[int, ...]]] = [
     ("get", "/api/skills/", None, CATALOG_READ),
     ("post", "/api/skills/", {"slug": "n", "name": "N", "instructions": "i"}, CATALOG_WRITE),
     ("get", "/api/runs/", None, ANY_USER),
-    ("post", "/api/runs/", SUBMIT, (401, 201, 201, 201, 201, 201, 201)),
+    ("post", "/api/runs/", SUBMIT, (401, 201, 201, 201, 201, 201, 201, 201)),
     ("get", "/api/runs/{run}/", None, SEE_RUN),
     ("get", "/api/runs/{run}/events/", None, SEE_RUN),
     ("post", "/api/runs/{run}/cancel/", None, ACT_ON_RUN),
@@ -70,8 +79,23 @@ API_ROWS: list[tuple[str, str, Any, tuple[int, ...]]] = [
     ("get", "/api/tickets/", None, ANY_USER),
     ("get", "/api/notes/", None, ANY_USER),
     ("get", "/api/notes/{note}/", None, SEE_RUN),
+    ("get", "/api/webhooks/", None, STAFF_ONLY),
+    ("get", "/api/usage/", None, STAFF_ONLY),
+    ("get", "/api/audit/", None, NOBODY_HERE),
+    ("post", "/api/runs/", {**SUBMIT, "dry_run": True}, (401, 403, 403, 403, 403, 403, 403, 200)),
 ]
-PAGE_ROWS: list[tuple[str, str, Any, tuple[int, ...]]] = []
+PAGE_ROWS: list[tuple[str, str, Any, tuple[int, ...]]] = [
+    ("get", "/", None, PAGE_ANY_USER),
+    ("get", "/playground/", None, PAGE_PLAYGROUND),
+    ("get", "/playground/readout/?configuration=c", None, PAGE_PLAYGROUND),
+    ("get", "/playground/runs/{run}/", None, (302, 403, 403, 403, 403, 403, 403, 404)),
+    ("get", "/runs/", None, PAGE_ANY_USER),
+    ("get", "/runs/{run}/", None, PAGE_SEE_RUN),
+    ("get", "/inbox/", None, PAGE_ANY_USER),
+    ("get", "/inbox/count/", None, PAGE_ANY_USER),
+    ("get", "/inbox/{ticket}/", None, (302, 404, 404, 404, 404, 404, 404, 404)),
+    ("get", "/metrics", None, (401, 403, 200, 200, 200, 403, 403, 200)),
+]
 CASES = [
     pytest.param(method, path, body, role, expected, id=f"{method} {path} as {role}")
     for method, path, body, statuses in [*API_ROWS, *PAGE_ROWS]
@@ -85,6 +109,7 @@ def caller(role: str, django_user_model, initiator) -> APIClient:
         return client
     if role == "initiator":
         client.force_authenticate(initiator)
+        client.force_login(initiator)  # the pages' session
         return client
     staff = role.startswith("staff")
     user = django_user_model.objects.create_user(f"u-{role}", is_staff=staff)
@@ -93,6 +118,7 @@ def caller(role: str, django_user_model, initiator) -> APIClient:
     if role == "approver":
         grant(user, "approve_run")
     client.force_authenticate(user)
+    client.force_login(user)
     return client
 
 
@@ -105,7 +131,9 @@ def test_who_may_do_what(method, path, body, role, expected, django_user_model):
     run = submit(initiator, "c", "the initiator's run")
     note = Note.objects.create(title="n", body="b", run=run)
     provider = run.configuration.provider.slug
-    url = path.format(run=run.pk, thread=run.thread_id, note=note.pk, provider=provider)
+    url = path.format(
+        run=run.pk, thread=run.thread_id, note=note.pk, provider=provider, ticket=uuid.uuid4()
+    )
     client = caller(role, django_user_model, initiator)
 
     response = getattr(client, method)(url, body, format="json")
