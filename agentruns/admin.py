@@ -159,14 +159,14 @@ class GateAuditAdmin(admin.ModelAdmin):
         "configuration",
         "run_id",
         "verdict",
-        "mode",
+        "enforcement",
         "zone",
         "ceiling",
         "source_kind",
         "source_name",
         "data_class",
     ]
-    list_filter = ["verdict", "mode", "zone"]
+    list_filter = ["verdict", "enforcement", "zone"]
     search_fields = ["configuration", "source_name"]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
@@ -272,7 +272,7 @@ class NoteAdmin(admin.ModelAdmin):
 
 @admin.register(Thread)
 class ThreadAdmin(admin.ModelAdmin):
-    list_display = ["id", "configuration", "mode", "created_by", "created_at"]
+    list_display = ["id", "configuration", "created_by", "created_at"]
     inlines = [EventInline]
 
 

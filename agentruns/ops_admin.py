@@ -106,8 +106,15 @@ class AuditRecordAdmin(ReadOnly):
     """OPS-5 in the admin: select gate decisions and export the whole audit (decisions,
     approvals, denials, expiries, redactions, cancels) of the period they span."""
 
-    list_display = ["created_at", "configuration", "run_id", "verdict", "mode", "source_name"]
-    list_filter = ["verdict", "mode"]
+    list_display = [
+        "created_at",
+        "configuration",
+        "run_id",
+        "verdict",
+        "enforcement",
+        "source_name",
+    ]
+    list_filter = ["verdict", "enforcement"]
     actions = ["export_csv", "export_jsonl"]
 
     def has_view_permission(self, request: HttpRequest, obj: object = None) -> bool:

@@ -242,7 +242,7 @@ def test_cg4_audit_row_has_the_decision_fields_and_no_text(settings):
         context_assert(config=config, sources=sources, run_id=99)
     row = GateAudit.objects.get()
     assert row.verdict == "refused"
-    assert row.mode == GateAudit.Mode.ENFORCED
+    assert row.enforcement == GateAudit.Enforcement.ENFORCED
     assert row.configuration == "cfg-audit"
     assert row.run_id == 99
     assert row.zone == "external_eu"
@@ -263,7 +263,7 @@ def test_cg4_permitted_assert_returns_the_decision_and_does_not_raise(settings):
     assert asserted.decision.verdict is Verdict.PERMITTED
     assert asserted.enforcement is Enforcement.ENFORCE
     assert not asserted.observed_refusal
-    assert GateAudit.objects.get().mode == "enforced"
+    assert GateAudit.objects.get().enforcement == "enforced"
 
 
 # --- CG-5: enforcement fails closed ------------------------------------------------------
@@ -309,7 +309,7 @@ def test_cg5_a_typo_in_the_setting_still_refuses(raw, settings):
     settings.AGENTRUNS_DATA_CLASS_ENFORCEMENT = raw
     with pytest.raises(ContextRefused):
         context_assert(config=view(zone="external_global"), sources=[source("s", "secret")])
-    assert GateAudit.objects.get().mode == "enforced"
+    assert GateAudit.objects.get().enforcement == "enforced"
 
 
 # --- CG-6: observe mode ------------------------------------------------------------------
@@ -325,7 +325,7 @@ def test_cg6_observe_lets_the_refusal_through_and_marks_the_audit_row(settings, 
     assert asserted.decision.refused
     assert asserted.observed_refusal
     row = GateAudit.objects.get()
-    assert (row.verdict, row.mode) == ("refused", "observed")
+    assert (row.verdict, row.enforcement) == ("refused", "observed")
     assert any("cfg-obs" in record.getMessage() for record in caplog.records)
 
 

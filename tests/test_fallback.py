@@ -257,4 +257,4 @@ def test_observe_mode_lets_a_refused_send_through_and_records_it(staff, fake, se
     assert [e.payload["verdict"] for e in observed] == ["refused (observed)"]
     audits = GateAudit.objects.filter(run_id=run.pk)
     assert audits.count() >= 2
-    assert set(audits.values_list("verdict", "mode")) == {("refused", "observed")}
+    assert set(audits.values_list("verdict", "enforcement")) == {("refused", "observed")}

@@ -221,7 +221,6 @@ def test_def1_switching_while_a_run_is_live_is_a_409(api, fake, script):
     conflict = api.post(f"/api/threads/{thread}/mode/", {"mode": "chat"}, format="json")
     assert conflict.status_code == 409
     assert switches(thread) == []
-    assert Thread.objects.get(pk=thread).mode == ""
     # Once the run has ended the switch goes through.
     assert api.post(f"/api/runs/{run['id']}/cancel/").status_code == 200
     assert api.post(f"/api/threads/{thread}/mode/", {"mode": "chat"}).status_code == 200

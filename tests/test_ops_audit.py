@@ -101,7 +101,7 @@ def test_ops5_the_admin_action_exports_the_same(auditor, client):
     run_id = parked_run(auditor, "adm")
     answer(auditor, run_id)
     # Selected rows from before and after the decision: their period holds it.
-    GateAudit.objects.create(verdict="refused", mode="enforced", configuration="adm")
+    GateAudit.objects.create(verdict="refused", enforcement="enforced", configuration="adm")
     client.force_login(auditor)
     ids = list(GateAudit.objects.values_list("pk", flat=True))
     response = client.post(

@@ -60,7 +60,7 @@ def test_ops3_metrics_parse_and_count_what_the_database_holds(settings, staff):
         input_tokens=1_000_000,
         output_tokens=500_000,
     )
-    GateAudit.objects.create(verdict="refused", mode="enforced", configuration="priced")
+    GateAudit.objects.create(verdict="refused", enforcement="enforced", configuration="priced")
     samples = scrape(HTTP_AUTHORIZATION=f"Bearer {TOKEN}")
     assert samples[("agentruns_runs", (("status", "awaiting"),))] == 1
     assert samples[("agentruns_runs", (("status", "queued"),))] == 1
@@ -72,7 +72,7 @@ def test_ops3_metrics_parse_and_count_what_the_database_holds(settings, staff):
     tokens = (("configuration", "priced"), ("direction", "input"))
     assert samples[("agentruns_tokens_total", tokens)] == 1_000_000
     assert samples[("agentruns_cost_total", (("configuration", "priced"),))] == 7.0
-    refusals = (("configuration", "priced"), ("mode", "enforced"))
+    refusals = (("configuration", "priced"), ("enforcement", "enforced"))
     assert samples[("agentruns_gate_refusals_total", refusals)] == 1
     assert samples[("agentruns_ticket_wait_seconds_count", ())] == 1
     assert samples[("agentruns_ticket_wait_seconds_bucket", (("le", "60.0"),))] == 1

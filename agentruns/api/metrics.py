@@ -42,11 +42,11 @@ class DatabaseCollector(Collector):
         refusals = CounterMetricFamily(
             "agentruns_gate_refusals",
             "Context gate refusals (CG-4), enforced and observed.",
-            labels=["configuration", "mode"],
+            labels=["configuration", "enforcement"],
         )
         refused = GateAudit.objects.filter(verdict="refused").order_by()
-        for row in refused.values("configuration", "mode").annotate(n=Count("id")):
-            refusals.add_metric([row["configuration"], row["mode"]], row["n"])
+        for row in refused.values("configuration", "enforcement").annotate(n=Count("id")):
+            refusals.add_metric([row["configuration"], row["enforcement"]], row["n"])
         yield refusals
         deliveries = GaugeMetricFamily(
             "agentruns_webhook_deliveries", "Webhook deliveries by status.", labels=["status"]

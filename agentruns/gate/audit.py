@@ -46,10 +46,10 @@ def audit_row(decision: Decision, enforcement: Enforcement, run_id: int | None) 
     source = decision.source
     return GateAudit(
         verdict=decision.verdict.value,
-        mode=(
-            GateAudit.Mode.OBSERVED
+        enforcement=(
+            GateAudit.Enforcement.OBSERVED
             if enforcement is Enforcement.OBSERVE
-            else GateAudit.Mode.ENFORCED
+            else GateAudit.Enforcement.ENFORCED
         ),
         configuration=decision.configuration,
         run_id=run_id,

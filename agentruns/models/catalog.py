@@ -279,13 +279,13 @@ class CatalogGeneration(models.Model):
 class GateAudit(models.Model):
     """One row per asserted gate decision (CG-4). Holds names and classes, never text."""
 
-    class Mode(models.TextChoices):
+    class Enforcement(models.TextChoices):
         ENFORCED = "enforced"
         OBSERVED = "observed"
 
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     verdict = models.CharField(max_length=16)
-    mode = models.CharField(max_length=16, choices=Mode.choices)
+    enforcement = models.CharField(max_length=16, choices=Enforcement.choices)
     configuration = models.CharField(max_length=50, db_index=True)
     run_id = models.BigIntegerField(null=True, blank=True, db_index=True)
     zone = models.CharField(max_length=32, blank=True)
@@ -299,4 +299,4 @@ class GateAudit(models.Model):
         ordering = ["-id"]
 
     def __str__(self) -> str:
-        return f"{self.configuration}: {self.verdict} ({self.mode})"
+        return f"{self.configuration}: {self.verdict} ({self.enforcement})"

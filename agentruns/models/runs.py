@@ -15,7 +15,6 @@ class Thread(models.Model):
     """LOOP-1: a conversation. Its log is the authority on what happened (LOOP-3)."""
 
     configuration = models.ForeignKey(Configuration, on_delete=models.PROTECT)
-    mode = models.CharField(max_length=64, blank=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
     )

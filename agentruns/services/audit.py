@@ -62,7 +62,7 @@ def _gate_records(flt: AuditFilter) -> Iterator[dict[str, Any]]:
         what = f"{row.source_kind} {row.source_name}".strip() or "system prompt"
         reason = (
             f"{what} (class {row.data_class or 'undeclared'}) to zone {row.zone or '-'}, "
-            f"ceiling {row.ceiling or '-'}, {row.mode}{', forced' if row.forced else ''}"
+            f"ceiling {row.ceiling or '-'}, {row.enforcement}{', forced' if row.forced else ''}"
         )
         yield {
             "time": row.created_at,

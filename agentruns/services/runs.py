@@ -212,7 +212,6 @@ def _create(
     items: list[tuple[str, dict[str, Any]]] = []
     if submission.mode and (new_thread or submission.mode != thread_mode_name(thread)):
         items.append((ev.MODE_SWITCHED, {"mode": submission.mode}))
-        Thread.objects.filter(pk=thread.pk).update(mode=submission.mode)
     if kinds:
         items.append((ev.SECRET_REDACTED, {"where": "input", "kinds": kinds}))
     items.append((ev.USER, {"text": text}))
@@ -357,6 +356,4 @@ def thread_switch_mode(*, user: User, thread_id: int, mode: str) -> Thread:
             append_events(
                 thread_id=thread.pk, run_id=None, items=[(ev.MODE_SWITCHED, {"mode": mode})]
             )
-            Thread.objects.filter(pk=thread.pk).update(mode=mode)
-    thread.refresh_from_db()
     return thread
