@@ -14,6 +14,7 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from agentruns import events as ev
 from agentruns.api.limits import MAX_ID
 from agentruns.api.shapes import EventsOut, RunDetailOut, RunOut, ThreadOut, TicketsOut
 from agentruns.models import Event, Note, Run, Thread, Ticket
@@ -79,7 +80,7 @@ def query(serializer: type[serializers.Serializer], request: Request) -> dict[st
 
 class ResultSerializer(serializers.Serializer):
     kind = serializers.ChoiceField(choices=[PERMISSION, INPUT])
-    decision = serializers.ChoiceField(choices=["allow", "deny"], required=False)
+    decision = serializers.ChoiceField(choices=[ev.ALLOW, ev.DENY], required=False)
     note = serializers.CharField(required=False, allow_blank=True, max_length=2000, default="")
     value = serializers.JSONField(required=False, allow_null=True)
 

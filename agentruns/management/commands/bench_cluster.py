@@ -34,8 +34,6 @@ from django.utils import timezone
 
 from agentruns.cluster.process import ClusterProcess, start_cluster, wait_for
 
-TERMINAL = ("completed", "failed", "cancelled")
-
 
 @dataclass(frozen=True)
 class Shape:
@@ -98,7 +96,7 @@ class Sampler:
                     )
                     total, here = cursor.fetchone()
                 running = Run.objects.filter(
-                    configuration_id=self.configuration_id, status="running"
+                    configuration_id=self.configuration_id, status=Run.Status.RUNNING
                 ).count()
                 self.max_connections = max(self.max_connections, total)
                 self.max_connections_db = max(self.max_connections_db, here)
@@ -200,7 +198,7 @@ class Command(BaseCommand):
         )
         ids = self.submit(slug, samples)
         wait_for(
-            lambda: Run.objects.filter(pk__in=ids, status="awaiting").count() == len(ids),
+            lambda: Run.objects.filter(pk__in=ids, status=Run.Status.AWAITING).count() == len(ids),
             timeout=120,
             what="PERF-5 runs to park",
         )
@@ -253,7 +251,7 @@ class Command(BaseCommand):
             .annotate(n=Count("id"))
             .values_list("status", "n")
         )
-        completed = Run.objects.filter(pk__in=ids, status="completed").count()
+        completed = Run.objects.filter(pk__in=ids, status=Run.Status.COMPLETED).count()
         result = {
             "shape": shape.name,
             "cluster": shape.describe(),
@@ -330,7 +328,7 @@ class Command(BaseCommand):
             else Run.objects.filter(pk__in=ids)
         )
         wait_for(
-            lambda: not runs.exclude(status__in=TERMINAL).exists(),
+            lambda: not runs.exclude(status__in=Run.TERMINAL).exists(),
             timeout=timeout,
             what=f"{len(ids)} runs to end",
             every=0.1,
