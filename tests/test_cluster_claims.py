@@ -24,7 +24,7 @@ from agentruns.cluster import sweeper
 from agentruns.cluster.admin import ClusterQueueAdmin
 from agentruns.cluster.status import snapshot
 from agentruns.models import Run, Ticket
-from agentruns.runtime.lease import claim, claim_queued, renew_many
+from agentruns.store.transitions import claim, claim_queued, renew_many
 from tests.support.clusters import configuration, submit_batch
 
 pytestmark = pytest.mark.django_db(transaction=True)

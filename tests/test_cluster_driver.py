@@ -15,7 +15,8 @@ from django_q.models import OrmQ
 from agentruns.cluster.driver import Driver, DriverConfig
 from agentruns.models import Run
 from agentruns.runtime import loop as executor_module
-from agentruns.runtime.lease import Lease, claim
+from agentruns.store.records import Lease
+from agentruns.store.transitions import claim
 from tests.support.clusters import configuration, submit_batch, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)

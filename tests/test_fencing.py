@@ -14,10 +14,10 @@ from django.utils import timezone
 
 from agentruns import events as ev
 from agentruns.models import Event, Note, Run, ToolInvocation
-from agentruns.runtime.lease import claim
 from agentruns.runtime.loop import Executor, Outcome, execute_run
 from agentruns.runtime.state import ProposedCall
 from agentruns.runtime.steps.model_turn import idempotency_key
+from agentruns.store.transitions import claim
 from agentruns.tools.registry import REGISTRY
 from tests.support.crash import (
     EXTERNAL_CALL,

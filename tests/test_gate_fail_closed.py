@@ -18,8 +18,8 @@ from django.test.utils import CaptureQueriesContext
 
 from agentruns import events as ev
 from agentruns.models import CatalogGeneration, Configuration, Event, GateAudit, Run, Snippet
-from agentruns.runtime.lease import claim
 from agentruns.runtime.loop import Executor, Outcome, execute_run
+from agentruns.store.transitions import claim
 from tests.support.crash import (
     expire_lease,
     make_openai_configuration,

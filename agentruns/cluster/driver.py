@@ -38,8 +38,8 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError, connections, transaction
 from psycopg_pool import PoolTimeout
 
-from agentruns.runtime.lease import Lease, abandon, claim_runnable, renew_many
-from agentruns.store.transitions import run_hand_back
+from agentruns.store.records import Lease
+from agentruns.store.transitions import claim_runnable, lease_lapse, renew_many, run_hand_back
 from agentruns.store.wakeups import enqueue_wake
 
 logger = logging.getLogger(__name__)
@@ -283,9 +283,12 @@ class Driver:
                 return
 
     def _abandon(self, lease: Lease) -> None:
+        """A run this worker cannot go on with (an unexpected error): its lease lapses now
+        instead of at expiry, so the sweeper reclaims it at once; like a crash, that
+        reclaim spends an attempt (CLU-3), which bounds a run that keeps failing."""
         try:
             with transaction.atomic():
-                if abandon(lease):
+                if lease_lapse(lease):
                     enqueue_wake(lease.run_id)
         except Exception:
             # The heartbeat no longer renews it: the lease expires and the sweeper

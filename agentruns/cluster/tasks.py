@@ -15,8 +15,8 @@ from django.db import transaction
 from agentruns.cluster.driver import CLAIM_BATCH, close_thread_connections, get_driver
 from agentruns.cluster.sweeper import sweep as run_sweeper
 from agentruns.models import Run
-from agentruns.runtime.lease import claim
 from agentruns.store.base import claimable
+from agentruns.store.transitions import claim
 from agentruns.store.wakeups import enqueue_wake
 
 logger = logging.getLogger(__name__)

@@ -16,7 +16,6 @@ from agentruns.errors import Fenced
 from agentruns.models import Run
 from agentruns.runtime import journal
 from agentruns.runtime.compose import thread_mode
-from agentruns.runtime.lease import claim
 from agentruns.runtime.state import (
     AskModel,
     CallTools,
@@ -28,6 +27,7 @@ from agentruns.runtime.state import (
 from agentruns.runtime.steps.base import Outcome
 from agentruns.runtime.steps.model_turn import ModelTurn
 from agentruns.store.connection import release_connection
+from agentruns.store.transitions import claim
 
 logger = logging.getLogger(__name__)
 

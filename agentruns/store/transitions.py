@@ -1,19 +1,28 @@
 """Every change of `Run.status` and of a held lease, each a fenced or conditional update
 whose row count is checked, with ONE set of "release the lease" columns. Claims
-(queued/expired → running) are the store's claim statement; a running run's own endings
-and parkings go through the step statement with `released(...)` as its run update, fenced
-by the lease. Heartbeat renewals of many leases at once: `SystemStore.renew_many`."""
+(queued/expired → running, CLU-2) run the store's claim statement on the database clock
+and come back as a `Lease`; a running run's own endings and parkings go through the step
+statement with `released(...)` as its run update, fenced by the lease. Heartbeat renewals
+of many leases at once: `renew_many`."""
 
 from __future__ import annotations
 
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db.models import Q
 from django.db.models.functions import Now
 from django.utils import timezone
 
+from agentruns.errors import Fenced
 from agentruns.models import Run
+from agentruns.store import store
 from agentruns.store.records import Lease
 
 Status = Run.Status
@@ -82,3 +91,101 @@ def cancel_requester(run_id: int) -> str | None:
     """Who asked to cancel a running run (OPS-5); read once, when the loop honours it."""
     row = Run.objects.filter(pk=run_id).values_list("cancel_requested_by", flat=True).first()
     return row or None
+
+
+def worker_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
+
+
+def claim(run_id: int, owner: str | None = None) -> Lease | None:
+    """Take the run if it is queued, or running under an expired lease (a crash reclaim,
+    which spends an attempt: CLU-3). SKIP LOCKED: a run another worker is claiming right
+    now is simply not ours."""
+    owner = owner or worker_name()
+    seconds = settings.AGENTRUNS_LEASE_SECONDS
+    row = store().claim(run_id, owner, seconds)
+    return _lease(run_id, owner, seconds, row) if row else None
+
+
+def claim_queued(limit: int, owner: str | None = None) -> list[Lease]:
+    """Claim up to `limit` queued runs, oldest first, in one statement: a worker with free
+    threads takes a burst of runs without waiting for each run's own wake-up (which then
+    finds its run taken and does nothing, CLU-1). PostgreSQL only; elsewhere wake-ups do
+    all the claiming."""
+    return _claim_batch(store().claim_queued, limit, owner)
+
+
+def claim_expired(limit: int, owner: str | None = None) -> list[Lease]:
+    """Claim up to `limit` running runs whose lease expired, longest expired first: crash
+    reclaims, each spending an attempt (CLU-3). PostgreSQL only, like `claim_queued`."""
+    return _claim_batch(store().claim_expired, limit, owner)
+
+
+def _claim_batch(
+    claim_rows: Callable[[int, str, float], list[tuple[int, dict]]],
+    limit: int,
+    owner: str | None,
+) -> list[Lease]:
+    if limit < 1:
+        return []
+    owner = owner or worker_name()
+    seconds = settings.AGENTRUNS_LEASE_SECONDS
+    return [
+        _lease(run_id, owner, seconds, row) for run_id, row in claim_rows(limit, owner, seconds)
+    ]
+
+
+def claim_runnable(limit: int, owner: str | None = None) -> list[Lease]:
+    """What a worker with `limit` free threads takes straight from the database, with no
+    wake-up (CLU-1): queued runs first, then expired leases."""
+    leases = claim_queued(limit, owner)
+    return leases + claim_expired(limit - len(leases), owner)
+
+
+def _lease(run_id: int, owner: str, seconds: float, row: dict) -> Lease:
+    reclaimed = row["status"] == Status.RUNNING
+    return Lease(
+        run_id=run_id,
+        thread_id=row["thread_id"],
+        configuration_id=row["configuration_id"],
+        epoch=row["epoch"] + 1,
+        owner=owner,
+        generation=row["generation"],
+        reclaimed=reclaimed,
+        attempts=row["attempts"] + int(reclaimed),
+        forced_snippet_ids=row["forced_snippet_ids"],
+        forced_skill_ids=row["forced_skill_ids"],
+        composed=row["composed_at"] is not None,
+        seconds=seconds,
+        cancel_requested=row["cancel_requested"],
+    )
+
+
+def renew(lease: Lease) -> None:
+    if not lease_extend(lease):
+        lease.lost = True
+        raise Fenced("the lease was taken by another worker")
+    lease.renewed_at = time.monotonic()
+
+
+def renew_if_due(lease: Lease) -> None:
+    """Renew at about a third of the lease, so two missed renewals still leave slack."""
+    if time.monotonic() - lease.renewed_at >= lease.seconds / 3:
+        renew(lease)
+
+
+def renew_many(leases: list[Lease]) -> None:
+    """The process heartbeat (PERF-6): renew every lease this process holds in ONE
+    statement on the database clock. A lease whose row no longer carries its epoch (or is
+    no longer running) is marked lost; its executor stops at the next boundary. The cancel
+    flag comes back with the renewal (HITL-11), as it does with every fenced append."""
+    if not leases:
+        return
+    started = time.monotonic()
+    renewed = store().renew_many(leases, settings.AGENTRUNS_LEASE_SECONDS)
+    for lease in leases:
+        if lease.run_id in renewed:
+            lease.renewed_at = started
+            lease.cancel_requested = lease.cancel_requested or bool(renewed[lease.run_id])
+        else:
+            lease.lost = True

@@ -17,7 +17,7 @@ CLAIM_AND_DIE = """
 import os, signal, sys
 import django
 django.setup()
-from agentruns.runtime.lease import claim
+from agentruns.store.transitions import claim
 lease = claim(int(sys.argv[1]))
 print("claimed" if lease else "not claimable", flush=True)
 os.kill(os.getpid(), signal.SIGKILL)

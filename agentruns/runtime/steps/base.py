@@ -18,13 +18,13 @@ from agentruns.runtime import faults, journal
 from agentruns.runtime.config import RuntimeConfig, runtime_config
 from agentruns.runtime.context import effective_events
 from agentruns.runtime.deferred import active_deferred
-from agentruns.runtime.lease import Lease
 from agentruns.runtime.state import (
     Ev,
     ProposedCall,
     RunState,
     Turn,
 )
+from agentruns.store.records import Lease
 from agentruns.tools.policy import (
     Mode,
     offered_tools,

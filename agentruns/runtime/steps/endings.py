@@ -16,13 +16,17 @@ from agentruns.errors import Fenced
 from agentruns.models import Checkpoint, Run, Ticket
 from agentruns.providers.base import Reply
 from agentruns.runtime.closing import close_open_calls, closed_status
-from agentruns.runtime.lease import renew_if_due
 from agentruns.runtime.state import (
     ProposedCall,
     Turn,
 )
 from agentruns.runtime.steps.base import Items, Outcome, RunCore
-from agentruns.store.transitions import cancel_requester, lease_cancel_flag, released
+from agentruns.store.transitions import (
+    cancel_requester,
+    lease_cancel_flag,
+    released,
+    renew_if_due,
+)
 from agentruns.store.wakeups import enqueue_wake
 from agentruns.tools.policy import (
     catalog_fingerprint,
