@@ -3,7 +3,8 @@
 Every model reply and tool result is committed, fenced by the lease, before the loop acts
 on it; no transaction is open across a provider call or a tool (LOOP-5). What to do next
 is always `next_action(fold(log))`, so a fresh run, a crash recovery and a resume after an
-approval take the same path (REC-1..REC-4). The steps that act live in `runtime/steps/`.
+approval take the same path (REC-1..REC-4). The steps that act live in `runtime/steps/`,
+each a function handed the run's `RunContext` and what it acts on.
 """
 
 from __future__ import annotations
@@ -14,19 +15,20 @@ from django.conf import settings
 
 from agentruns.errors import Fenced
 from agentruns.models import Run
-from agentruns.runtime import journal
-from agentruns.runtime.compose import thread_mode
 from agentruns.runtime.state import (
     AskModel,
     CallTools,
     Complete,
     Finished,
     next_action,
-    restore,
 )
-from agentruns.runtime.steps.base import Outcome
-from agentruns.runtime.steps.model_turn import ModelTurn
+from agentruns.runtime.steps.base import Outcome, RunContext
+from agentruns.runtime.steps.endings import boundary, finish, finish_failed
+from agentruns.runtime.steps.gating import compose
+from agentruns.runtime.steps.model_turn import model_turn
+from agentruns.runtime.steps.tool_calls import call_tools
 from agentruns.store.connection import release_connection
+from agentruns.store.records import Lease
 from agentruns.store.transitions import claim
 
 logger = logging.getLogger(__name__)
@@ -34,12 +36,14 @@ logger = logging.getLogger(__name__)
 __all__ = ["Executor", "Outcome", "execute_run"]
 
 
-class Executor(ModelTurn):
+class Executor:
+    def __init__(self, lease: Lease) -> None:
+        self.lease = lease
+
     def drive(self) -> Outcome:
         """Run until the run parks, ends, is released or loses its lease."""
         try:
-            self._load()
-            return self._loop()
+            return run_loop(RunContext.load(self.lease))
         except Fenced:
             self.lease.lost = True
             logger.warning("run %s: lease lost, stopping without writing", self.lease.run_id)
@@ -47,38 +51,33 @@ class Executor(ModelTurn):
         finally:
             release_connection()
 
-    def _load(self) -> None:
-        """REC-1 (and PERF-4): the thread's log and the newest checkpoint, read once."""
-        self.events, checkpoint = journal.read(self.lease)
-        self.next_sequence = (self.events[-1].sequence + 1) if self.events else 1
-        self.mode_name = thread_mode(self.events)
-        mine = [event for event in self.events if event.run_id == self.lease.run_id]
-        self.state = restore(checkpoint, mine)
 
-    def _loop(self) -> Outcome:
-        if self.lease.attempts > settings.AGENTRUNS_MAX_ATTEMPTS and not self.state.terminal:
-            return self._finish_failed(
-                "attempts_exhausted",
-                f"The run's workers stopped {self.lease.attempts} times; giving up.",
-            )
-        if not self.lease.composed:
-            self._compose()
-        while True:
-            stopped = self._boundary()
-            if stopped:
-                return stopped
-            action = next_action(self.state)
-            if isinstance(action, Finished):
-                return Outcome(action.status)
-            if isinstance(action, Complete):
-                return self._finish(Run.Status.COMPLETED, [], final_reply=action.text)
-            if isinstance(action, AskModel):
-                outcome = self._model_turn(action.step)
-            else:
-                assert isinstance(action, CallTools)
-                outcome = self._call_tools(action.turn, action.calls)
-            if outcome:
-                return outcome
+def run_loop(ctx: RunContext) -> Outcome:
+    """`next_action(fold(log))`, acted on by the step it names, until a step stops."""
+    if ctx.lease.attempts > settings.AGENTRUNS_MAX_ATTEMPTS and not ctx.state.terminal:
+        return finish_failed(
+            ctx,
+            "attempts_exhausted",
+            f"The run's workers stopped {ctx.lease.attempts} times; giving up.",
+        )
+    if not ctx.lease.composed:
+        compose(ctx)
+    while True:
+        stopped = boundary(ctx)
+        if stopped:
+            return stopped
+        action = next_action(ctx.state)
+        if isinstance(action, Finished):
+            return Outcome(action.status)
+        if isinstance(action, Complete):
+            return finish(ctx, Run.Status.COMPLETED, [], final_reply=action.text)
+        if isinstance(action, AskModel):
+            outcome = model_turn(ctx, action.step)
+        else:
+            assert isinstance(action, CallTools)
+            outcome = call_tools(ctx, action.turn, action.calls)
+        if outcome:
+            return outcome
 
 
 def execute_run(run_id: int, owner: str | None = None) -> str | None:

@@ -1,5 +1,8 @@
-"""What every step of the loop shares: the claimed run's lease, its log and folded state,
-the live configuration and mode, and the one way to write a durable step (`_commit`)."""
+"""What every step of the loop is handed: a `RunContext` holding the claimed run's lease,
+its log and folded state, the live configuration and mode (cached per catalog generation),
+and the one way to write a durable step (`commit`). The steps are functions over it
+(`model_turn(ctx, step)`, `call_tools(ctx, turn, calls)`, `compact_if_needed(ctx, ...)`,
+`finish(ctx, ...)`); none keeps state of its own."""
 
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ from agentruns import events as ev
 from agentruns.errors import Fenced
 from agentruns.models import Run, ToolInvocation
 from agentruns.runtime import faults, journal
+from agentruns.runtime.compose import thread_mode
 from agentruns.runtime.config import RuntimeConfig, runtime_config
 from agentruns.runtime.context import effective_events
 from agentruns.runtime.deferred import active_deferred
@@ -23,6 +27,7 @@ from agentruns.runtime.state import (
     ProposedCall,
     RunState,
     Turn,
+    restore,
 )
 from agentruns.store.records import Lease
 from agentruns.tools.policy import (
@@ -49,6 +54,13 @@ class Outcome(StrEnum):
     FENCED = "fenced"  # another worker holds the run now
 
 
+def redaction_items(where: str, kinds: dict[str, int]) -> Items:
+    """CG-11: what redaction found in a text, recorded before the text (kinds, no values)."""
+    if not kinds:
+        return []
+    return [(ev.SECRET_REDACTED, {"where": where, "kinds": kinds})]
+
+
 @dataclass
 class Invocation:
     """What the executor needs of an invocation row between writes."""
@@ -59,7 +71,11 @@ class Invocation:
 
 
 @dataclass
-class RunCore:
+class RunContext:
+    """One claimed run as the steps see it. Only `commit`/`write` change the log, the state
+    and the invocations; the memos are caches a step may fill (tokens per event, the
+    configuration per generation, the active deferred tools per log length)."""
+
     lease: Lease
     events: list[Ev] = field(default_factory=list)
     state: RunState = field(default_factory=RunState)
@@ -70,6 +86,19 @@ class RunCore:
     active_memo: tuple[tuple[int, int], set[str]] | None = None
     # DEF-1: a thread switches modes only between runs, so one read at load suffices.
     mode_name: str | None = None
+
+    @classmethod
+    def load(cls, lease: Lease) -> RunContext:
+        """REC-1 (and PERF-4): the thread's log and the newest checkpoint, read once."""
+        events, checkpoint = journal.read(lease)
+        mine = [event for event in events if event.run_id == lease.run_id]
+        return cls(
+            lease=lease,
+            events=events,
+            state=restore(checkpoint, mine),
+            next_sequence=(events[-1].sequence + 1) if events else 1,
+            mode_name=thread_mode(events),
+        )
 
     @property
     def config(self) -> RuntimeConfig:
@@ -84,7 +113,7 @@ class RunCore:
     def mode(self) -> Mode:
         return self.config.mode(self.mode_name)
 
-    def _active_deferred(self) -> set[str]:
+    def active_deferred(self) -> set[str]:
         """DEF-4: derived from the log; recomputed only when the log or catalog changed."""
         if not self.mode.deferred:
             return set()
@@ -94,10 +123,10 @@ class RunCore:
             self.active_memo = (key, active)
         return self.active_memo[1]
 
-    def _offered(self) -> list[Tool]:
-        return offered_tools(self.mode, self._active_deferred())
+    def offered(self) -> list[Tool]:
+        return offered_tools(self.mode, self.active_deferred())
 
-    def _load_invocations(self, turn: Turn, calls: Sequence[ProposedCall]) -> None:
+    def load_invocations(self, turn: Turn, calls: Sequence[ProposedCall]) -> None:
         missing = [call.id for call in calls if call.id not in self.invocations]
         if missing:
             rows = ToolInvocation.objects.filter(
@@ -106,13 +135,13 @@ class RunCore:
             for call_id, pk, version, sent in rows:
                 self.invocations[call_id] = Invocation(pk, version, sent)
 
-    def _commit(self, items: Items, **writes: Any) -> list[Ev]:
+    def commit(self, items: Items, **writes: Any) -> list[Ev]:
         """Write one durable step and make it this executor's view of the log."""
-        written = self._write(items, **writes)
-        self._committed(written)
+        written = self.write(items, **writes)
+        self.committed(written)
         return written
 
-    def _write(
+    def write(
         self,
         items: Items,
         *,
@@ -150,7 +179,7 @@ class RunCore:
             )
         return written
 
-    def _committed(self, written: list[Ev]) -> None:
+    def committed(self, written: list[Ev]) -> None:
         self.events.extend(written)
         self.next_sequence += len(written)
         faults.fault_point(faults.COMMIT)

@@ -15,8 +15,8 @@ from agentruns.gate.core import Source, compose_sources
 from agentruns.gate.lookups import forced_for_composition
 from agentruns.models import CatalogGeneration
 from agentruns.runtime.config import forced_sources
-from agentruns.runtime.steps.base import Items, Outcome
-from agentruns.runtime.steps.endings import Endings
+from agentruns.runtime.steps.base import Items, Outcome, RunContext
+from agentruns.runtime.steps.endings import finish_failed
 from agentruns.store.connection import release_connection
 
 logger = logging.getLogger(__name__)
@@ -25,75 +25,78 @@ logger = logging.getLogger(__name__)
 STABLE_VIEW_WAITS = (0.0, 0.01, 0.03, 0.1, 0.3)
 
 
-class Gating(Endings):
-    def _compose(self) -> None:
-        """FS-4: a starting run injects only active forced sources and says what it left.
-        A run that forces nothing has nothing to compose, and nothing to record."""
-        if not (self.lease.forced_snippet_ids or self.lease.forced_skill_ids):
-            self.lease.composed = True
-            return
-        snippets, skills, dropped = forced_for_composition(
-            self.lease.forced_snippet_ids, self.lease.forced_skill_ids
-        )
-        self.lease.forced_snippet_ids = [s.id for s in snippets]
-        self.lease.forced_skill_ids = [s.id for s in skills]
-        items: Items = []
-        if dropped:
-            items.append((ev.SOURCES_DROPPED, {"sources": [d.as_dict() for d in dropped]}))
-        self._commit(
-            items,
-            run_update={
-                "forced_snippet_ids": self.lease.forced_snippet_ids,
-                "forced_skill_ids": self.lease.forced_skill_ids,
-                "composed_at": timezone.now(),
-            },
-            durable=False,
-        )
-        self.lease.composed = True
+def compose(ctx: RunContext) -> None:
+    """FS-4: a starting run injects only active forced sources and says what it left.
+    A run that forces nothing has nothing to compose, and nothing to record."""
+    if not (ctx.lease.forced_snippet_ids or ctx.lease.forced_skill_ids):
+        ctx.lease.composed = True
+        return
+    snippets, skills, dropped = forced_for_composition(
+        ctx.lease.forced_snippet_ids, ctx.lease.forced_skill_ids
+    )
+    ctx.lease.forced_snippet_ids = [s.id for s in snippets]
+    ctx.lease.forced_skill_ids = [s.id for s in skills]
+    items: Items = []
+    if dropped:
+        items.append((ev.SOURCES_DROPPED, {"sources": [d.as_dict() for d in dropped]}))
+    ctx.commit(
+        items,
+        run_update={
+            "forced_snippet_ids": ctx.lease.forced_snippet_ids,
+            "forced_skill_ids": ctx.lease.forced_skill_ids,
+            "composed_at": timezone.now(),
+        },
+        durable=False,
+    )
+    ctx.lease.composed = True
 
-    def _sources(self) -> tuple[Source, ...]:
-        """CG-1 against the live configuration; the forced set by identity (RG-1, RG-2)."""
-        snippets, skills = forced_sources(
-            self.lease.forced_snippet_ids, self.lease.forced_skill_ids, self.lease.generation
-        )
-        return compose_sources(self.config.view, snippets, skills)
 
-    def _assert_context(self) -> Outcome | None:
-        """CG-4..CG-9: an audit row per assert, decided on the configuration as cached for
-        the catalog generation this executor knows; the same statement reads the live
-        generation, and a decision taken on a stale one is taken again. A refusal ends the
-        run before anything is sent. SEC-6: a catalog that will not hold still for any
-        decision fails the run closed; no verdict of an earlier view is ever used."""
-        for wait in STABLE_VIEW_WAITS:
-            if wait:
-                release_connection()
-                time.sleep(wait)  # a bulk change is usually over within a moment
-                self.lease.generation = CatalogGeneration.current()
-            known = self.lease.generation
-            try:
-                asserted = context_assert(
-                    config=self.config.view,
-                    sources=self._sources(),
-                    run_id=self.lease.run_id,
-                    epoch=self.lease.epoch,
-                )
-            except ContextRefused as refused:
-                if refused.generation is not None and refused.generation != known:
-                    self.lease.generation = refused.generation  # decided on a stale catalog
-                    continue
-                return self._finish_failed(
-                    "context_refused",
-                    refused.detail,
-                    fields=refused.fields,
-                    extra=[(ev.CONTEXT_REFUSED, {"detail": refused.detail, **refused.fields})],
-                )
-            self.lease.generation = asserted.generation
-            if asserted.generation == known:
-                if asserted.observed_refusal and not self.state.observed:
-                    self._commit([(ev.CONTEXT_OBSERVED, {"verdict": "refused (observed)"})])
-                return None
-        return self._finish_failed(
-            "context_unstable",
-            f"The catalog changed during each of {len(STABLE_VIEW_WAITS)} gate decisions, so "
-            "no decision covered the configuration as it stood; nothing was sent.",
-        )
+def sources(ctx: RunContext) -> tuple[Source, ...]:
+    """CG-1 against the live configuration; the forced set by identity (RG-1, RG-2)."""
+    snippets, skills = forced_sources(
+        ctx.lease.forced_snippet_ids, ctx.lease.forced_skill_ids, ctx.lease.generation
+    )
+    return compose_sources(ctx.config.view, snippets, skills)
+
+
+def assert_context(ctx: RunContext) -> Outcome | None:
+    """CG-4..CG-9: an audit row per assert, decided on the configuration as cached for
+    the catalog generation this executor knows; the same statement reads the live
+    generation, and a decision taken on a stale one is taken again. A refusal ends the
+    run before anything is sent. SEC-6: a catalog that will not hold still for any
+    decision fails the run closed; no verdict of an earlier view is ever used."""
+    for wait in STABLE_VIEW_WAITS:
+        if wait:
+            release_connection()
+            time.sleep(wait)  # a bulk change is usually over within a moment
+            ctx.lease.generation = CatalogGeneration.current()
+        known = ctx.lease.generation
+        try:
+            asserted = context_assert(
+                config=ctx.config.view,
+                sources=sources(ctx),
+                run_id=ctx.lease.run_id,
+                epoch=ctx.lease.epoch,
+            )
+        except ContextRefused as refused:
+            if refused.generation is not None and refused.generation != known:
+                ctx.lease.generation = refused.generation  # decided on a stale catalog
+                continue
+            return finish_failed(
+                ctx,
+                "context_refused",
+                refused.detail,
+                fields=refused.fields,
+                extra=[(ev.CONTEXT_REFUSED, {"detail": refused.detail, **refused.fields})],
+            )
+        ctx.lease.generation = asserted.generation
+        if asserted.generation == known:
+            if asserted.observed_refusal and not ctx.state.observed:
+                ctx.commit([(ev.CONTEXT_OBSERVED, {"verdict": "refused (observed)"})])
+            return None
+    return finish_failed(
+        ctx,
+        "context_unstable",
+        f"The catalog changed during each of {len(STABLE_VIEW_WAITS)} gate decisions, so "
+        "no decision covered the configuration as it stood; nothing was sent.",
+    )

@@ -24,11 +24,11 @@ from agentruns.runtime.budget import fit
 from agentruns.runtime.compose import Composed, compose_request
 from agentruns.runtime.context import effective_events, pairing_problems
 from agentruns.runtime.redaction import redact, redact_value
-from agentruns.runtime.state import (
-    ProposedCall,
-)
-from agentruns.runtime.steps.base import Outcome
-from agentruns.runtime.steps.tool_calls import ToolCalls
+from agentruns.runtime.state import Ev, ProposedCall
+from agentruns.runtime.steps.base import Outcome, RunContext, redaction_items
+from agentruns.runtime.steps.compact import compact_if_needed
+from agentruns.runtime.steps.endings import finish, finish_failed, reply_too_large
+from agentruns.runtime.steps.gating import assert_context, sources
 from agentruns.store.connection import release_connection
 from agentruns.tools.policy import (
     needs_human,
@@ -59,216 +59,215 @@ class Screened:
     content: str = ""
 
 
-class ModelTurn(ToolCalls):
-    def _model_turn(self, step: int) -> Outcome | None:
-        if step >= settings.AGENTRUNS_MAX_TURNS:
-            return self._finish_failed(
-                "turn_limit", f"The model took {step} turns without a final reply."
-            )
-        limit = self.config.daily_token_limit
-        lease = self.lease
-        if DailyUsage.at_limit(lease.configuration_id, limit, seen=lease.used_today):  # OPS-2
-            return self._finish_failed(
-                "daily_limit_reached",
-                f"The configuration used its {limit} tokens for today (UTC); nothing was sent.",
-                fields={"limit": limit},
-            )
-        refused = self._assert_context()
-        if refused:
-            return refused
-        config, decided = self.config, self.lease.generation
-        composed = self._composed()
-        if composed.system_redacted and not self.state.system_redacted:
-            self._commit(
-                [(ev.SECRET_REDACTED, {"where": "system", "kinds": composed.system_redacted})]
-            )
-        logged = len(self.events)
-        stopped = self._compact_if_needed(list(composed.system), composed.specs)
-        if stopped:
-            return stopped
-        if self.lease.generation != decided:
-            return None  # SEC-6: the catalog moved since the decision: decide the turn again
-        if len(self.events) != logged:  # compacted: send the log as it is now
-            composed = self._composed()
-        problems = pairing_problems(composed.messages)
-        if problems:
-            return self._finish_failed("corrupt_history", "; ".join(problems))
-        request = ProviderRequest(
-            model=config.model,
-            system=composed.system,
-            messages=composed.messages,
-            tools=composed.specs,
-            continuation=self.state.continuation,
-            run=self.lease.run_id,
-            step=step,
+def model_turn(ctx: RunContext, step: int) -> Outcome | None:
+    if step >= settings.AGENTRUNS_MAX_TURNS:
+        return finish_failed(
+            ctx, "turn_limit", f"The model took {step} turns without a final reply."
         )
-        release_connection()
-        try:
-            reply, link = dispatch(config.links, request)
-        except MalformedReply as exc:
-            return self._finish_failed("provider_malformed_reply", str(exc))
-        except ProviderError as exc:
-            return self._finish_failed(
-                exc.code,
-                str(exc),
-                fields={"status": exc.status, "retryable": exc.retryable},
-            )
-        faults.fault_point(faults.PROVIDER)
-        too_large = self._reply_too_large(reply)
-        if too_large:
-            return too_large
-        continuation = (
-            {"link": link.slug, "data": reply.continuation} if reply.continuation else None
+    limit = ctx.config.daily_token_limit
+    lease = ctx.lease
+    if DailyUsage.at_limit(lease.configuration_id, limit, seen=lease.used_today):  # OPS-2
+        return finish_failed(
+            ctx,
+            "daily_limit_reached",
+            f"The configuration used its {limit} tokens for today (UTC); nothing was sent.",
+            fields={"limit": limit},
         )
-        served_by = {
-            "configuration": link.slug,
-            "provider": link.provider_slug,
-            "model": reply.model,
-        }
-        return self._record_turn(
-            step, reply, {t.name for t in composed.tools}, continuation, served_by
+    refused = assert_context(ctx)
+    if refused:
+        return refused
+    config, decided = ctx.config, ctx.lease.generation
+    composed = _composed(ctx)
+    if composed.system_redacted and not ctx.state.system_redacted:
+        ctx.commit([(ev.SECRET_REDACTED, {"where": "system", "kinds": composed.system_redacted})])
+    logged = len(ctx.events)
+    stopped = compact_if_needed(ctx, list(composed.system), composed.specs)
+    if stopped:
+        return stopped
+    if ctx.lease.generation != decided:
+        return None  # SEC-6: the catalog moved since the decision: decide the turn again
+    if len(ctx.events) != logged:  # compacted: send the log as it is now
+        composed = _composed(ctx)
+    problems = pairing_problems(composed.messages)
+    if problems:
+        return finish_failed(ctx, "corrupt_history", "; ".join(problems))
+    request = ProviderRequest(
+        model=config.model,
+        system=composed.system,
+        messages=composed.messages,
+        tools=composed.specs,
+        continuation=ctx.state.continuation,
+        run=ctx.lease.run_id,
+        step=step,
+    )
+    release_connection()
+    try:
+        reply, link = dispatch(config.links, request)
+    except MalformedReply as exc:
+        return finish_failed(ctx, "provider_malformed_reply", str(exc))
+    except ProviderError as exc:
+        return finish_failed(
+            ctx,
+            exc.code,
+            str(exc),
+            fields={"status": exc.status, "retryable": exc.retryable},
         )
+    faults.fault_point(faults.PROVIDER)
+    too_large = reply_too_large(ctx, reply)
+    if too_large:
+        return too_large
+    continuation = {"link": link.slug, "data": reply.continuation} if reply.continuation else None
+    served_by = {
+        "configuration": link.slug,
+        "provider": link.provider_slug,
+        "model": reply.model,
+    }
+    return _record_turn(ctx, step, reply, {t.name for t in composed.tools}, continuation, served_by)
 
-    def _composed(self) -> Composed:
-        return compose_request(
-            sources=self._sources(),
-            mode=self.mode,
-            active=self._active_deferred(),
-            events=effective_events(self.events),
-        )
 
-    def _record_turn(
-        self,
-        step: int,
-        reply: Reply,
-        offered: set[str],
-        continuation: Any = None,
-        served_by: dict[str, Any] | None = None,
-    ) -> Outcome | None:
-        text, redacted = redact(reply.text)
-        calls = [self._call_from(tool_call, redacted) for tool_call in reply.tool_calls]
-        reused = self._reused_call_ids(calls)
-        if reused:
-            return self._finish_failed(
-                "corrupt_history",
-                f"The model reused call ids {', '.join(sorted(reused))}; a history pairing "
-                "them cannot exist (LOOP-7), so nothing was run.",
+def _composed(ctx: RunContext) -> Composed:
+    return compose_request(
+        sources=sources(ctx),
+        mode=ctx.mode,
+        active=ctx.active_deferred(),
+        events=effective_events(ctx.events),
+    )
+
+
+def _record_turn(
+    ctx: RunContext,
+    step: int,
+    reply: Reply,
+    offered: set[str],
+    continuation: Any = None,
+    served_by: dict[str, Any] | None = None,
+) -> Outcome | None:
+    text, redacted = redact(reply.text)
+    calls = [_call_from(tool_call, redacted) for tool_call in reply.tool_calls]
+    reused = _reused_call_ids(ctx.events, calls)
+    if reused:
+        return finish_failed(
+            ctx,
+            "corrupt_history",
+            f"The model reused call ids {', '.join(sorted(reused))}; a history pairing "
+            "them cannot exist (LOOP-7), so nothing was run.",
+        )
+    payload: dict[str, Any] = {
+        "text": text,
+        "tool_calls": [call.as_dict() for call in calls],
+        "step": step,
+        "tool_calls_before": ctx.state.tool_calls_used,
+        "served_by": served_by or {},  # LOOP-3: which link of the chain answered (TZ-5)
+        "usage": reply.token_usage,  # OPS-1
+    }
+    redaction = redaction_items("model_reply", redacted)
+    if not calls:
+        payload["granted"] = []
+        return finish(
+            ctx,
+            Run.Status.COMPLETED,
+            [*redaction, (ev.ASSISTANT, payload)],
+            final_reply=text,
+        )
+    verdicts = [_judge(ctx, call, offered) for call in calls]
+    candidates = [v.call.id for v in verdicts if v.status is None]
+    granted, over = fit(
+        candidates, used_before=ctx.state.tool_calls_used, limit=ctx.config.max_tool_calls
+    )
+    for verdict in verdicts:
+        if verdict.call.id in over:
+            verdict.status = ev.REFUSED
+            verdict.content = (
+                f"Refused: the tool budget of {ctx.config.max_tool_calls} calls for this "
+                "run is used up. Answer with what you have."
             )
-        payload: dict[str, Any] = {
-            "text": text,
-            "tool_calls": [call.as_dict() for call in calls],
-            "step": step,
-            "tool_calls_before": self.state.tool_calls_used,
-            "served_by": served_by or {},  # LOOP-3: which link of the chain answered (TZ-5)
-            "usage": reply.token_usage,  # OPS-1
-        }
-        redaction = self._redaction_items("model_reply", redacted)
-        if not calls:
-            payload["granted"] = []
-            return self._finish(
-                Run.Status.COMPLETED,
-                [*redaction, (ev.ASSISTANT, payload)],
-                final_reply=text,
-            )
-        verdicts = [self._judge(call, offered) for call in calls]
-        candidates = [v.call.id for v in verdicts if v.status is None]
-        granted, over = fit(
-            candidates, used_before=self.state.tool_calls_used, limit=self.config.max_tool_calls
-        )
-        for verdict in verdicts:
-            if verdict.call.id in over:
-                verdict.status = ev.REFUSED
-                verdict.content = (
-                    f"Refused: the tool budget of {self.config.max_tool_calls} calls for this "
-                    "run is used up. Answer with what you have."
-                )
-        payload["granted"] = granted
-        refusals = [
-            ev.result_item(v.call.id, v.call.name, v.status, v.content)
-            for v in verdicts
-            if v.status is not None
-        ]
-        self._commit(
-            [*redaction, (ev.ASSISTANT, payload), *refusals],
-            new_invocations=[self._new_invocation(step, c) for c in calls if c.id in granted],
-            checkpoints=(
-                (Checkpoint.Kind.MODEL_RESPONSE, len(redaction) + 1),
-                (Checkpoint.Kind.TOOL_PENDING, None),
-            ),
-            continuation=continuation,
-            durable=False,
-        )
-        return None
+    payload["granted"] = granted
+    refusals = [
+        ev.result_item(v.call.id, v.call.name, v.status, v.content)
+        for v in verdicts
+        if v.status is not None
+    ]
+    ctx.commit(
+        [*redaction, (ev.ASSISTANT, payload), *refusals],
+        new_invocations=[_new_invocation(ctx, step, c) for c in calls if c.id in granted],
+        checkpoints=(
+            (Checkpoint.Kind.MODEL_RESPONSE, len(redaction) + 1),
+            (Checkpoint.Kind.TOOL_PENDING, None),
+        ),
+        continuation=continuation,
+        durable=False,
+    )
+    return None
 
-    def _call_from(self, tool_call: Any, found: dict[str, int]) -> ProposedCall:
-        """The registry name, and arguments redacted like any text (CG-11)."""
-        tool = REGISTRY.by_wire(tool_call.name)
-        arguments, kinds = redact_value(tool_call.arguments)
-        raw, raw_kinds = redact(tool_call.raw_arguments or "")
-        for kind, count in (*kinds.items(), *raw_kinds.items()):
-            found[kind] = found.get(kind, 0) + count
-        return ProposedCall(
-            id=tool_call.id,
-            name=tool.name if tool else tool_call.name,
-            arguments=arguments,
-            raw_arguments=raw if tool_call.raw_arguments is not None else None,
-        )
 
-    def _reused_call_ids(self, calls: list[ProposedCall]) -> set[str]:
-        """Call ids pair calls with results (LOOP-7): one reused inside a turn or from the
-        thread's history would break the pairing, so such a turn is never acted on."""
-        ids = [call.id for call in calls]
-        reused = {call_id for call_id in ids if ids.count(call_id) > 1}
-        earlier = {
-            call["id"]
-            for event in self.events
-            if event.type == ev.ASSISTANT
-            for call in event.payload.get("tool_calls", [])
-        }
-        return reused | (set(ids) & earlier)
+def _call_from(tool_call: Any, found: dict[str, int]) -> ProposedCall:
+    """The registry name, and arguments redacted like any text (CG-11)."""
+    tool = REGISTRY.by_wire(tool_call.name)
+    arguments, kinds = redact_value(tool_call.arguments)
+    raw, raw_kinds = redact(tool_call.raw_arguments or "")
+    for kind, count in (*kinds.items(), *raw_kinds.items()):
+        found[kind] = found.get(kind, 0) + count
+    return ProposedCall(
+        id=tool_call.id,
+        name=tool.name if tool else tool_call.name,
+        arguments=arguments,
+        raw_arguments=raw if tool_call.raw_arguments is not None else None,
+    )
 
-    def _judge(self, call: ProposedCall, offered: set[str]) -> Screened:
-        """TOOL-2 and argument validation; a bad proposal becomes a model-visible result."""
-        if call.arguments is None:
-            return Screened(call, ev.ERROR, "Error: the arguments are not a JSON object.")
-        refusal = tool_refusal(call.name, granted=self.config.granted, ceiling=self.config.ceiling)
-        if refusal:
-            return Screened(call, ev.REFUSED, f"Refused: {refusal[1]}")
-        if call.name not in offered:
-            if call.name in self.mode.deferred:
-                return Screened(
-                    call,
-                    ev.REFUSED,
-                    f"Refused: {call.name!r} is not available yet; use tool_search to activate it.",
-                )
+
+def _reused_call_ids(events: list[Ev], calls: list[ProposedCall]) -> set[str]:
+    """Call ids pair calls with results (LOOP-7): one reused inside a turn or from the
+    thread's history would break the pairing, so such a turn is never acted on."""
+    ids = [call.id for call in calls]
+    reused = {call_id for call_id in ids if ids.count(call_id) > 1}
+    earlier = {
+        call["id"]
+        for event in events
+        if event.type == ev.ASSISTANT
+        for call in event.payload.get("tool_calls", [])
+    }
+    return reused | (set(ids) & earlier)
+
+
+def _judge(ctx: RunContext, call: ProposedCall, offered: set[str]) -> Screened:
+    """TOOL-2 and argument validation; a bad proposal becomes a model-visible result."""
+    if call.arguments is None:
+        return Screened(call, ev.ERROR, "Error: the arguments are not a JSON object.")
+    refusal = tool_refusal(call.name, granted=ctx.config.granted, ceiling=ctx.config.ceiling)
+    if refusal:
+        return Screened(call, ev.REFUSED, f"Refused: {refusal[1]}")
+    if call.name not in offered:
+        if call.name in ctx.mode.deferred:
             return Screened(
-                call, ev.REFUSED, f"Refused: {call.name!r} is not offered in this mode."
+                call,
+                ev.REFUSED,
+                f"Refused: {call.name!r} is not available yet; use tool_search to activate it.",
             )
-        tool = REGISTRY.get(call.name)
-        assert tool is not None
-        errors = tool.argument_errors(call.arguments)
-        if not errors and tool.human is Human.INPUT:
-            errors = schema_problems(call.arguments.get("schema"))
-        if errors:
-            return Screened(call, ev.ERROR, "Error: invalid arguments: " + "; ".join(errors))
-        return Screened(call)
+        return Screened(call, ev.REFUSED, f"Refused: {call.name!r} is not offered in this mode.")
+    tool = REGISTRY.get(call.name)
+    assert tool is not None
+    errors = tool.argument_errors(call.arguments)
+    if not errors and tool.human is Human.INPUT:
+        errors = schema_problems(call.arguments.get("schema"))
+    if errors:
+        return Screened(call, ev.ERROR, "Error: invalid arguments: " + "; ".join(errors))
+    return Screened(call)
 
-    def _new_invocation(self, step: int, call: ProposedCall) -> dict[str, Any]:
-        tool = REGISTRY.get(call.name)
-        assert tool is not None
-        human = needs_human(tool, self.config.exempt)
-        return {
-            "run_id": self.lease.run_id,
-            "step": step,
-            "call_id": call.id,
-            "tool": call.name,
-            "tool_version": tool.version,
-            "arguments": call.arguments,
-            "arguments_digest": digest(call.arguments),
-            "idempotency_key": idempotency_key(self.lease.run_id, step, call, tool),
-            "status": (
-                ToolInvocation.Status.AWAITING_APPROVAL
-                if human
-                else ToolInvocation.Status.AUTHORISED
-            ),
-        }
+
+def _new_invocation(ctx: RunContext, step: int, call: ProposedCall) -> dict[str, Any]:
+    tool = REGISTRY.get(call.name)
+    assert tool is not None
+    human = needs_human(tool, ctx.config.exempt)
+    return {
+        "run_id": ctx.lease.run_id,
+        "step": step,
+        "call_id": call.id,
+        "tool": call.name,
+        "tool_version": tool.version,
+        "arguments": call.arguments,
+        "arguments_digest": digest(call.arguments),
+        "idempotency_key": idempotency_key(ctx.lease.run_id, step, call, tool),
+        "status": (
+            ToolInvocation.Status.AWAITING_APPROVAL if human else ToolInvocation.Status.AUTHORISED
+        ),
+    }
