@@ -6,7 +6,7 @@ class Migration(migrations.Migration):
     shadowed it goes. The audit row's enforcement column is named for what it holds."""
 
     dependencies = [
-        ("agentruns", "0009_operations"),
+        ("agentruns", "0010_cancel_requested_by"),
     ]
 
     operations = [
