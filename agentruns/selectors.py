@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from django.db.models import QuerySet
@@ -12,6 +13,12 @@ from agentruns.gate.core import ConfigView, Source, compose_sources
 from agentruns.gate.lookups import config_view, forced_for_composition, forced_for_resume
 from agentruns.gate.readout import readout
 from agentruns.models import Configuration, Event, Run, Thread, Ticket, ToolInvocation
+from agentruns.providers.base import Message
+from agentruns.runtime.compose import compose_request, thread_mode
+from agentruns.runtime.config import build_runtime_config
+from agentruns.runtime.context import effective_events
+from agentruns.runtime.deferred import active_deferred
+from agentruns.runtime.state import Ev
 from agentruns.store import store
 
 
@@ -40,6 +47,47 @@ def run_readout(run: Run) -> dict[str, Any]:
     """CG-10 for a run: the live configuration plus the run's forced set (RG-2)."""
     view, sources = run_sources(run)
     return readout(view, sources, current_enforcement())
+
+
+def mode_names(configuration: Configuration) -> list[str]:
+    """DEF-1: the configuration's modes by name, its default first."""
+    return [mode.name for mode in build_runtime_config(configuration).modes]
+
+
+@dataclass(frozen=True)
+class TurnRequest:
+    """What one model turn was sent, as the loop composed it."""
+
+    mode: str
+    system: tuple[str, ...]
+    messages: tuple[Message, ...]
+    tools: tuple[str, ...]
+
+
+def turn_requests(run: Run, sequences: Sequence[int]) -> list[TurnRequest]:
+    """For each model turn (by its event's sequence in the thread's log), the request the
+    loop composed from the log before it, with the live configuration's sources, as a
+    resumed run would use (RG-2)."""
+    if not sequences:
+        return []
+    config = build_runtime_config(run.configuration)
+    _, sources = run_sources(run)
+    rows = Event.objects.filter(thread=run.thread_id, sequence__lt=max(sequences))
+    log = [Ev(*r) for r in rows.order_by("sequence").values_list("sequence", "type", "payload")]
+    found = []
+    for sequence in sequences:
+        before = [e for e in log if e.sequence < sequence]
+        mode = config.mode(thread_mode(before))
+        effective = effective_events(before)
+        composed = compose_request(
+            sources=sources,
+            mode=mode,
+            active=active_deferred(effective, mode.deferred),
+            events=effective,
+        )
+        tools = tuple(t.name for t in composed.tools)
+        found.append(TurnRequest(mode.name, composed.system, composed.messages, tools))
+    return found
 
 
 def may_use_playground(user: Any) -> bool:

@@ -16,7 +16,7 @@ from rest_framework.request import Request
 from rest_framework.views import APIView
 
 from agentruns.errors import InvalidRequest
-from agentruns.services.audit import CONTENT_TYPES, AuditFilter, audit_export
+from agentruns.services.audit import CONTENT_TYPES, AuditFilter, audit_response
 
 
 class CanExportAudit(BasePermission):
@@ -60,13 +60,6 @@ def audit_filter(params: Any) -> AuditFilter:
         configuration=params.get("configuration") or None,
         kinds=tuple(kinds),
     )
-
-
-def audit_response(flt: AuditFilter, fmt: str) -> StreamingHttpResponse:
-    lines, content_type, filename = audit_export(flt, fmt)
-    response = StreamingHttpResponse(lines, content_type=content_type)
-    response["Content-Disposition"] = f'attachment; filename="{filename}"'
-    return response
 
 
 class AuditExportView(APIView):
