@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentruns import events as ev
 from agentruns.errors import AgentrunsError
 from agentruns.models import Ticket
-from agentruns.services.resume import ALLOW, INPUT, ResumeCommand
+from agentruns.services.resume import ResumeCommand
 
 WORDS: dict[str, str] = {
     # Requests.
@@ -97,9 +98,9 @@ DONE = {"allow": "approved", "deny": "denied", "input": "answered"}
 def decided_sentence(command: ResumeCommand, ticket: Ticket) -> str:
     """What a successful post did, in the words of the button pressed."""
     where = f"run #{ticket.run_id}"
-    if command.kind == INPUT:
+    if command.answer == Ticket.Answer.INPUT:
         return f"Answer sent: {where} goes on with it."
-    if command.decision == ALLOW:
+    if command.decision == ev.ALLOW:
         return f"Approved: {ticket.tool} on {where} runs now."
     note = ", with your note" if command.note else ""
     return f"Denied: {ticket.tool} on {where} will not run; the model is told{note}."

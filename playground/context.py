@@ -7,11 +7,11 @@ from typing import Any
 
 from django.http import HttpRequest
 
-from agentruns.selectors import actionable_tickets, may_use_playground
+from agentruns.policy import answerable_tickets, may_use_playground
 
 
 def inbox_count(user: Any) -> int:
-    return actionable_tickets(user).count()
+    return answerable_tickets(user).count()
 
 
 def navigation(request: HttpRequest) -> dict[str, Any]:

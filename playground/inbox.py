@@ -26,16 +26,12 @@ from django.views.decorators.http import require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
 from agentruns.errors import AgentrunsError, InvalidInput
-from agentruns.forms.decisions import command_from_post, identity_fields
-from agentruns.forms.questions import controls, typed_fields, unplaced_errors
+from agentruns.forms.decisions import command_from_post, decision_context
+from agentruns.forms.questions import typed_fields, unplaced_errors
 from agentruns.models import Ticket
-from agentruns.selectors import (
-    actionable_tickets,
-    run_readout,
-    uncertain_invocations,
-    visible_runs,
-)
-from agentruns.services.resume import INPUT, KIND_FOR_TARGET, PERMISSION, run_resume
+from agentruns.policy import answerable_tickets, visible_tickets
+from agentruns.selectors import run_readout, uncertain_invocations
+from agentruns.services.resume import run_resume
 from agentruns.words import decided_sentence, field_errors, sentence, ticket_outcome
 from playground.runs import HtmxHttpRequest
 
@@ -62,7 +58,7 @@ def polled(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
 
 @login_required
 def inbox(request: HttpRequest) -> HttpResponse:
-    tickets = actionable_tickets(request.user)
+    tickets = answerable_tickets(request.user)
     context = _list_context(request, tickets, reverse("playground:inbox-cards"), _inbox_url())
     return render(request, "playground/inbox.html", _with_cards(request, context))
 
@@ -70,7 +66,7 @@ def inbox(request: HttpRequest) -> HttpResponse:
 @polled
 def cards(request: HttpRequest) -> HttpResponse:
     """The polled list; 204 while nothing changed (htmx then swaps nothing)."""
-    tickets = actionable_tickets(request.user)
+    tickets = answerable_tickets(request.user)
     return _partial(request, _list_context(request, tickets, request.path, _inbox_url()))
 
 
@@ -78,7 +74,7 @@ def cards(request: HttpRequest) -> HttpResponse:
 def card(request: HtmxHttpRequest, correlation_id: UUID) -> HttpResponse:
     """One card, for a link in a notification. Showing it decides nothing."""
     ticket = _ticket(request, correlation_id)
-    tickets = actionable_tickets(request.user).filter(pk=ticket.pk)
+    tickets = answerable_tickets(request.user).filter(pk=ticket.pk)
     context = _list_context(request, tickets, request.path, request.path)
     context.update(single=ticket, outcome=ticket_outcome(ticket, request.user))
     if request.htmx:
@@ -109,7 +105,7 @@ def _refused_input(request: HttpRequest, ticket: Ticket, exc: InvalidInput) -> H
     """HITL-6: the card again, each error beside its field, what was typed kept."""
     messages.error(request, sentence(exc))
     typed, errors = typed_fields(request.POST), field_errors(exc)
-    tickets = actionable_tickets(request.user).filter(pk=ticket.pk)
+    tickets = answerable_tickets(request.user).filter(pk=ticket.pk)
     here = reverse("playground:inbox-card", args=[ticket.correlation_id])
     context = _list_context(request, tickets, here, _back(request))
     context.update(
@@ -132,7 +128,8 @@ def _refusal(exc: AgentrunsError, ticket: Ticket, user: Any) -> str:
 def _ticket(request: HttpRequest, correlation_id: UUID) -> Ticket:
     """Any ticket of a run the viewer may see; another's is a 404 (SEC-2)."""
     ticket = (
-        Ticket.objects.filter(correlation_id=correlation_id, run__in=visible_runs(request.user))
+        visible_tickets(request.user)
+        .filter(correlation_id=correlation_id)
         .select_related("run", "run__configuration", "run__created_by", "resolved_by")
         .first()
     )
@@ -184,21 +181,15 @@ def _card(
 ) -> dict[str, Any]:
     """What a card shows (UI-3, UI-6). Text goes through the template's autoescape."""
     run, user = ticket.run, request.user
-    kind = KIND_FOR_TARGET.get(ticket.kind, PERMISSION)
-    four_eyes = run.configuration.require_second_approver
+    form = decision_context(user, ticket, typed=typed, errors=errors)
     initiator = run.created_by
-    fields = controls(ticket.schema, typed, errors) if kind == INPUT else []
     return {
+        **form,
         "ticket": ticket,
         "run": run,
-        "kind": kind,
-        "identity": identity_fields(ticket),
         "initiator": initiator.get_username() if initiator else "",
         "arguments": json.dumps(ticket.arguments or {}, indent=2, ensure_ascii=False),
         "readout": run_readout(run),
-        "four_eyes": four_eyes,
         "own_run": run.created_by_id == user.pk,
-        "may_allow": not (four_eyes and run.created_by_id == user.pk),
-        "controls": fields,
-        "form_errors": unplaced_errors(fields, errors or {}),
+        "form_errors": unplaced_errors(form["controls"], errors or {}),
     }

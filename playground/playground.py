@@ -14,7 +14,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 
 from agentruns.forms.playground import PlaygroundForm, form_context
-from agentruns.selectors import may_use_playground, visible_runs
+from agentruns.policy import may_use_playground, visible_runs
 from agentruns.services.runs import run_dry, run_submit
 from playground import inspector as inspect
 from playground.runs import HtmxHttpRequest, live_response

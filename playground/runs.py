@@ -21,7 +21,8 @@ from django_htmx.middleware import HtmxDetails
 from agentruns import events as ev
 from agentruns.errors import AgentrunsError
 from agentruns.models import Configuration, Event, Run, Ticket
-from agentruns.selectors import run_readout, visible_runs
+from agentruns.policy import visible_runs
+from agentruns.selectors import run_readout
 from agentruns.services.runs import Submission, run_submit
 from agentruns.services.usage import run_usage
 from agentruns.words import failure_sentence, field_errors, sentence

@@ -7,7 +7,7 @@ import pytest
 
 from agentruns.demo import load_demo_data, load_demo_users
 from agentruns.demo_accounts import DEMO_PASSWORD
-from agentruns.selectors import actionable_tickets
+from agentruns.policy import answerable_tickets
 from tests.conftest import grant
 from tests.support.hitl import park
 
@@ -74,8 +74,8 @@ def test_hitl9_inbox_count_is_what_the_viewer_may_act_on(client, staff, member):
     park(member, "approval-demo")  # a tool permission: approvers only
     park(member, "question-demo")  # a question: its initiator too
     grant(staff, "approve_run")
-    assert actionable_tickets(member).count() == 1
-    assert actionable_tickets(staff).count() == 2
+    assert answerable_tickets(member).count() == 1
+    assert answerable_tickets(staff).count() == 2
     client.force_login(member)
     assert client.get("/inbox/count/").content == b"1"
     client.force_login(staff)

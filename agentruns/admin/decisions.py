@@ -14,10 +14,9 @@ from django.shortcuts import get_object_or_404, redirect
 from django.urls import URLPattern, path, reverse
 
 from agentruns.errors import AgentrunsError
-from agentruns.forms.decisions import command_from_post, identity_fields
-from agentruns.forms.questions import controls
+from agentruns.forms.decisions import command_from_post, decision_context
 from agentruns.models import Run, Ticket
-from agentruns.services.resume import INPUT, KIND_FOR_TARGET, PERMISSION, run_resume
+from agentruns.services.resume import run_resume
 from agentruns.services.runs import run_cancel
 from agentruns.words import decided_sentence, field_errors, sentence
 
@@ -60,14 +59,8 @@ class TicketDecisionAdminMixin(admin.ModelAdmin):
 
 
 def decision_form(request: HttpRequest, ticket: Ticket) -> dict[str, Any]:
-    run = ticket.run
-    kind = KIND_FOR_TARGET.get(ticket.kind, PERMISSION)
     return {
-        "kind": kind,
-        "identity": identity_fields(ticket),
-        "controls": controls(ticket.schema) if kind == INPUT else [],
-        "self_approval": run.configuration.require_second_approver
-        and run.created_by_id == request.user.pk,
+        **decision_context(request.user, ticket),
         "action": reverse("admin:agentruns_ticket_decide", args=[ticket.pk]),
         "cid": ticket.correlation_id,
     }

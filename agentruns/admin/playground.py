@@ -16,7 +16,7 @@ from django.urls import URLPattern, path, reverse
 
 from agentruns.forms.playground import PlaygroundForm, form_context
 from agentruns.models import Configuration
-from agentruns.selectors import may_use_playground
+from agentruns.policy import may_use_playground
 from agentruns.services.runs import run_submit
 
 

@@ -28,6 +28,7 @@ from agentruns.models import (
     Ticket,
     ToolInvocation,
 )
+from agentruns.policy import may_cancel, may_see_run, may_steer, may_submit, visible_threads
 from agentruns.providers.base import AssistantMessage, Message, ToolResultMessage, UserMessage
 from agentruns.runtime.closing import close_open_calls, closed_status
 from agentruns.runtime.compose import compose_request, thread_mode
@@ -36,7 +37,6 @@ from agentruns.runtime.context import effective_events
 from agentruns.runtime.deferred import active_deferred
 from agentruns.runtime.redaction import redact
 from agentruns.runtime.state import Ev, restore
-from agentruns.selectors import can_act_on_run, can_act_on_thread, may_use_playground, visible_runs
 from agentruns.services.log import append_events
 from agentruns.store.transitions import run_cancel_parked
 from agentruns.store.wakeups import enqueue_wake
@@ -97,10 +97,11 @@ def _check_ids(model: type[Snippet] | type[Skill], ids: Sequence[int], name: str
 
 
 def _thread(user: User, thread_id: int, configuration: Configuration) -> Thread:
-    thread = Thread.objects.filter(pk=thread_id).first()
-    visible = thread and visible_runs(user).filter(thread=thread).exists()
-    if thread is None or not visible:
+    thread = visible_threads(user).filter(pk=thread_id).first()
+    if thread is None:
         raise InvalidRequest("Unknown thread.", fields={"thread": [f"Unknown thread {thread_id}."]})
+    if not may_steer(user, thread):
+        raise NotPermitted("Only the thread's initiator may add a prompt to it (SEC-10).")
     if thread.configuration_id != configuration.pk:
         raise InvalidRequest(
             "The thread belongs to another configuration.",
@@ -113,7 +114,7 @@ def check_playground(user: User, submission: Submission, *, dry_run: bool = Fals
     """FS-5: forcing sources or dry-running (which reveals every source's text) is the
     playground's, over any door: pages, admin and API alike."""
     forcing = bool(submission.forced_snippets or submission.forced_skills)
-    if (forcing or dry_run) and not may_use_playground(user):
+    if not may_submit(user, forcing=forcing, dry_run=dry_run):
         raise NotPermitted(
             "Forcing sources and dry runs need staff with the playground permission "
             "(agentruns.use_playground)."
@@ -287,10 +288,10 @@ def message_dict(message: Message) -> dict[str, Any]:
 def run_cancel(*, user: User, run_id: int) -> Run:
     """HITL-11: a queued or awaiting run ends now and its ticket is void; a running one
     stops at its next step boundary."""
-    run = visible_runs(user).filter(pk=run_id).first()
-    if run is None:
+    run = Run.objects.filter(pk=run_id).first()
+    if run is None or not may_see_run(user, run):
         raise NotFound("No such run.")
-    if not can_act_on_run(user, run):
+    if not may_cancel(user, run):
         raise NotPermitted("Only the run's initiator or an approver may cancel it.")
     with transaction.atomic():
         run = Run.objects.select_for_update().get(pk=run_id)
@@ -335,12 +336,11 @@ def _cancel_parked(run: Run, *, by: str) -> None:
 
 def thread_switch_mode(*, user: User, thread_id: int, mode: str) -> Thread:
     """DEF-1: a thread changes mode between runs; the switch is an event in its log."""
-    thread = Thread.objects.filter(pk=thread_id, runs__in=visible_runs(user)).distinct().first()
+    thread = visible_threads(user).filter(pk=thread_id).first()
     if thread is None:
         raise NotFound("No such thread.")
-    # SEC-2: seeing a thread (view_all_runs) is not steering it.
-    if not can_act_on_thread(user, thread):
-        raise NotPermitted("Only the thread's initiator or an approver may switch its mode.")
+    if not may_steer(user, thread):
+        raise NotPermitted("Only the thread's initiator may switch its mode (SEC-10).")
     config = build_runtime_config(thread.configuration)
     if not config.has_mode(mode):
         known = ", ".join(m.name for m in config.modes)
