@@ -1,6 +1,6 @@
 """Who may do what, each rule written once: seeing (SEC-2), the playground (FS-5), steering
-a thread (SEC-10), cancelling (HITL-11), answering (HITL-9), four-eyes (HITL-8) and who is
-told of a ticket (OPS-6).
+a thread (SEC-10), cancelling (HITL-11), answering (HITL-9), four-eyes (HITL-8), who is
+told of a ticket (OPS-6), metrics (OPS-3) and the audit export (OPS-5).
 
 Each rule is a predicate over one object, with its queryset form beside it where a list
 needs one. The pages, the admin, the API, the services and the notifications all ask
@@ -21,6 +21,7 @@ from agentruns.models import Note, Run, Thread, Ticket
 
 APPROVE_RUN = "agentruns.approve_run"
 USE_PLAYGROUND = "agentruns.use_playground"
+VIEW_AUDIT = "agentruns.view_audit"
 
 
 def is_approver(user: Any) -> bool:
@@ -154,3 +155,15 @@ def recipients(ticket: Ticket, approver_emails: set[str]) -> list[str]:
     if ticket.answer == Ticket.Answer.INPUT and initiator and initiator.email:
         emails.add(initiator.email)
     return sorted(emails)
+
+
+# OPS-3, OPS-5: operating. Metrics are for staff (or the scraper's bearer token, checked
+# where the token arrives); the audit export for staff holding `view_audit`.
+
+
+def may_see_metrics(user: Any) -> bool:
+    return bool(user.is_authenticated and user.is_staff)
+
+
+def may_export_audit(user: Any) -> bool:
+    return bool(user.is_authenticated and user.is_staff and user.has_perm(VIEW_AUDIT))

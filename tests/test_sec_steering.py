@@ -47,9 +47,8 @@ def onlooker(django_user_model, permission: str):
 
 
 def thread_log(thread_id: int) -> list[tuple[int, str]]:
-    return list(
-        Event.objects.filter(thread_id=thread_id).order_by("sequence").values_list("sequence", "type")
-    )
+    rows = Event.objects.filter(thread_id=thread_id).order_by("sequence")
+    return list(rows.values_list("sequence", "type"))
 
 
 @pytest.mark.parametrize("permission", ONLOOKERS)
@@ -71,9 +70,7 @@ def test_sec10_one_who_sees_a_thread_may_not_add_a_prompt_to_it(
 
 
 @pytest.mark.parametrize("permission", ONLOOKERS)
-def test_sec10_one_who_sees_a_thread_may_not_switch_its_mode(
-    ended, django_user_model, permission
-):
+def test_sec10_one_who_sees_a_thread_may_not_switch_its_mode(ended, django_user_model, permission):
     client = client_for(onlooker(django_user_model, permission))
     before = thread_log(ended.thread_id)
 

@@ -13,6 +13,7 @@ from django.db.models import Max, Min, QuerySet
 from django.http import HttpRequest, StreamingHttpResponse
 
 from agentruns.models import AuditRecord, DailyUsage, Webhook, WebhookAttempt, WebhookDelivery
+from agentruns.policy import may_export_audit
 from agentruns.services.audit import AuditFilter, audit_response
 from agentruns.services.usage import day_usage
 
@@ -117,7 +118,7 @@ class AuditRecordAdmin(ReadOnly):
     actions = ["export_csv", "export_jsonl"]
 
     def has_view_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return bool(request.user.is_staff and request.user.has_perm("agentruns.view_audit"))
+        return may_export_audit(request.user)
 
     @admin.action(description="Export the audit of the selected rows' period (CSV)")
     def export_csv(self, request: HttpRequest, queryset: QuerySet) -> StreamingHttpResponse:

@@ -16,13 +16,13 @@ from rest_framework.request import Request
 from rest_framework.views import APIView
 
 from agentruns.errors import InvalidRequest
+from agentruns.policy import may_export_audit
 from agentruns.services.audit import CONTENT_TYPES, AuditFilter, audit_response
 
 
 class CanExportAudit(BasePermission):
     def has_permission(self, request: Request, view: Any) -> bool:
-        user = request.user
-        return bool(user and user.is_staff and user.has_perm("agentruns.view_audit"))
+        return may_export_audit(request.user)
 
 
 class JSONLinesRenderer(renderers.JSONRenderer):
