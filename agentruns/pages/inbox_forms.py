@@ -30,7 +30,7 @@ class Control:
     name: str  # the posted field name: value.<property>[.<property>...]
     path: str  # the schema path as `answer_errors` names it: a/b
     label: str
-    widget: str  # select | checkbox | number | text | fieldset
+    widget: str  # select | checkbox | number | text | lines | fieldset
     required: bool = False
     description: str = ""
     options: tuple[str, ...] = ()
@@ -104,6 +104,11 @@ def _control(
         children = controls(spec, typed, errors, prefix=prefix, path=path)
         return Control(widget="fieldset", children=tuple(children), **common)
     raw = typed.get(prefix)
+    if kind == "array":  # SEC-7 allows arrays of scalars only: one item per line
+        items = spec.get("items") if isinstance(spec.get("items"), dict) else {}
+        options = ", ".join(_option(item) for item in items.get("enum") or ())
+        hint = f"one per line, each one of: {options}" if options else "one per line"
+        return Control(widget="lines", hint=hint, value=raw or "", **common)
     if "enum" in spec:
         options = tuple(_option(item) for item in spec["enum"])
         return Control(widget="select", options=options, value=raw or "", **common)
@@ -164,6 +169,11 @@ def value_from_post(
             continue
         raw = post.get(key)
         if raw is None or str(raw).strip() == "":
+            continue
+        if spec.get("type") == "array":
+            items = spec.get("items") if isinstance(spec.get("items"), dict) else {}
+            lines = [line for line in str(raw).splitlines() if line.strip()]
+            value[name] = [_read(items, line) for line in lines]
             continue
         value[name] = _read(spec, str(raw))
     return value
