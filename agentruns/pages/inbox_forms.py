@@ -105,9 +105,8 @@ def _control(
         return Control(widget="fieldset", children=tuple(children), **common)
     raw = typed.get(prefix)
     if kind == "array":  # SEC-7 allows arrays of scalars only: one item per line
-        items = spec.get("items") if isinstance(spec.get("items"), dict) else {}
-        options = ", ".join(_option(item) for item in items.get("enum") or ())
-        hint = f"one per line, each one of: {options}" if options else "one per line"
+        choices = ", ".join(_option(item) for item in _items(spec).get("enum") or ())
+        hint = f"one per line, each one of: {choices}" if choices else "one per line"
         return Control(widget="lines", hint=hint, value=raw or "", **common)
     if "enum" in spec:
         options = tuple(_option(item) for item in spec["enum"])
@@ -138,6 +137,11 @@ def _bounds(kind: Any, spec: dict[str, Any]) -> tuple[dict[str, Any], str]:
     else:
         hint = ""
     return attrs, hint
+
+
+def _items(spec: Mapping[str, Any]) -> dict[str, Any]:
+    items = spec.get("items")
+    return items if isinstance(items, dict) else {}
 
 
 def _option(item: Any) -> str:
@@ -171,9 +175,8 @@ def value_from_post(
         if raw is None or str(raw).strip() == "":
             continue
         if spec.get("type") == "array":
-            items = spec.get("items") if isinstance(spec.get("items"), dict) else {}
             lines = [line for line in str(raw).splitlines() if line.strip()]
-            value[name] = [_read(items, line) for line in lines]
+            value[name] = [_read(_items(spec), line) for line in lines]
             continue
         value[name] = _read(spec, str(raw))
     return value
