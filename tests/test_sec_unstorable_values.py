@@ -8,10 +8,7 @@ to `attempts_exhausted`."""
 from __future__ import annotations
 
 import json
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
@@ -23,6 +20,7 @@ from tests.support.crash import make_openai_configuration, provider_pairing_prob
 from tests.support.deferred import modes
 from tests.support.factories import make_anthropic_configuration
 from tests.support.fake_provider import FakeProvider
+from tests.support.ops import loopback
 
 pytestmark = pytest.mark.django_db
 
@@ -52,6 +50,18 @@ def tool_results(run: Run) -> list[dict[str, Any]]:
 def results_sent_back(fake: FakeProvider) -> list[str]:
     """The tool messages of the last request: what the model was told."""
     return [m["content"] for m in fake.requests[-1].body["messages"] if m["role"] == "tool"]
+
+
+def one_call(staff, fake: FakeProvider, call: dict[str, Any]) -> tuple[Run, dict[str, Any], str]:
+    """A run whose model makes `call`, then answers: the run on its first attempt, the
+    call's result and what the model was told of it."""
+    fake.queue({"tool_calls": [call]}, {"text": "understood"})
+    run = submit(staff, "c")
+    assert execute_run(run.pk) == Run.Status.COMPLETED
+    run = ended_on_first_attempt(run)
+    [result] = tool_results(run)
+    [sent] = results_sent_back(fake)
+    return run, result, sent
 
 
 @pytest.mark.parametrize(
@@ -96,18 +106,13 @@ def test_sec7_call_arguments_postgresql_cannot_store_are_a_model_visible_error(
     """The call is refused with an error result the model reads (nothing runs); its
     arguments are stored cleaned, so the history still replays as a valid turn."""
     make_openai_configuration("c", fake, allowed_tools=["test.echo"])
-    call = {"id": "c1", "name": "test_echo", "arguments": arguments}
-    fake.queue({"tool_calls": [call]}, {"text": "understood"})
-    run = submit(staff, "c")
 
-    assert execute_run(run.pk) == Run.Status.COMPLETED
+    run, result, sent = one_call(
+        staff, fake, {"id": "c1", "name": "test_echo", "arguments": arguments}
+    )
 
-    run = ended_on_first_attempt(run)
-    [result] = tool_results(run)
     assert result["status"] == ev.ERROR
-    assert problem in result["content"]
-    [sent] = results_sent_back(fake)
-    assert problem in sent
+    assert problem in result["content"] and problem in sent
     assert not ToolInvocation.objects.filter(run=run).exists()
     [turn] = Event.objects.filter(run=run, type=ev.ASSISTANT).order_by("sequence")[:1]
     stored = json.dumps(turn.payload)  # what PostgreSQL accepted is plain JSON
@@ -142,20 +147,6 @@ class _Png(BaseHTTPRequestHandler):
         pass
 
 
-@contextmanager
-def png_server() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Png)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
-
-
 @pytest.mark.parametrize("path", ["/logo.png", "/mislabelled"])
 def test_sec7_an_http_get_of_a_png_is_a_model_visible_error(staff, fake, settings, path):
     """Binary content (by its type, or NUL bytes under a text type) is refused by the
@@ -164,18 +155,12 @@ def test_sec7_an_http_get_of_a_png_is_a_model_visible_error(staff, fake, setting
     make_openai_configuration(
         "c", fake, allowed_tools=["http.get"], modes=modes(agent=(["http.get"], []))
     )
-    with png_server() as base:
+    with loopback(_Png) as base:
         call = {"id": "c1", "name": "http_get", "arguments": {"url": base + path}}
-        fake.queue({"tool_calls": [call]}, {"text": "no picture then"})
-        run = submit(staff, "c")
+        run, result, sent = one_call(staff, fake, call)
 
-        assert execute_run(run.pk) == Run.Status.COMPLETED
-
-    run = ended_on_first_attempt(run)
-    [result] = tool_results(run)
     assert result["status"] == ev.ERROR
-    assert "binary" in result["content"]
-    assert "binary" in results_sent_back(fake)[0]
+    assert "binary" in result["content"] and "binary" in sent
     assert ToolInvocation.objects.get(run=run).status == ToolInvocation.Status.FAILED
 
 

@@ -12,7 +12,7 @@ import socket
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 from django.core.exceptions import ValidationError
@@ -23,7 +23,7 @@ from agentruns.models import Webhook, WebhookAttempt, WebhookDelivery
 from agentruns.services.webhooks import NO_RESPONSE, webhook_deliver_due
 from tests.conftest import grant
 from tests.support.factories import make_configuration, make_provider
-from tests.support.ops import Receiver, client_for, refused_port
+from tests.support.ops import Receiver, client_for, loopback, refused_port
 from tests.support.runs import submit
 
 pytestmark = pytest.mark.django_db
@@ -218,27 +218,13 @@ class _Redirect(BaseHTTPRequestHandler):
         pass
 
 
-@contextmanager
-def serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[int]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
-    thread.start()
-    try:
-        yield server.server_address[1]
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
-
-
 def test_sec9_redirects_are_not_followed(staff, settings):
     settings.AGENTRUNS_WEBHOOK_ALLOWED_HOSTS = ["127.0.0.1"]
     inside = Receiver(statuses=[200])
     _Redirect.target = inside.url
     try:
-        with serving(_Redirect) as port:
-            queue_one_delivery(staff, f"http://127.0.0.1:{port}/hook")
+        with loopback(_Redirect) as base:
+            queue_one_delivery(staff, f"{base}/hook")
             webhook_deliver_due()
     finally:
         inside.close()
