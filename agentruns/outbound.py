@@ -114,6 +114,9 @@ class PinnedTransport(httpx.BaseTransport):
     TLS server name (so the certificate is verified against the name) stay the host's."""
 
     def __init__(self, **options: Any) -> None:
+        # No connection is kept for a later request: each one is resolved and checked
+        # anew, and a TLS session verified for one name never carries another's request.
+        options.setdefault("limits", httpx.Limits(max_keepalive_connections=0))
         self._inner = httpx.HTTPTransport(**options)
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
