@@ -227,6 +227,10 @@ SPECTACULAR_SETTINGS = {
 # CG-5: read raw; the gate parses it fail-closed on every decision.
 AGENTRUNS_DATA_CLASS_ENFORCEMENT = os.environ.get("AGENTRUNS_DATA_CLASS_ENFORCEMENT")
 AGENTRUNS_HTTP_ALLOWED_HOSTS = env_list("AGENTRUNS_HTTP_ALLOWED_HOSTS")
+# SEC-11: the only environment variables a provider's `api_key_env` may name.
+AGENTRUNS_PROVIDER_KEY_VARS = env_list(
+    "AGENTRUNS_PROVIDER_KEY_VARS", "OPENAI_API_KEY,ANTHROPIC_API_KEY"
+)
 AGENTRUNS_LEASE_SECONDS = env_float("AGENTRUNS_LEASE_SECONDS", 30.0)
 AGENTRUNS_MAX_ATTEMPTS = env_int("AGENTRUNS_MAX_ATTEMPTS", 3)
 AGENTRUNS_MAX_TURNS = env_int("AGENTRUNS_MAX_TURNS", 50)
@@ -257,6 +261,9 @@ AGENTRUNS_Q_TIMEOUT = env_int("AGENTRUNS_Q_TIMEOUT", 60)
 AGENTRUNS_METRICS_TOKEN = os.environ.get("AGENTRUNS_METRICS_TOKEN", "")
 # OPS-4: webhook sends: per-request timeout, attempts before giving up, backoff base/cap.
 AGENTRUNS_WEBHOOK_TIMEOUT = env_float("AGENTRUNS_WEBHOOK_TIMEOUT", 5.0)
+# SEC-9: hosts a webhook may reach although they resolve to a loopback, private or
+# link-local address (an internal receiver); every other target must be public.
+AGENTRUNS_WEBHOOK_ALLOWED_HOSTS = env_list("AGENTRUNS_WEBHOOK_ALLOWED_HOSTS")
 AGENTRUNS_WEBHOOK_MAX_ATTEMPTS = env_int("AGENTRUNS_WEBHOOK_MAX_ATTEMPTS", 8)
 AGENTRUNS_WEBHOOK_BACKOFF_SECONDS = env_float("AGENTRUNS_WEBHOOK_BACKOFF_SECONDS", 10.0)
 AGENTRUNS_WEBHOOK_BACKOFF_MAX_SECONDS = env_float("AGENTRUNS_WEBHOOK_BACKOFF_MAX_SECONDS", 3600.0)

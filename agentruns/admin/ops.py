@@ -37,10 +37,17 @@ class WebhookAdmin(admin.ModelAdmin):
         self, request: HttpRequest, obj: Webhook | None = None, change: bool = False, **kw: Any
     ) -> Any:
         form = super().get_form(request, obj, change=change, **kw)
-        # The secret signs deliveries: it is typed once and never shown again.
-        form.base_fields["secret"].widget = forms.PasswordInput(render_value=False)
-        form.base_fields["secret"].required = obj is None
+        # The secret signs deliveries: it is typed once and never shown again (SEC-9).
+        if "secret" in form.base_fields:
+            form.base_fields["secret"].widget = forms.PasswordInput(render_value=False)
+            form.base_fields["secret"].required = obj is None
         return form
+
+    def get_exclude(self, request: HttpRequest, obj: Webhook | None = None) -> Any:
+        # A page its viewer may not change shows every field as text: never the secret.
+        if not self.has_change_permission(request, obj):
+            return [*(super().get_exclude(request, obj) or ()), "secret"]
+        return super().get_exclude(request, obj)
 
     def save_model(self, request: HttpRequest, obj: Webhook, form: Any, change: bool) -> None:
         if change and not form.cleaned_data.get("secret"):

@@ -30,7 +30,7 @@ class Control:
     name: str  # the posted field name: value.<property>[.<property>...]
     path: str  # the schema path as `answer_errors` names it: a/b
     label: str
-    widget: str  # select | checkbox | number | text | fieldset
+    widget: str  # select | checkbox | number | text | lines | fieldset
     required: bool = False
     description: str = ""
     options: tuple[str, ...] = ()
@@ -104,6 +104,10 @@ def _control(
         children = controls(spec, typed, errors, prefix=prefix, path=path)
         return Control(widget="fieldset", children=tuple(children), **common)
     raw = typed.get(prefix)
+    if kind == "array":  # SEC-7 allows arrays of scalars only: one item per line
+        choices = ", ".join(_option(item) for item in _items(spec).get("enum") or ())
+        hint = f"one per line, each one of: {choices}" if choices else "one per line"
+        return Control(widget="lines", hint=hint, value=raw or "", **common)
     if "enum" in spec:
         options = tuple(_option(item) for item in spec["enum"])
         return Control(widget="select", options=options, value=raw or "", **common)
@@ -135,6 +139,11 @@ def _bounds(kind: Any, spec: dict[str, Any]) -> tuple[dict[str, Any], str]:
     return attrs, hint
 
 
+def _items(spec: Mapping[str, Any]) -> dict[str, Any]:
+    items = spec.get("items")
+    return items if isinstance(items, dict) else {}
+
+
 def _option(item: Any) -> str:
     return item if isinstance(item, str) else str(item)
 
@@ -164,6 +173,10 @@ def value_from_post(
             continue
         raw = post.get(key)
         if raw is None or str(raw).strip() == "":
+            continue
+        if spec.get("type") == "array":
+            lines = [line for line in str(raw).splitlines() if line.strip()]
+            value[name] = [_read(_items(spec), line) for line in lines]
             continue
         value[name] = _read(spec, str(raw))
     return value

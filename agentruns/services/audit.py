@@ -129,12 +129,22 @@ class _Line:
         return value
 
 
+# SEC-12: what a spreadsheet reads as the start of a formula (or of a DDE command).
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value: Any) -> str:
+    """A note typed as `=HYPERLINK(...)` must open as text: a leading ' makes it one."""
+    text = "" if value is None else str(value)
+    return "'" + text if text.startswith(FORMULA_STARTS) else text
+
+
 def audit_csv(flt: AuditFilter) -> Iterator[str]:
     writer = csv.writer(_Line())
     yield writer.writerow(COLUMNS)
     for record in audit_records(flt):
         row = {**record, "time": record["time"].isoformat()}
-        yield writer.writerow(["" if row[c] is None else row[c] for c in COLUMNS])
+        yield writer.writerow([csv_cell(row[c]) for c in COLUMNS])
 
 
 CONTENT_TYPES = {"csv": "text/csv", "jsonl": "application/x-ndjson"}

@@ -23,7 +23,7 @@ import random
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import httpx
@@ -32,9 +32,11 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from agentruns.models import Event, Webhook, WebhookAttempt, WebhookDelivery
+from agentruns.outbound import PinnedTransport, TargetRefused
 
 logger = logging.getLogger(__name__)
 
+NO_RESPONSE = "no HTTP response"
 SIGNATURE_HEADER = "X-Agentruns-Signature"
 DELIVERY_HEADER = "X-Agentruns-Delivery"
 EVENT_HEADER = "X-Agentruns-Event"
@@ -105,6 +107,8 @@ class Outcome:
     status_code: int | None
     latency_ms: int
     error: str
+    # When the attempt began: a failure's record shows no duration (SEC-9).
+    at: datetime
 
     @property
     def ok(self) -> bool:
@@ -135,19 +139,23 @@ def _send(client: httpx.Client, delivery: WebhookDelivery) -> Outcome:
         DELIVERY_HEADER: str(delivery.delivery_id),
         EVENT_HEADER: delivery.event_type,
     }
-    started = time.monotonic()
+    started, at = time.monotonic(), timezone.now()
     try:
         response = client.post(delivery.webhook.url, content=body, headers=headers)
+    except TargetRefused as exc:
+        return Outcome(None, 0, str(exc)[:500], at)
     except httpx.HTTPError as exc:
-        elapsed = int((time.monotonic() - started) * 1000)
-        return Outcome(None, elapsed, f"{type(exc).__name__}: {exc}"[:500])
+        # SEC-9: refused, reset, timed out or not HTTP read alike (and take no time), so
+        # the deliveries list cannot tell an open port from a closed one; the log can.
+        logger.info("webhook delivery %s: %s: %s", delivery.pk, type(exc).__name__, exc)
+        return Outcome(None, 0, NO_RESPONSE, at)
     elapsed = int((time.monotonic() - started) * 1000)
     error = "" if response.is_success else f"HTTP {response.status_code}"
-    return Outcome(response.status_code, elapsed, error)
+    return Outcome(response.status_code, elapsed, error, at)
 
 
 def _record(delivery: WebhookDelivery, outcome: Outcome) -> None:
-    now = timezone.now()
+    now = outcome.at  # times count from the attempt's start, never showing its length
     attempts = delivery.attempts + 1
     changes: dict[str, Any] = {
         "attempts": attempts,
@@ -163,7 +171,7 @@ def _record(delivery: WebhookDelivery, outcome: Outcome) -> None:
     with transaction.atomic():
         WebhookAttempt.objects.create(
             delivery=delivery,
-            at=now,
+            at=outcome.at,
             status_code=outcome.status_code,
             latency_ms=outcome.latency_ms,
             error=outcome.error,
@@ -183,7 +191,10 @@ def webhook_deliver_due(*, limit: int = 100, budget_seconds: float = 20.0) -> in
     timeout = httpx.Timeout(float(settings.AGENTRUNS_WEBHOOK_TIMEOUT))
     sent = 0
     rows = WebhookDelivery.objects.select_related("webhook").filter(pk__in=ids)
-    with httpx.Client(timeout=timeout, follow_redirects=False) as client:
+    # SEC-9: each connection goes to an address checked after DNS; redirects are not
+    # followed (a 3xx is recorded as a failed attempt).
+    transport = PinnedTransport()
+    with httpx.Client(timeout=timeout, follow_redirects=False, transport=transport) as client:
         for delivery in _in_order(rows, ids):
             if time.monotonic() > deadline:
                 WebhookDelivery.objects.filter(pk=delivery.pk).update(

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
+from django.conf import settings
 from django.utils import timezone
 
 from agentruns import events as ev
@@ -75,6 +76,7 @@ def child_env(
         AGENTRUNS_EXTRA_TOOL_MODULES="tests.support.tools",
         AGENTRUNS_FAULTS=faults,
         AGENTRUNS_LOG_LEVEL="ERROR",
+        AGENTRUNS_PROVIDER_KEY_VARS=",".join(settings.AGENTRUNS_PROVIDER_KEY_VARS),
         PYTHONUNBUFFERED="1",
     )
     if trace is not None:

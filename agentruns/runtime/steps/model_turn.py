@@ -29,6 +29,7 @@ from agentruns.runtime.steps.base import Outcome, RunContext, redaction_items
 from agentruns.runtime.steps.compact import compact_if_needed
 from agentruns.runtime.steps.endings import finish, finish_failed, reply_too_large
 from agentruns.runtime.steps.gating import assert_context, sources
+from agentruns.runtime.storable import storable_reply, unstorable_arguments
 from agentruns.store.connection import release_connection
 from agentruns.tools.policy import (
     needs_human,
@@ -142,6 +143,7 @@ def _record_turn(
     continuation: Any = None,
     served_by: dict[str, Any] | None = None,
 ) -> Outcome | None:
+    reply, unstorable = storable_reply(reply)  # SEC-7: before any of it is stored
     text, redacted = redact(reply.text)
     calls = [_call_from(tool_call, redacted) for tool_call in reply.tool_calls]
     reused = _reused_call_ids(ctx.events, calls)
@@ -169,7 +171,7 @@ def _record_turn(
             [*redaction, (ev.ASSISTANT, payload)],
             final_reply=text,
         )
-    verdicts = [_judge(ctx, call, offered) for call in calls]
+    verdicts = [_judge(ctx, call, offered, unstorable.get(call.id)) for call in calls]
     candidates = [v.call.id for v in verdicts if v.status is None]
     granted, over = fit(
         candidates, used_before=ctx.state.tool_calls_used, limit=ctx.config.max_tool_calls
@@ -229,8 +231,12 @@ def _reused_call_ids(events: list[Ev], calls: list[ProposedCall]) -> set[str]:
     return reused | (set(ids) & earlier)
 
 
-def _judge(ctx: RunContext, call: ProposedCall, offered: set[str]) -> Screened:
+def _judge(
+    ctx: RunContext, call: ProposedCall, offered: set[str], unstorable: set[str] | None
+) -> Screened:
     """TOOL-2 and argument validation; a bad proposal becomes a model-visible result."""
+    if unstorable:
+        return Screened(call, ev.ERROR, unstorable_arguments(unstorable))
     if call.arguments is None:
         return Screened(call, ev.ERROR, "Error: the arguments are not a JSON object.")
     refusal = tool_refusal(call.name, granted=ctx.config.granted, ceiling=ctx.config.ceiling)

@@ -23,6 +23,7 @@ from agentruns.runtime.state import (
 from agentruns.runtime.steps.base import Invocation, Items, Outcome, RunContext, redaction_items
 from agentruns.runtime.steps.endings import boundary, park
 from agentruns.runtime.steps.gating import assert_context
+from agentruns.runtime.storable import storable_output
 from agentruns.store.connection import release_connection
 from agentruns.tools.policy import (
     needs_human,
@@ -235,8 +236,10 @@ def run_tool(
     try:
         if savepoint:
             with transaction.atomic():
-                return tool.execute(call.arguments or {}, context)
-        return tool.execute(call.arguments or {}, context)
+                output = tool.execute(call.arguments or {}, context)
+        else:
+            output = tool.execute(call.arguments or {}, context)
     except Exception as exc:
         logger.exception("tool %s failed in run %s", tool.name, context.run_id)
-        return ToolOutput(f"Error: the tool failed ({type(exc).__name__}: {exc}).", ok=False)
+        output = ToolOutput(f"Error: the tool failed ({type(exc).__name__}: {exc}).", ok=False)
+    return storable_output(output)  # SEC-7: what a tool returns is hostile too
