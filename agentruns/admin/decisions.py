@@ -45,7 +45,7 @@ class TicketDecisionAdminMixin(admin.ModelAdmin):
     def decide_view(self, request: HttpRequest, ticket_id: int) -> HttpResponse:
         if request.method != "POST":
             return HttpResponseNotAllowed(["POST"])
-        ticket = get_object_or_404(Ticket, pk=ticket_id)
+        ticket = get_object_or_404(self.get_queryset(request), pk=ticket_id)
         try:
             command = command_from_post(request.POST, ticket.schema)
             run_resume(user=request.user, run_id=ticket.run_id, command=command)
