@@ -183,6 +183,28 @@ if env_bool("AGENTRUNS_BEHIND_TLS_PROXY", False):
 SESSION_COOKIE_HTTPONLY = True
 X_FRAME_OPTIONS = "DENY"
 
+# SEC-14: throttle counters live where every web process sees them (gunicorn runs several
+# workers): Redis when REDIS_URL is set, else a table in the database (created by the
+# migration agentruns 0012), never process memory.
+REDIS_URL = os.environ.get("REDIS_URL", "").strip()
+CACHES = {
+    "default": (
+        {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            # Keeps this deployment's keys apart on a Redis other applications share.
+            "KEY_PREFIX": os.environ.get("AGENTRUNS_CACHE_PREFIX", "agentruns"),
+        }
+        if REDIS_URL
+        else {
+            "BACKEND": "django.core.cache.backends.db.DatabaseCache",
+            "LOCATION": "agentruns_cache",
+            # Culling past MAX_ENTRIES would drop live counters; expired rows go first.
+            "OPTIONS": {"MAX_ENTRIES": env_int("AGENTRUNS_CACHE_MAX_ENTRIES", 100_000)},
+        }
+    )
+}
+
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "rest_framework.authentication.SessionAuthentication",
@@ -196,7 +218,8 @@ REST_FRAMEWORK = {
     # JSON only: what the schema documents is what is parsed (a form body is a 415).
     "DEFAULT_PARSER_CLASSES": ["agentruns.api.limits.BoundedJSONParser"],
     "TEST_REQUEST_DEFAULT_FORMAT": "json",
-    # SEC-3: per user (or client address) on run submission and resume; generous defaults.
+    # SEC-3, SEC-14: per user on run submission and resume (API, pages and admin alike:
+    # agentruns/throttles.py); generous defaults.
     "DEFAULT_THROTTLE_CLASSES": ["agentruns.api.limits.ActionThrottle"],
     "DEFAULT_THROTTLE_RATES": {
         "submit": os.environ.get("AGENTRUNS_THROTTLE_SUBMIT", "600/minute"),

@@ -32,6 +32,7 @@ from agentruns.models import Ticket
 from agentruns.policy import answerable_tickets, visible_tickets
 from agentruns.selectors import run_readout, uncertain_invocations
 from agentruns.services.resume import run_resume
+from agentruns.throttles import RESUME, throttle_check
 from agentruns.words import decided_sentence, field_errors, sentence, ticket_outcome
 from playground.runs import HtmxHttpRequest
 
@@ -90,6 +91,7 @@ def resume(request: HttpRequest, correlation_id: UUID) -> HttpResponse:
     ticket = _ticket(request, correlation_id)
     back = _back(request)
     try:
+        throttle_check(request, RESUME)  # SEC-14: the API's rate, the same counter
         command = command_from_post(request.POST, ticket.schema)
         run_resume(user=request.user, run_id=ticket.run_id, command=command)
     except InvalidInput as exc:

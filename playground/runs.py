@@ -25,6 +25,7 @@ from agentruns.policy import visible_runs
 from agentruns.selectors import run_readout
 from agentruns.services.runs import Submission, run_submit
 from agentruns.services.usage import run_usage
+from agentruns.throttles import SUBMIT, throttle_check
 from agentruns.words import failure_sentence, field_errors, sentence
 from playground import timeline
 
@@ -70,6 +71,7 @@ def run_start(request: HttpRequest) -> HttpResponse:
         configuration=request.POST.get("configuration", ""), input=request.POST.get("task", "")
     )
     try:
+        throttle_check(request, SUBMIT)  # SEC-14: the API's rate, the same counter
         run, _ = run_submit(user=request.user, submission=submission)
     except AgentrunsError as error:
         problems = [m for msgs in field_errors(error).values() for m in msgs]

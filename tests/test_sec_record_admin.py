@@ -5,6 +5,7 @@ no delete action; a GET or POST of a delete URL is refused), and staff holding D
 from __future__ import annotations
 
 from html import unescape
+from typing import Any
 
 import pytest
 from django.test import Client
@@ -29,7 +30,10 @@ from tests.support.hitl import active_ticket, park, scripted_configuration, writ
 
 pytestmark = pytest.mark.django_db
 
-TURNS = [{"tool_calls": [write_call("Minutes", "secret plans", call_id="call_w")]}, {"text": "ok"}]
+TURNS: list[dict[str, Any]] = [
+    {"tool_calls": [write_call("Minutes", "secret plans", call_id="call_w")]},
+    {"text": "ok"},
+]
 
 RECORD = [
     Run,
@@ -67,24 +71,28 @@ def completed_run(user, approver) -> Run:
     return run
 
 
-def rows_of(run: Run) -> dict[type, int]:
+def first(rows: Any) -> int:
+    return rows.values_list("pk", flat=True)[0]
+
+
+def rows_of(run: Run) -> dict[Any, int]:
     """One row of each record model belonging to `run`."""
-    delivery = WebhookDelivery.objects.filter(run_id=run.pk).first()
+    delivery = first(WebhookDelivery.objects.filter(run_id=run.pk))
     return {
         Run: run.pk,
         Thread: run.thread_id,
-        Event: Event.objects.filter(run=run).first().pk,
-        Ticket: Ticket.objects.filter(run=run).first().pk,
-        ToolInvocation: ToolInvocation.objects.filter(run=run).first().pk,
-        Checkpoint: Checkpoint.objects.filter(run=run).first().pk,
-        Note: Note.objects.filter(run=run).first().pk,
-        GateAudit: GateAudit.objects.filter(run_id=run.pk).first().pk,
-        WebhookDelivery: delivery.pk,
-        WebhookAttempt: WebhookAttempt.objects.filter(delivery=delivery).first().pk,
+        Event: first(Event.objects.filter(run=run)),
+        Ticket: first(Ticket.objects.filter(run=run)),
+        ToolInvocation: first(ToolInvocation.objects.filter(run=run)),
+        Checkpoint: first(Checkpoint.objects.filter(run=run)),
+        Note: first(Note.objects.filter(run=run)),
+        GateAudit: first(GateAudit.objects.filter(run_id=run.pk)),
+        WebhookDelivery: delivery,
+        WebhookAttempt: first(WebhookAttempt.objects.filter(delivery_id=delivery)),
     }
 
 
-def url(model: type, pk: int | None = None, view: str = "change") -> str:
+def url(model: Any, pk: int | None = None, view: str = "change") -> str:
     base = f"/admin/agentruns/{model._meta.model_name}/"
     return base if pk is None else f"{base}{pk}/{view}/"
 

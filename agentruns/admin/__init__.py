@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from django import forms
 from django.contrib import admin
@@ -36,11 +36,13 @@ from agentruns.models import (
     Ticket,
     ToolInvocation,
 )
+from agentruns.models.runs import NoteQuerySet, RunQuerySet, ThreadQuerySet
 from agentruns.policy import of_visible_runs, of_visible_threads
 from agentruns.selectors import configuration_readout, run_readout
 from agentruns.services.catalog import fallback_problem
 from agentruns.services.runs import run_cancel
 from agentruns.services.usage import run_usage
+from agentruns.throttles import RESUME, throttle_check
 from agentruns.words import sentence
 
 
@@ -202,7 +204,7 @@ class RunAdmin(RunCancelAdminMixin, RecordAdmin):
     actions = ["cancel_runs"]
 
     def visible(self, rows: QuerySet, user: Any) -> QuerySet:
-        return rows.visible_to(user)
+        return cast(RunQuerySet, rows).visible_to(user)
 
     def get_inlines(self, request: HttpRequest, obj: Run | None = None) -> list:
         return [RunEventInline] if obj else []
@@ -222,6 +224,11 @@ class RunAdmin(RunCancelAdminMixin, RecordAdmin):
 
     @admin.action(description="Cancel selected runs")
     def cancel_runs(self, request: HttpRequest, queryset: QuerySet) -> None:
+        try:
+            throttle_check(request, RESUME)  # SEC-14: one action, counted once
+        except AgentrunsError as exc:
+            self.message_user(request, sentence(exc), level="error")
+            return
         for run in queryset:
             try:
                 run_cancel(user=request.user, run_id=run.pk)
@@ -266,7 +273,7 @@ class NoteAdmin(RecordAdmin):
     search_fields = ["title", "body"]
 
     def visible(self, rows: QuerySet, user: Any) -> QuerySet:
-        return rows.visible_to(user)
+        return cast(NoteQuerySet, rows).visible_to(user)
 
 
 @admin.register(Thread)
@@ -275,7 +282,7 @@ class ThreadAdmin(RecordAdmin):
     inlines = [EventInline]
 
     def visible(self, rows: QuerySet, user: Any) -> QuerySet:
-        return rows.visible_to(user)
+        return cast(ThreadQuerySet, rows).visible_to(user)
 
 
 @admin.register(Event)

@@ -17,7 +17,6 @@ from django.urls import URLPattern, path, reverse
 from agentruns.forms.playground import PlaygroundForm, form_context
 from agentruns.models import Configuration
 from agentruns.policy import may_use_playground
-from agentruns.services.runs import run_submit
 
 
 class PlaygroundAdminMixin(admin.ModelAdmin):
@@ -49,7 +48,7 @@ class PlaygroundAdminMixin(admin.ModelAdmin):
         data["configuration"] = configuration.slug
         form = PlaygroundForm(data if request.method == "POST" else None)
         if request.method == "POST":
-            run = form.attempt(request, lambda s: run_submit(user=request.user, submission=s)[0])
+            run = form.start(request)
             if run is not None:
                 messages.success(request, f"Run #{run.pk} started with the forced sources.")
                 return redirect(reverse("playground:inspector", args=[run.pk]))
