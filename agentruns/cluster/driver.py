@@ -32,21 +32,23 @@ import threading
 import time
 from dataclasses import dataclass, field
 from multiprocessing import util as mp_util
-from typing import Any
 
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connections, transaction
 from psycopg_pool import PoolTimeout
 
+from agentruns.cluster.outbox import kick
+from agentruns.cluster.sweeper import sweep
+from agentruns.store.connection import (
+    close_thread_connections,
+    detach_inherited_connections,
+    use_pool,
+)
 from agentruns.store.records import Lease
 from agentruns.store.transitions import claim_runnable, lease_lapse, renew_many, run_hand_back
 from agentruns.store.wakeups import enqueue_wake
 
 logger = logging.getLogger(__name__)
-
-# Objects inherited across fork that belong to the parent: never closed, never collected
-# (closing a psycopg connection or pool would send a Terminate on the parent's sockets).
-_INHERITED: list[Any] = []
 
 # Errors that say "not now" rather than "this run is broken".
 TRANSIENT = (OperationalError, InterfaceError, PoolTimeout)
@@ -58,10 +60,6 @@ CLAIM_BATCH = 16
 
 # Finalisers run in descending priority; ours runs before multiprocessing's own (0).
 SHUTDOWN_PRIORITY = 100
-
-
-def is_postgres() -> bool:
-    return bool(settings.DATABASES["default"]["ENGINE"].endswith("postgresql"))
 
 
 @dataclass(frozen=True)
@@ -87,43 +85,6 @@ class DriverConfig:
         )
 
 
-def detach_inherited_connections() -> None:
-    """After a fork: forget (without closing) every connection and pool the parent opened."""
-    from django.db.backends.postgresql.base import DatabaseWrapper
-
-    pools: dict[str, Any] = DatabaseWrapper._connection_pools  # type: ignore[attr-defined]
-    if pools:
-        _INHERITED.extend(pools.values())
-        pools.clear()
-    for alias in connections:
-        wrapper = connections[alias]
-        if wrapper.connection is not None:
-            _INHERITED.append(wrapper.connection)
-            wrapper.connection = None
-
-
-def use_pool(config: DriverConfig) -> None:
-    """Switch THIS process to Django's psycopg pool before it opens its first connection.
-    The settings dict is shared by every thread's connection wrapper, so mutating it in
-    place switches them all. Health checks are the pool's job (a broken connection is
-    discarded when it is returned); Django's per-checkout ping would cost a round trip per
-    step."""
-    db = connections.settings["default"]
-    if not db["ENGINE"].endswith("postgresql"):
-        return
-    options = db.setdefault("OPTIONS", {})
-    options["pool"] = {
-        # Fixed size: opened once at spawn, never grown in the middle of a burst, and a
-        # machine's footprint is exactly q2 workers x DB_POOL_MAX connections.
-        "min_size": config.pool_max,
-        "max_size": config.pool_max,
-        "timeout": config.pool_timeout,
-        "name": f"agentruns-{os.getpid()}",
-    }
-    db["CONN_MAX_AGE"] = 0
-    db["CONN_HEALTH_CHECKS"] = False
-
-
 def warm_up() -> None:
     """Pay a process's one-time costs before it takes work: otherwise the first runs pay
     them on their critical path, and racing threads pay them several times over (the
@@ -138,15 +99,6 @@ def warm_up() -> None:
         logger.debug("warm-up incomplete", exc_info=True)
     finally:
         close_thread_connections()
-
-
-def close_thread_connections() -> None:
-    """Give this thread's connections back (to the pool, or really close them)."""
-    for alias in connections:
-        try:
-            connections[alias].close()
-        except Exception:  # a broken connection is discarded either way
-            logger.debug("closing a connection failed", exc_info=True)
 
 
 @dataclass
@@ -318,9 +270,6 @@ class Driver:
             now = time.monotonic()
             if not self._shutting_down and now - self._last_sweep >= self.config.sweep_seconds:
                 self._last_sweep = now
-                from agentruns.cluster.outbox import kick
-                from agentruns.cluster.sweeper import sweep
-
                 sweep()
                 kick()  # webhooks and mails, on a thread of their own (OPS-4, OPS-6)
         except Exception:
@@ -362,8 +311,8 @@ def get_driver() -> Driver:
         if _driver is None or _driver.pid != os.getpid():
             config = DriverConfig.from_settings()
             detach_inherited_connections()
-            if is_postgres():
-                use_pool(config)
+            pool = f"agentruns-{os.getpid()}"
+            use_pool(size=config.pool_max, timeout=config.pool_timeout, name=pool)
             _driver = Driver(config)
             warm_up()
             mp_util.Finalize(None, _shutdown_on_exit, exitpriority=SHUTDOWN_PRIORITY)

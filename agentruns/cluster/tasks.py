@@ -12,10 +12,11 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
-from agentruns.cluster.driver import CLAIM_BATCH, close_thread_connections, get_driver
+from agentruns.cluster.driver import CLAIM_BATCH, get_driver
 from agentruns.cluster.sweeper import sweep as run_sweeper
 from agentruns.models import Run
 from agentruns.store.base import claimable
+from agentruns.store.connection import close_thread_connections
 from agentruns.store.transitions import claim
 from agentruns.store.wakeups import enqueue_wake
 

@@ -10,7 +10,7 @@ from typing import Any
 from django.db.models import Max
 
 from agentruns.models import Event, Thread
-from agentruns.services.webhooks import webhook_queue
+from agentruns.store import store
 
 
 def append_events(
@@ -22,5 +22,6 @@ def append_events(
         Event(thread_id=thread_id, run_id=run_id, sequence=last + i, type=kind, payload=payload)
         for i, (kind, payload) in enumerate(items, start=1)
     )
-    webhook_queue(events=events)
+    if events:
+        store().queue_deliveries(events)
     return events

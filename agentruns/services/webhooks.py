@@ -2,9 +2,9 @@
 
 Queueing is the outbox pattern, like the wake-ups: a delivery row is written in the same
 transaction as the event it carries, so a host hears of every committed event and of no
-rolled-back one. The matching rule lives on the model (`Webhook.wants`, `MATCH_SQL`); on
-PostgreSQL `WebhookDelivery.insert_sql` is the one statement both paths use (the services'
-`webhook_queue` here, the loop's step write as one more CTE).
+rolled-back one. The matching rule lives on the model (`Webhook.wants`, `MATCH_SQL`); the
+store writes the rows (`SystemStore.queue_deliveries` for the services' appends, and the
+loop's step write, where on PostgreSQL `WebhookDelivery.insert_sql` is one more CTE).
 
 Sending happens on the cluster, never on a run's thread: `webhook_deliver_due` claims due
 rows (`FOR UPDATE SKIP LOCKED`, then pushes `next_attempt_at` past the send so no other
@@ -21,52 +21,23 @@ import json
 import logging
 import random
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 import httpx
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
-from agentruns.models import Event, Webhook, WebhookAttempt, WebhookDelivery
+from agentruns.models import WebhookAttempt, WebhookDelivery
 
 logger = logging.getLogger(__name__)
 
 SIGNATURE_HEADER = "X-Agentruns-Signature"
 DELIVERY_HEADER = "X-Agentruns-Delivery"
 EVENT_HEADER = "X-Agentruns-Event"
-
-# ---- queueing (inside the event's transaction) -----------------------------------------
-
-
-def webhook_queue(*, events: Sequence[Event]) -> None:
-    """Queue deliveries for events just appended, in the caller's transaction."""
-    if not events:
-        return
-    if connection.vendor == "postgresql":
-        row = "(%s, %s::bigint, %s::bigint, %s::integer, %s::jsonb, %s::timestamptz)"
-        params: list[Any] = []
-        for event in events:
-            params += [
-                event.type,
-                event.run_id,
-                event.thread_id,
-                event.sequence,
-                json.dumps(event.payload),
-                event.created_at,
-            ]
-        values = ", ".join([row] * len(events))
-        columns = ", ".join(WebhookDelivery.SOURCE_COLUMNS)
-        sql = WebhookDelivery.insert_sql(f"(VALUES {values}) AS e ({columns})")
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
-        return
-    hooks = Webhook.objects.filter(active=True)
-    WebhookDelivery.objects.bulk_create(WebhookDelivery.rows_for(events, hooks))
-
 
 # ---- the wire format --------------------------------------------------------------------
 

@@ -5,13 +5,14 @@ run) or the portable one (`portable.py`, only what the embedded SQLite demo need
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
 from django.db.models import Q
 from django.db.models.functions import Now
 
-from agentruns.models import GateAudit, Run
+from agentruns.models import Event, GateAudit, Run
 from agentruns.store.records import Lease, Step
 
 # (sequence, type, payload, run_id) in log order.
@@ -59,6 +60,11 @@ class SystemStore(Protocol):
     def claim_expired(self, limit: int, owner: str, seconds: float) -> list[tuple[int, dict]]:
         """Claim up to `limit` running runs whose lease expired, longest expired first:
         crash reclaims, each spending an attempt (CLU-3; [] where unsupported)."""
+        ...
+
+    def queue_deliveries(self, events: Sequence[Event]) -> None:
+        """OPS-4: one pending delivery per (event, active webhook that wants it), in the
+        caller's transaction (events appended outside a step: submission, resume...)."""
         ...
 
     def save_audit(self, row: GateAudit, *, epoch: int | None) -> int:

@@ -5,6 +5,7 @@ batch claims: wake-ups do all the claiming here."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from django.db import transaction
@@ -51,8 +52,7 @@ class PortableStore:
             events = Event.objects.bulk_create(
                 Event(**event_row(lease, e, now)) for e in step.events
             )
-            hooks = Webhook.objects.filter(active=True)  # OPS-4's outbox, OPS-1's counter
-            WebhookDelivery.objects.bulk_create(WebhookDelivery.rows_for(events, hooks))
+            self.queue_deliveries(events)  # OPS-4's outbox, then OPS-1's counter
             spent = DailyUsage.usage_of(step.events)
             if any(spent):
                 DailyUsage.add(lease.configuration_id, *spent)
@@ -113,6 +113,10 @@ class PortableStore:
 
     def claim_expired(self, limit: int, owner: str, seconds: float) -> list[tuple[int, dict]]:
         return []
+
+    def queue_deliveries(self, events: Sequence[Event]) -> None:
+        hooks = Webhook.objects.filter(active=True)
+        WebhookDelivery.objects.bulk_create(WebhookDelivery.rows_for(events, hooks))
 
     def save_audit(self, row: GateAudit, *, epoch: int | None) -> int:
         with transaction.atomic():

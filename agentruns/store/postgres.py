@@ -5,6 +5,7 @@ flush). Statuses are interpolated from `Run.Status`, never spelled in SQL."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from functools import cache
 from typing import Any
@@ -270,6 +271,24 @@ class PostgresStore:
             "ORDER BY lease_expires_at NULLS FIRST LIMIT %s"
         )
         return _claim_rows(where, [limit], owner, seconds)
+
+    def queue_deliveries(self, events: Sequence[Event]) -> None:
+        row = "(%s, %s::bigint, %s::bigint, %s::integer, %s::jsonb, %s::timestamptz)"
+        params: list[Any] = []
+        for event in events:
+            params += [
+                event.type,
+                event.run_id,
+                event.thread_id,
+                event.sequence,
+                json.dumps(event.payload),
+                event.created_at,
+            ]
+        columns = ", ".join(WebhookDelivery.SOURCE_COLUMNS)
+        values = ", ".join([row] * len(events))
+        sql = WebhookDelivery.insert_sql(f"(VALUES {values}) AS e ({columns})")
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
 
     def save_audit(self, row: GateAudit, *, epoch: int | None) -> int:
         row.created_at = timezone.now()
