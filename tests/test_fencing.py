@@ -51,7 +51,7 @@ def taken_over(run_id: int):
     expire_lease(run_id)
     new = claim(run_id, owner="new-worker")
     assert new is not None
-    assert new.epoch == old.epoch + 1
+    assert new.lease.epoch == old.lease.epoch + 1
     return old, new
 
 
@@ -75,10 +75,10 @@ def test_a_taken_over_worker_stops_without_writing_an_event(staff, fake):
 
     assert Executor(old).drive() == Outcome.FENCED
 
-    assert old.lost
+    assert old.signals.lost
     assert list(Event.objects.values_list("pk", flat=True)) == events_before
     run.refresh_from_db()
-    assert (run.epoch, run.lease_owner, run.status) == (new.epoch, "new-worker", "running")
+    assert (run.epoch, run.lease_owner, run.status) == (new.lease.epoch, "new-worker", "running")
     # The new holder is unaffected and finishes the run.
     assert Executor(new).drive() == Run.Status.COMPLETED
 
@@ -149,7 +149,11 @@ def test_a_live_lease_cannot_be_claimed_and_an_expired_one_spends_an_attempt(sta
     Run.objects.filter(pk=run.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
     second = claim(run.pk, owner="b")
     assert second is not None
-    assert (second.epoch, second.reclaimed, second.attempts) == (first.epoch + 1, True, 1)
+    assert (second.lease.epoch, second.reclaimed, second.attempts) == (
+        first.lease.epoch + 1,
+        True,
+        1,
+    )
 
 
 @pytest.mark.django_db(transaction=True)

@@ -3,7 +3,7 @@
 A django-q2 worker process runs one wake-up at a time. Runs are I/O-bound (they wait on a
 provider for about a second per turn), so one run per process would need hundreds of
 processes and hundreds of database connections. Instead a wake-up only claims the run (a
-short transaction) and hands `Executor(lease).drive()` to this process's DRIVER:
+short transaction) and hands `Executor(claim).drive()` to this process's DRIVER:
 
 - a pool of up to `AGENTRUNS_EXECUTOR_THREADS` daemon threads, one run each at a time;
 - Django's native psycopg pool for this process (`AGENTRUNS_DB_POOL_MAX` connections, shared
@@ -44,7 +44,7 @@ from agentruns.store.connection import (
     detach_inherited_connections,
     use_pool,
 )
-from agentruns.store.records import Lease
+from agentruns.store.records import Claim, Lease
 from agentruns.store.transitions import claim_runnable, lease_lapse, renew_many, run_hand_back
 from agentruns.store.wakeups import enqueue_wake
 
@@ -106,11 +106,11 @@ class Driver:
     config: DriverConfig
     pid: int = field(default_factory=os.getpid)
     # By (run, epoch): a run this process lost and then reclaimed is two leases.
-    held: dict[tuple[int, int], Lease] = field(default_factory=dict)
+    held: dict[tuple[int, int], Claim] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._slots = threading.BoundedSemaphore(self.config.threads)
-        self._jobs: queue.SimpleQueue[Lease | None] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[Claim | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._released = threading.Condition(self._lock)
         self._threads: list[threading.Thread] = []
@@ -139,10 +139,10 @@ class Driver:
     def unreserve(self) -> None:
         self._slots.release()
 
-    def submit(self, lease: Lease) -> None:
+    def submit(self, claim: Claim) -> None:
         """Drive a claimed run on a thread reserved with `reserve()`."""
         with self._lock:
-            self.held[(lease.run_id, lease.epoch)] = lease
+            self.held[(claim.lease.run_id, claim.lease.epoch)] = claim
             if self._idle == 0 and len(self._threads) < self.config.threads:
                 thread = threading.Thread(
                     target=self._work, name=f"agentruns-executor-{len(self._threads)}", daemon=True
@@ -151,7 +151,7 @@ class Driver:
                 self._idle += 1
                 thread.start()
             self._idle -= 1
-        self._jobs.put(lease)
+        self._jobs.put(claim)
 
     def claim_free(self, limit: int = CLAIM_BATCH) -> int:
         """Claim up to `limit` runnable runs straight from the database, one per free
@@ -160,15 +160,15 @@ class Driver:
         reserved = 0
         while reserved < limit and self.try_reserve():
             reserved += 1
-        leases: list[Lease] = []
+        claims: list[Claim] = []
         try:
-            leases = claim_runnable(reserved)
+            claims = claim_runnable(reserved)
         finally:
-            for lease in leases:
-                self.submit(lease)
-            for _ in range(reserved - len(leases)):
+            for claim in claims:
+                self.submit(claim)
+            for _ in range(reserved - len(claims)):
                 self.unreserve()
-        return len(leases)
+        return len(claims)
 
     @property
     def busy(self) -> int:
@@ -181,11 +181,12 @@ class Driver:
         from agentruns.runtime.loop import Executor, Outcome
 
         while True:
-            lease = self._jobs.get()
-            if lease is None:
+            claim = self._jobs.get()
+            if claim is None:
                 return
+            lease = claim.lease
             try:
-                outcome = Executor(lease).drive()
+                outcome = Executor(claim).drive()
                 if outcome == Outcome.FENCED:
                     logger.info("run %s: lease taken over; stopped without writing", lease.run_id)
                 else:
@@ -257,9 +258,9 @@ class Driver:
     def beat(self) -> None:
         try:
             with self._lock:
-                leases = list(self.held.values())
-            renew_many(leases)
-            lost = [lease.run_id for lease in leases if lease.lost]
+                claims = list(self.held.values())
+            renew_many(claims)
+            lost = [claim.lease.run_id for claim in claims if claim.signals.lost]
             if lost:
                 logger.warning("leases lost for runs %s; their executors stop", lost)
             # CLU-1: a worker whose q2 side stalled (a sibling SIGKILLed holding the task
@@ -287,8 +288,8 @@ class Driver:
         self._shutting_down = True
         deadline = time.monotonic() + timeout
         with self._lock:
-            for lease in self.held.values():
-                lease.stop_requested = True
+            for claim in self.held.values():
+                claim.signals.request_stop()
             while self.held and time.monotonic() < deadline:
                 self._released.wait(timeout=min(0.2, max(0.0, deadline - time.monotonic())))
             left = len(self.held)

@@ -22,13 +22,13 @@ from __future__ import annotations
 
 from agentruns.runtime.state import Ev
 from agentruns.store import store
-from agentruns.store.records import Lease, Step
+from agentruns.store.records import Lease, Step, Written
 
 __all__ = ["Step", "read", "write"]
 
 
-def write(lease: Lease, step: Step, *, durable: bool = True) -> dict[str, int]:
-    """Write the step or raise Fenced; returns new invocation ids by call id."""
+def write(lease: Lease, step: Step, *, durable: bool = True) -> Written:
+    """Write the step or raise Fenced."""
     return store().write_step(lease, step, durable=durable)
 
 

@@ -28,7 +28,7 @@ from agentruns.runtime.steps.gating import compose
 from agentruns.runtime.steps.model_turn import model_turn
 from agentruns.runtime.steps.tool_calls import call_tools
 from agentruns.store.connection import release_connection
-from agentruns.store.records import Lease
+from agentruns.store.records import Claim
 from agentruns.store.transitions import claim
 
 logger = logging.getLogger(__name__)
@@ -37,16 +37,17 @@ __all__ = ["Executor", "Outcome", "execute_run"]
 
 
 class Executor:
-    def __init__(self, lease: Lease) -> None:
-        self.lease = lease
+    def __init__(self, claim: Claim) -> None:
+        self.claim = claim
 
     def drive(self) -> Outcome:
         """Run until the run parks, ends, is released or loses its lease."""
         try:
-            return run_loop(RunContext.load(self.lease))
+            return run_loop(RunContext.load(self.claim))
         except Fenced:
-            self.lease.lost = True
-            logger.warning("run %s: lease lost, stopping without writing", self.lease.run_id)
+            self.claim.signals.lose()
+            run_id = self.claim.lease.run_id
+            logger.warning("run %s: lease lost, stopping without writing", run_id)
             return Outcome.FENCED
         finally:
             release_connection()
@@ -54,13 +55,13 @@ class Executor:
 
 def run_loop(ctx: RunContext) -> Outcome:
     """`next_action(fold(log))`, acted on by the step it names, until a step stops."""
-    if ctx.lease.attempts > settings.AGENTRUNS_MAX_ATTEMPTS and not ctx.state.terminal:
+    if ctx.claim.attempts > settings.AGENTRUNS_MAX_ATTEMPTS and not ctx.state.terminal:
         return finish_failed(
             ctx,
             "attempts_exhausted",
-            f"The run's workers stopped {ctx.lease.attempts} times; giving up.",
+            f"The run's workers stopped {ctx.claim.attempts} times; giving up.",
         )
-    if not ctx.lease.composed:
+    if not ctx.composed:
         compose(ctx)
     while True:
         stopped = boundary(ctx)
@@ -83,7 +84,7 @@ def run_loop(ctx: RunContext) -> Outcome:
 def execute_run(run_id: int, owner: str | None = None) -> str | None:
     """Claim the run and drive it; None when it was not claimable (CLU-1: a duplicate or
     stale wake-up is harmless)."""
-    lease = claim(run_id, owner)
-    if lease is None:
+    claimed = claim(run_id, owner)
+    if claimed is None:
         return None
-    return Executor(lease).drive()
+    return Executor(claimed).drive()

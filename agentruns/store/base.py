@@ -13,7 +13,7 @@ from django.db.models import Q
 from django.db.models.functions import Now
 
 from agentruns.models import Event, GateAudit, Run
-from agentruns.store.records import Lease, Step
+from agentruns.store.records import Lease, Step, Written
 
 # (sequence, type, payload, run_id) in log order.
 LogRow = tuple[int, str, dict[str, Any], int | None]
@@ -35,9 +35,8 @@ class SystemStore(Protocol):
     # Whether the database can take rows FOR UPDATE SKIP LOCKED (batch claims, dequeue).
     skip_locked: bool
 
-    def write_step(self, lease: Lease, step: Step, *, durable: bool) -> dict[str, int]:
-        """Write the step fenced by the lease or raise Fenced; refresh the lease's cancel
-        flag and catalog generation; return new invocation ids by call id."""
+    def write_step(self, lease: Lease, step: Step, *, durable: bool) -> Written:
+        """Write the step fenced by the lease or raise Fenced."""
         ...
 
     def read_log(self, thread_id: int, run_id: int) -> tuple[list[LogRow], dict | None]:

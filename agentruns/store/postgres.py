@@ -27,7 +27,14 @@ from agentruns.models import (
 )
 from agentruns.store.base import LogRow
 from agentruns.store.connection import fast_commit, prepared, prepared_rows
-from agentruns.store.records import CLAIM_FIELDS, Lease, Step, checkpoint_row, event_row
+from agentruns.store.records import (
+    CLAIM_FIELDS,
+    Lease,
+    Step,
+    Written,
+    checkpoint_row,
+    event_row,
+)
 
 RUN = Run._meta.db_table
 EVENT = Event._meta.db_table
@@ -219,15 +226,17 @@ def _claim_rows(
 class PostgresStore:
     skip_locked = True
 
-    def write_step(self, lease: Lease, step: Step, *, durable: bool) -> dict[str, int]:
+    def write_step(self, lease: Lease, step: Step, *, durable: bool) -> Written:
         row = step_statement(lease, step, fast_commit(durable))
-        if not row[0]:
-            lease.lost = True
+        held, cancel, generation, created, used = row[:5]  # then set_config's, if relaxed
+        if not held:
             raise Fenced("the lease was taken by another worker, or the log lost its steps")
-        lease.cancel_requested, lease.generation = bool(row[1]), row[2]
-        if row[4] is not None:
-            lease.used_today = (DailyUsage.today(), int(row[4]))
-        return {call_id: pk for call_id, pk in (row[3] or [])}
+        return Written(
+            invocations={call_id: pk for call_id, pk in (created or [])},
+            cancel_requested=bool(cancel),
+            generation=generation,
+            used_today=None if used is None else (DailyUsage.today(), int(used)),
+        )
 
     def read_log(self, thread_id: int, run_id: int) -> tuple[list[LogRow], dict | None]:
         event, checkpoint = Event._meta.db_table, Checkpoint._meta.db_table

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import date
 from enum import StrEnum
 from typing import Any
 
@@ -29,7 +30,7 @@ from agentruns.runtime.state import (
     Turn,
     restore,
 )
-from agentruns.store.records import Lease
+from agentruns.store.records import Claim, Lease, Signals
 from agentruns.tools.policy import (
     Mode,
     offered_tools,
@@ -74,9 +75,11 @@ class Invocation:
 class RunContext:
     """One claimed run as the steps see it. Only `commit`/`write` change the log, the state
     and the invocations; the memos are caches a step may fill (tokens per event, the
-    configuration per generation, the active deferred tools per log length)."""
+    configuration per generation, the active deferred tools per log length). The lease
+    and the claim never change; what does (the catalog generation this executor knows,
+    today's usage, the forced set once composed) lives here, on the executor's thread."""
 
-    lease: Lease
+    claim: Claim
     events: list[Ev] = field(default_factory=list)
     state: RunState = field(default_factory=RunState)
     next_sequence: int = 1
@@ -86,27 +89,49 @@ class RunContext:
     active_memo: tuple[tuple[int, int], set[str]] | None = None
     # DEF-1: a thread switches modes only between runs, so one read at load suffices.
     mode_name: str | None = None
+    # The catalog generation this executor decided on last (CG-9, SEC-6).
+    generation: int = 0
+    # OPS-2: (UTC day, the configuration's tokens that day) as this run's last write that
+    # used tokens returned them, so the next turn's limit check needs no read of its own.
+    used_today: tuple[date, int] | None = None
+    # FS-4: the forced set, narrowed to the active sources once at the run's start.
+    forced_snippet_ids: tuple[int, ...] | None = None
+    forced_skill_ids: tuple[int, ...] | None = None
+    composed: bool = False
 
     @classmethod
-    def load(cls, lease: Lease) -> RunContext:
+    def load(cls, claim: Claim) -> RunContext:
         """REC-1 (and PERF-4): the thread's log and the newest checkpoint, read once."""
+        lease = claim.lease
         events, checkpoint = journal.read(lease)
         mine = [event for event in events if event.run_id == lease.run_id]
         return cls(
-            lease=lease,
+            claim=claim,
             events=events,
             state=restore(checkpoint, mine),
             next_sequence=(events[-1].sequence + 1) if events else 1,
             mode_name=thread_mode(events),
+            generation=claim.generation,
+            forced_snippet_ids=claim.forced_snippet_ids,
+            forced_skill_ids=claim.forced_skill_ids,
+            composed=claim.composed,
         )
+
+    @property
+    def lease(self) -> Lease:
+        return self.claim.lease
+
+    @property
+    def signals(self) -> Signals:
+        return self.claim.signals
 
     @property
     def config(self) -> RuntimeConfig:
         """The live configuration: reloaded whenever the catalog generation moved on."""
         memo = self.config_memo
-        if memo is None or memo[0] != self.lease.generation:
-            config = runtime_config(self.lease.configuration_id, self.lease.generation)
-            self.config_memo = memo = (self.lease.generation, config)
+        if memo is None or memo[0] != self.generation:
+            config = runtime_config(self.lease.configuration_id, self.generation)
+            self.config_memo = memo = (self.generation, config)
         return memo[1]
 
     @property
@@ -117,7 +142,7 @@ class RunContext:
         """DEF-4: derived from the log; recomputed only when the log or catalog changed."""
         if not self.mode.deferred:
             return set()
-        key = (len(self.events), self.lease.generation)
+        key = (len(self.events), self.generation)
         if self.active_memo is None or self.active_memo[0] != key:
             active = active_deferred(effective_events(self.events), self.mode.deferred)
             self.active_memo = (key, active)
@@ -168,14 +193,18 @@ class RunContext:
             after=self.next_sequence - 1,
         )
         try:
-            created = journal.write(self.lease, step, durable=durable)
+            result = journal.write(self.lease, step, durable=durable)
         except IntegrityError as exc:
             # Another writer appended to this thread: this worker's view is stale.
-            self.lease.lost = True
             raise Fenced(str(exc)) from exc
+        if result.cancel_requested:
+            self.signals.request_cancel()
+        self.generation = result.generation
+        if result.used_today is not None:
+            self.used_today = result.used_today
         for row in new_invocations:
             self.invocations[row["call_id"]] = Invocation(
-                created[row["call_id"]], row["tool_version"], None
+                result.invocations[row["call_id"]], row["tool_version"], None
             )
         return written
 

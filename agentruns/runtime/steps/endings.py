@@ -42,13 +42,14 @@ logger = logging.getLogger(__name__)
 
 def boundary(ctx: RunContext) -> Outcome | None:
     """Between steps: honour a cancel (HITL-11) or a shutdown, and keep the lease."""
-    if ctx.lease.lost:
+    signals = ctx.signals
+    if signals.lost:
         raise Fenced("the lease was taken by another worker")
-    if ctx.lease.cancel_requested:
+    if signals.cancel_requested:
         return _cancelled(ctx)
-    if ctx.lease.stop_requested:
+    if signals.stop_requested:
         return release(ctx)
-    renew_if_due(ctx.lease)
+    renew_if_due(ctx.lease, signals)
     return None
 
 
@@ -107,8 +108,9 @@ def _cancel_landed(ctx: RunContext) -> bool:
     flag = lease_cancel_flag(ctx.lease)
     if flag is None:
         raise Fenced("the lease was taken by another worker")
-    ctx.lease.cancel_requested = ctx.lease.cancel_requested or flag
-    return ctx.lease.cancel_requested
+    if flag:
+        ctx.signals.request_cancel()
+    return ctx.signals.cancel_requested
 
 
 def reply_too_large(ctx: RunContext, reply: Reply) -> Outcome | None:

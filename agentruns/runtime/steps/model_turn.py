@@ -65,8 +65,7 @@ def model_turn(ctx: RunContext, step: int) -> Outcome | None:
             ctx, "turn_limit", f"The model took {step} turns without a final reply."
         )
     limit = ctx.config.daily_token_limit
-    lease = ctx.lease
-    if DailyUsage.at_limit(lease.configuration_id, limit, seen=lease.used_today):  # OPS-2
+    if DailyUsage.at_limit(ctx.lease.configuration_id, limit, seen=ctx.used_today):  # OPS-2
         return finish_failed(
             ctx,
             "daily_limit_reached",
@@ -76,7 +75,7 @@ def model_turn(ctx: RunContext, step: int) -> Outcome | None:
     refused = assert_context(ctx)
     if refused:
         return refused
-    config, decided = ctx.config, ctx.lease.generation
+    config, decided = ctx.config, ctx.generation
     composed = _composed(ctx)
     if composed.system_redacted and not ctx.state.system_redacted:
         ctx.commit([(ev.SECRET_REDACTED, {"where": "system", "kinds": composed.system_redacted})])
@@ -84,7 +83,7 @@ def model_turn(ctx: RunContext, step: int) -> Outcome | None:
     stopped = compact_if_needed(ctx, list(composed.system), composed.specs)
     if stopped:
         return stopped
-    if ctx.lease.generation != decided:
+    if ctx.generation != decided:
         return None  # SEC-6: the catalog moved since the decision: decide the turn again
     if len(ctx.events) != logged:  # compacted: send the log as it is now
         composed = _composed(ctx)
