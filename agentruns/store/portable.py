@@ -22,11 +22,12 @@ from agentruns.models import (
     Event,
     GateAudit,
     Run,
+    Ticket,
     ToolInvocation,
     Webhook,
     WebhookDelivery,
 )
-from agentruns.store.base import LogRow, claimable
+from agentruns.store.base import LogRow, SystemStore, claimable
 from agentruns.store.records import (
     CLAIM_FIELDS,
     Lease,
@@ -45,7 +46,7 @@ def _lost() -> NoReturn:
     raise Fenced("the lease was taken by another worker")
 
 
-class PortableStore:
+class PortableStore(SystemStore):
     skip_locked = False
 
     def write_step(self, lease: Lease, step: Step, *, durable: bool) -> Written:
@@ -71,6 +72,8 @@ class PortableStore:
             created = ToolInvocation.objects.bulk_create(
                 ToolInvocation(**row, created_at=now) for row in step.new_invocations
             )
+            if step.new_ticket is not None:
+                Ticket.objects.create(**step.new_ticket)
             for pk, changes in step.invocation_updates:
                 ToolInvocation.objects.filter(pk=pk).update(**changes)
             if step.run_update and not Run.objects.filter(lease.fence).update(**step.run_update):

@@ -22,10 +22,11 @@ from agentruns.models import (
     Event,
     GateAudit,
     Run,
+    Ticket,
     ToolInvocation,
     WebhookDelivery,
 )
-from agentruns.store.base import LogRow
+from agentruns.store.base import LogRow, SystemStore
 from agentruns.store.connection import fast_commit, prepared, prepared_rows
 from agentruns.store.records import (
     CLAIM_FIELDS,
@@ -56,6 +57,7 @@ JSON_COLUMNS = {
     "failure",
     "forced_snippet_ids",
     "forced_skill_ids",
+    "schema",
 }
 TIME_COLUMNS = {
     "created_at",
@@ -64,7 +66,9 @@ TIME_COLUMNS = {
     "lease_expires_at",
     "updated_at",
     "composed_at",
+    "deadline",
 }
+UUID_COLUMNS = {"correlation_id"}
 EVENT_COLUMNS = ("thread_id", "run_id", "sequence", "type", "payload", "created_at")
 # What the step's inserts hand the CTEs after them: the events feed the webhook outbox.
 RETURNING = {
@@ -81,6 +85,23 @@ INVOCATION_COLUMNS = (
     "arguments",
     "arguments_digest",
     "idempotency_key",
+    "status",
+    "created_at",
+)
+TICKET_COLUMNS = (
+    "correlation_id",
+    "run_id",
+    "thread_id",
+    "snapshot_id",
+    "catalog_fingerprint",
+    "deadline",
+    "kind",
+    "call_id",
+    "tool",
+    "arguments",
+    "arguments_digest",
+    "question",
+    "schema",
     "status",
     "created_at",
 )
@@ -107,6 +128,8 @@ def _cast(column: str) -> str:
         return "::jsonb"
     if column in TIME_COLUMNS:
         return "::timestamptz"
+    if column in UUID_COLUMNS:
+        return "::uuid"
     return ""
 
 
@@ -164,6 +187,9 @@ def step_statement(lease: Lease, step: Step, fast: bool) -> tuple:
         parts.append(
             _insert("inv", ToolInvocation._meta.db_table, INVOCATION_COLUMNS, rows, params)
         )
+    if step.new_ticket is not None:
+        row = {**step.new_ticket, "status": Ticket.Status.ACTIVE, "created_at": now}
+        parts.append(_insert("tk", Ticket._meta.db_table, TICKET_COLUMNS, [row], params))
     for index, (pk, changes) in enumerate(step.invocation_updates):
         parts.append(
             _update(
@@ -223,7 +249,7 @@ def _claim_rows(
     return claimed
 
 
-class PostgresStore:
+class PostgresStore(SystemStore):
     skip_locked = True
 
     def write_step(self, lease: Lease, step: Step, *, durable: bool) -> Written:

@@ -132,6 +132,8 @@ class Step:
     new_invocations: list[dict[str, Any]] = field(default_factory=list)
     invocation_updates: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
     run_update: dict[str, Any] = field(default_factory=dict)
+    # HITL-2: the ticket a parking step opens (its Ticket columns), written with the step.
+    new_ticket: dict[str, Any] | None = None
     # The newest sequence of the thread this worker has seen (0: none). The step is written
     # only if the log still holds it: a database crash can lose a tail of steps committed
     # without waiting for the WAL flush, and a worker that carried on over a fresh

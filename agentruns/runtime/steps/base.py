@@ -17,7 +17,7 @@ from django.db import IntegrityError
 
 from agentruns import events as ev
 from agentruns.errors import Fenced
-from agentruns.models import Run, ToolInvocation
+from agentruns.models import Run
 from agentruns.runtime import faults, journal
 from agentruns.runtime.compose import thread_mode
 from agentruns.runtime.config import RuntimeConfig, runtime_config
@@ -30,6 +30,7 @@ from agentruns.runtime.state import (
     Turn,
     restore,
 )
+from agentruns.store import store
 from agentruns.store.records import Claim, Lease, Signals
 from agentruns.tools.policy import (
     Mode,
@@ -154,9 +155,7 @@ class RunContext:
     def load_invocations(self, turn: Turn, calls: Sequence[ProposedCall]) -> None:
         missing = [call.id for call in calls if call.id not in self.invocations]
         if missing:
-            rows = ToolInvocation.objects.filter(
-                run_id=self.lease.run_id, step=turn.step, call_id__in=missing
-            ).values_list("call_id", "pk", "tool_version", "effect_sent_at")
+            rows = store().invocations(self.lease.run_id, turn.step, missing)
             for call_id, pk, version, sent in rows:
                 self.invocations[call_id] = Invocation(pk, version, sent)
 
@@ -175,6 +174,7 @@ class RunContext:
         new_invocations: Sequence[dict[str, Any]] = (),
         invocation_updates: Sequence[tuple[int, dict[str, Any]]] = (),
         run_update: dict[str, Any] | Callable[[], dict[str, Any]] | None = None,
+        new_ticket: dict[str, Any] | None = None,
         durable: bool = True,
     ) -> list[Ev]:
         """Events fenced by the lease, folded into the state, with the checkpoints taken
@@ -190,6 +190,7 @@ class RunContext:
             new_invocations=list(new_invocations),
             invocation_updates=list(invocation_updates),
             run_update=(run_update() if callable(run_update) else run_update) or {},
+            new_ticket=new_ticket,
             after=self.next_sequence - 1,
         )
         try:

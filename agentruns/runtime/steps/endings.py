@@ -4,6 +4,7 @@ queue, and closing the open calls of a run that ends early."""
 from __future__ import annotations
 
 import logging
+import uuid
 from datetime import timedelta
 from typing import Any
 
@@ -59,35 +60,37 @@ def park(ctx: RunContext, call: ProposedCall) -> Outcome:
     assert tool is not None and call.arguments is not None
     config = ctx.config
     ask = tool.human is Human.INPUT
-    ticket = Ticket(
-        run_id=ctx.lease.run_id,
-        thread_id=ctx.lease.thread_id,
-        snapshot_id=config.snapshot_id,
-        catalog_fingerprint=catalog_fingerprint(ctx.offered(), ctx.mode.deferred),
-        deadline=timezone.now() + timedelta(seconds=config.approval_timeout_seconds),
-        kind=Ticket.Kind.REMOTE_INPUT if ask else Ticket.Kind.TOOL_PERMISSION,
-        call_id=call.id,
-        tool=call.name,
-        arguments=call.arguments,
-        arguments_digest=digest(call.arguments),
-        question=call.arguments.get("question", "") if ask else "",
-        schema=call.arguments.get("schema") if ask else None,
-    )
-    opened = {
-        "correlation_id": str(ticket.correlation_id),
+    deadline = timezone.now() + timedelta(seconds=config.approval_timeout_seconds)
+    ticket = {
+        "correlation_id": uuid.uuid4(),
+        "run_id": ctx.lease.run_id,
+        "thread_id": ctx.lease.thread_id,
+        "snapshot_id": config.snapshot_id,
+        "catalog_fingerprint": catalog_fingerprint(ctx.offered(), ctx.mode.deferred),
+        "deadline": deadline,
+        "kind": Ticket.Kind.REMOTE_INPUT if ask else Ticket.Kind.TOOL_PERMISSION,
         "call_id": call.id,
-        "kind": ticket.kind,
         "tool": call.name,
-        "deadline": ticket.deadline.isoformat() if ticket.deadline else None,
+        "arguments": call.arguments,
+        "arguments_digest": digest(call.arguments),
+        "question": call.arguments.get("question", "") if ask else "",
+        "schema": call.arguments.get("schema") if ask else None,
+    }
+    opened = {
+        "correlation_id": str(ticket["correlation_id"]),
+        "call_id": call.id,
+        "kind": ticket["kind"],
+        "tool": call.name,
+        "deadline": deadline.isoformat(),
     }
     with transaction.atomic():
         cancelled = _cancel_landed(ctx)
         if not cancelled:
-            ticket.save()
             written = ctx.write(
                 [(ev.TICKET_OPENED, opened)],
                 checkpoints=((Checkpoint.Kind.SUSPENSION, None),),
                 run_update=_run_row(ctx, Run.Status.AWAITING),
+                new_ticket=ticket,
             )
     if cancelled:
         return _cancelled(ctx)

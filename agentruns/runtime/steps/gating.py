@@ -13,10 +13,10 @@ from agentruns.errors import ContextRefused
 from agentruns.gate.audit import context_assert
 from agentruns.gate.core import Source, compose_sources
 from agentruns.gate.lookups import forced_for_composition
-from agentruns.models import CatalogGeneration
 from agentruns.runtime.config import forced_sources
 from agentruns.runtime.steps.base import Items, Outcome, RunContext
 from agentruns.runtime.steps.endings import finish_failed
+from agentruns.store import store
 from agentruns.store.connection import release_connection
 
 logger = logging.getLogger(__name__)
@@ -65,7 +65,7 @@ def assert_context(ctx: RunContext) -> Outcome | None:
         if wait:
             release_connection()
             time.sleep(wait)  # a bulk change is usually over within a moment
-            ctx.generation = CatalogGeneration.current()
+            ctx.generation = store().catalog_generation()
         known = ctx.generation
         try:
             asserted = context_assert(

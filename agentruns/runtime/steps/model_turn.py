@@ -11,7 +11,7 @@ from django.conf import settings
 
 from agentruns import events as ev
 from agentruns.answers import schema_problems
-from agentruns.models import Checkpoint, DailyUsage, Run, ToolInvocation
+from agentruns.models import Checkpoint, Run, ToolInvocation
 from agentruns.providers.base import (
     MalformedReply,
     ProviderError,
@@ -29,6 +29,7 @@ from agentruns.runtime.steps.base import Outcome, RunContext, redaction_items
 from agentruns.runtime.steps.compact import compact_if_needed
 from agentruns.runtime.steps.endings import finish, finish_failed, reply_too_large
 from agentruns.runtime.steps.gating import assert_context, sources
+from agentruns.store import store
 from agentruns.store.connection import release_connection
 from agentruns.tools.policy import (
     needs_human,
@@ -65,7 +66,7 @@ def model_turn(ctx: RunContext, step: int) -> Outcome | None:
             ctx, "turn_limit", f"The model took {step} turns without a final reply."
         )
     limit = ctx.config.daily_token_limit
-    if DailyUsage.at_limit(ctx.lease.configuration_id, limit, seen=ctx.used_today):  # OPS-2
+    if store().daily_limit_reached(ctx.lease.configuration_id, limit, ctx.used_today):
         return finish_failed(
             ctx,
             "daily_limit_reached",

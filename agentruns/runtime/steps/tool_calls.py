@@ -12,7 +12,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from agentruns import events as ev
-from agentruns.models import Checkpoint, Ticket, ToolInvocation
+from agentruns.models import Checkpoint, ToolInvocation
 from agentruns.runtime import faults
 from agentruns.runtime.closing import UNKNOWN
 from agentruns.runtime.redaction import redact
@@ -23,6 +23,7 @@ from agentruns.runtime.state import (
 from agentruns.runtime.steps.base import Invocation, Items, Outcome, RunContext, redaction_items
 from agentruns.runtime.steps.endings import boundary, park
 from agentruns.runtime.steps.gating import assert_context
+from agentruns.store import store
 from agentruns.store.connection import release_connection
 from agentruns.tools.policy import (
     needs_human,
@@ -121,13 +122,7 @@ def _live_gate(
     if tool and invocation and invocation.tool_version != tool.version:
         return f"{call.name!r} changed version since it was approved"
     if approved:
-        shown = (
-            Ticket.objects.filter(
-                run_id=ctx.lease.run_id, call_id=call.id, status=Ticket.Status.ANSWERED
-            )
-            .values_list("tool", "arguments_digest")
-            .first()
-        )
+        shown = store().approval_shown(ctx.lease.run_id, call.id)
         if shown != (call.name, digest(call.arguments)):
             return "the approval does not match this exact call"
     return ""
