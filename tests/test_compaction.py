@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agentruns import events as ev
-from agentruns.models import Event
+from agentruns.models import Event, GateAudit
 from agentruns.providers.base import (
     AssistantMessage,
     Message,
@@ -31,8 +31,10 @@ from agentruns.runtime.loop import execute_run
 from agentruns.runtime.state import Ev
 from agentruns.runtime.steps.compact import SUMMARY_INSTRUCTION
 from tests.support.deferred import (
+    Script,
     call,
     fake_server,
+    is_summary,
     modes,
     offered,
     prompt,
@@ -44,6 +46,7 @@ from tests.support.deferred import (
     turn_requests,
 )
 from tests.support.factories import make_configuration, make_openai_configuration, make_provider
+from tests.support.fake_provider import FakeProvider
 
 SUMMARY = "SUMMARY-TEXT"
 
@@ -244,6 +247,64 @@ def test_def6_the_request_after_compaction_is_within_budget_to_the_token(staff):
     assert outcome == "failed"
     run.refresh_from_db()
     assert (run.failure or {}).get("code") == "context_budget_exceeded"
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("answer", "failure"),
+    [
+        ({"choices": []}, {"code": "provider_malformed_reply", "retryable": False}),
+        ({"status": 400, "message": "no"}, {"code": "provider_error", "status": 400}),
+    ],
+)
+def test_def6_a_failed_summary_call_fails_the_run_with_the_providers_code(staff, answer, failure):
+    """A compaction's summary call fails the run as a turn's call would (one mapping, in
+    the send step): with the provider error's own code and its status, never a generic
+    `provider_error` that hides a malformed reply. Nothing over budget is sent."""
+    script = Script(summary=SUMMARY)
+
+    def answering(body: dict[str, Any], path: str) -> dict[str, Any]:
+        return answer if is_summary(body) else script(body, path)
+
+    with FakeProvider(default=answering) as fake:
+        make_openai_configuration(
+            "cfg",
+            fake,
+            allowed_tools=["clock.now"],
+            modes=modes(agent=(["clock.now"], [])),
+            context_budget_tokens=300,
+        )
+        first = prompt(staff, "cfg", words(150))
+        before = len(fake.requests)
+        second = prompt(staff, "cfg", words(120), thread=first.thread_id, expect="failed")
+    assert {key: second.failure[key] for key in failure} == failure, second.failure
+    assert second.failure["detail"].startswith("Compaction failed:")
+    [only] = fake.requests[before:]
+    assert is_summary(only.body)
+    types = [e.type for e in thread_events(first.thread_id) if e.run_id == second.pk]
+    assert ev.COMPACTION not in types and types[-1] == ev.RUN_FAILED
+
+
+@pytest.mark.django_db
+def test_cg9_every_provider_call_of_a_compacting_turn_is_gated_once(staff):
+    """CG-9: the summary call and the turn's call each go through the send step, so each
+    has its own audit row, decided before it was sent."""
+    with fake_server(summary=SUMMARY) as (fake, _script):
+        make_openai_configuration(
+            "cfg",
+            fake,
+            allowed_tools=["clock.now"],
+            modes=modes(agent=(["clock.now"], [])),
+            context_budget_tokens=300,
+        )
+        first = prompt(staff, "cfg", words(150))
+        before = len(fake.requests)
+        second = prompt(staff, "cfg", words(120), thread=first.thread_id)
+    assert compactions(first.thread_id)
+    sent = fake.requests[before:]
+    assert [is_summary(r.body) for r in sent] == [True, False]
+    audits = GateAudit.objects.filter(run_id=second.pk)
+    assert audits.count() == len(sent)
 
 
 # ---------------------------------------------------------------- DEF-6 evidence, pure

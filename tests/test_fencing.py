@@ -262,10 +262,10 @@ def test_no_transaction_is_open_across_a_provider_call_or_an_external_tool(
     """LOOP-5: the worker holds no database transaction while it waits on the model or on
     a tool with an external effect (only the transactional `notes.write` runs inside the
     transaction that records it, by design: TOOL-4)."""
-    from agentruns.runtime.steps import model_turn, tool_calls
+    from agentruns.runtime.steps import send, tool_calls
 
     seen: list[tuple[str, bool]] = []
-    real_dispatch, real_run_tool = model_turn.dispatch, tool_calls.run_tool
+    real_dispatch, real_run_tool = send.dispatch, tool_calls.run_tool
 
     def dispatch(*args, **kwargs):
         seen.append(("provider", connection.in_atomic_block))
@@ -276,7 +276,7 @@ def test_no_transaction_is_open_across_a_provider_call_or_an_external_tool(
             seen.append((tool.name, connection.in_atomic_block))
         return real_run_tool(tool, call, context, savepoint=savepoint)
 
-    monkeypatch.setattr(model_turn, "dispatch", dispatch)
+    monkeypatch.setattr(send, "dispatch", dispatch)
     monkeypatch.setattr(tool_calls, "run_tool", run_tool)
     two_tool_configuration(fake)
     run = submit(staff, "two-tool")

@@ -6,13 +6,7 @@ from __future__ import annotations
 import logging
 
 from agentruns import events as ev
-from agentruns.providers.base import (
-    ProviderError,
-    ProviderRequest,
-    ToolSpec,
-    UserMessage,
-)
-from agentruns.providers.dispatch import dispatch
+from agentruns.providers.base import ProviderRequest, ToolSpec, UserMessage
 from agentruns.providers.tokens import fixed_tokens, message_tokens, truncate_tokens
 from agentruns.runtime import compaction
 from agentruns.runtime.context import effective_events, project
@@ -21,9 +15,8 @@ from agentruns.runtime.state import (
     Ev,
 )
 from agentruns.runtime.steps.base import Outcome, RunContext
-from agentruns.runtime.steps.endings import finish_failed, reply_too_large
-from agentruns.runtime.steps.gating import assert_context
-from agentruns.store.connection import release_connection
+from agentruns.runtime.steps.endings import finish_failed
+from agentruns.runtime.steps.send import Sent, send
 
 logger = logging.getLogger(__name__)
 
@@ -53,9 +46,6 @@ def compact_if_needed(
     plan = compaction.plan(units, fixed=fixed, budget=budget)
     if plan is None:
         return _over_budget(ctx, fixed, budget)
-    refused = assert_context(ctx)  # CG-9: the summary call is a send too
-    if refused:
-        return refused
     summarised = [event for unit in plan.summarised for event in unit.events]
     request = ProviderRequest(
         model=ctx.config.model,
@@ -63,14 +53,10 @@ def compact_if_needed(
         messages=(UserMessage(compaction.transcript(summarised)),),
         purpose="summary",
     )
-    release_connection()
-    try:
-        reply, _link = dispatch(ctx.config.links, request)
-    except ProviderError as exc:
-        return finish_failed(ctx, "provider_error", f"Compaction failed: {exc}")
-    too_large = reply_too_large(ctx, reply)
-    if too_large:
-        return too_large
+    sent = send(ctx, request, composed_on=ctx.generation)  # CG-9: the summary is a send too
+    if not isinstance(sent, Sent):
+        return sent  # the run's end, or None: the turn is composed again (the catalog moved)
+    reply = sent.reply
     summary = truncate_tokens(redact(reply.text)[0], plan.summary_allowance)
     payload = {
         "summary": summary,

@@ -8,14 +8,12 @@ import uuid
 from datetime import timedelta
 from typing import Any
 
-from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
 from agentruns import events as ev
 from agentruns.errors import Fenced
 from agentruns.models import Checkpoint, Run, Ticket
-from agentruns.providers.base import Reply
 from agentruns.runtime.closing import close_open_calls, closed_status
 from agentruns.runtime.state import (
     ProposedCall,
@@ -114,20 +112,6 @@ def _cancel_landed(ctx: RunContext) -> bool:
     if flag:
         ctx.signals.request_cancel()
     return ctx.signals.cancel_requested
-
-
-def reply_too_large(ctx: RunContext, reply: Reply) -> Outcome | None:
-    """SEC-3: no real turn comes near the limit; nothing of a larger reply is kept."""
-    limit = settings.AGENTRUNS_MAX_REPLY_BYTES
-    if reply.size <= limit:
-        return None
-    return finish_failed(
-        ctx,
-        "provider_reply_too_large",
-        f"The model's reply was {reply.size} characters; at most {limit} are accepted. "
-        "Nothing of it was kept.",
-        fields={"size": reply.size, "limit": limit},
-    )
 
 
 def release(ctx: RunContext) -> Outcome:

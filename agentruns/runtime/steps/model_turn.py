@@ -1,5 +1,6 @@
-"""A model turn (LOOP-6, LOOP-7, CG-11): compose the request, gate it, send it down the
-fallback chain, record the reply and judge each proposed call before any runs."""
+"""A model turn (LOOP-6, LOOP-7, CG-11): compose the request, compact the log if it
+outgrew the budget, send the request (`send`: gated, down the fallback chain), record the
+reply and judge each proposed call before any runs."""
 
 from __future__ import annotations
 
@@ -12,14 +13,7 @@ from django.conf import settings
 from agentruns import events as ev
 from agentruns.answers import schema_problems
 from agentruns.models import Checkpoint, Run, ToolInvocation
-from agentruns.providers.base import (
-    MalformedReply,
-    ProviderError,
-    ProviderRequest,
-    Reply,
-)
-from agentruns.providers.dispatch import dispatch
-from agentruns.runtime import faults
+from agentruns.providers.base import ProviderRequest, Reply
 from agentruns.runtime.budget import fit
 from agentruns.runtime.compose import Composed, compose_request
 from agentruns.runtime.context import effective_events, pairing_problems
@@ -27,10 +21,10 @@ from agentruns.runtime.redaction import redact, redact_value
 from agentruns.runtime.state import Ev, ProposedCall
 from agentruns.runtime.steps.base import Outcome, RunContext, redaction_items
 from agentruns.runtime.steps.compact import compact_if_needed
-from agentruns.runtime.steps.endings import finish, finish_failed, reply_too_large
-from agentruns.runtime.steps.gating import assert_context, sources
+from agentruns.runtime.steps.endings import finish, finish_failed
+from agentruns.runtime.steps.gating import sources
+from agentruns.runtime.steps.send import Sent, send
 from agentruns.store import store
-from agentruns.store.connection import release_connection
 from agentruns.tools.policy import (
     needs_human,
     tool_refusal,
@@ -73,10 +67,7 @@ def model_turn(ctx: RunContext, step: int) -> Outcome | None:
             f"The configuration used its {limit} tokens for today (UTC); nothing was sent.",
             fields={"limit": limit},
         )
-    refused = assert_context(ctx)
-    if refused:
-        return refused
-    config, decided = ctx.config, ctx.generation
+    composed_on = ctx.generation
     composed = _composed(ctx)
     if composed.system_redacted and not ctx.state.system_redacted:
         ctx.commit([(ev.SECRET_REDACTED, {"where": "system", "kinds": composed.system_redacted})])
@@ -84,38 +75,24 @@ def model_turn(ctx: RunContext, step: int) -> Outcome | None:
     stopped = compact_if_needed(ctx, list(composed.system), composed.specs)
     if stopped:
         return stopped
-    if ctx.generation != decided:
-        return None  # SEC-6: the catalog moved since the decision: decide the turn again
+    if ctx.generation != composed_on:
+        return None  # SEC-6: the catalog moved since the turn was composed: compose it again
     if len(ctx.events) != logged:  # compacted: send the log as it is now
         composed = _composed(ctx)
     problems = pairing_problems(composed.messages)
     if problems:
         return finish_failed(ctx, "corrupt_history", "; ".join(problems))
     request = ProviderRequest(
-        model=config.model,
+        model=ctx.config.model,
         system=composed.system,
         messages=composed.messages,
         tools=composed.specs,
         continuation=ctx.state.continuation,
-        run=ctx.lease.run_id,
-        step=step,
     )
-    release_connection()
-    try:
-        reply, link = dispatch(config.links, request)
-    except MalformedReply as exc:
-        return finish_failed(ctx, "provider_malformed_reply", str(exc))
-    except ProviderError as exc:
-        return finish_failed(
-            ctx,
-            exc.code,
-            str(exc),
-            fields={"status": exc.status, "retryable": exc.retryable},
-        )
-    faults.fault_point(faults.PROVIDER)
-    too_large = reply_too_large(ctx, reply)
-    if too_large:
-        return too_large
+    sent = send(ctx, request, composed_on=composed_on)
+    if not isinstance(sent, Sent):
+        return sent  # the run's end, or None: compose the turn again
+    reply, link = sent.reply, sent.link
     continuation = {"link": link.slug, "data": reply.continuation} if reply.continuation else None
     served_by = {
         "configuration": link.slug,
