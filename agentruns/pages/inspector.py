@@ -8,16 +8,10 @@ from typing import Any
 
 from django.conf import settings
 
-from agentruns.models import Event, Run
+from agentruns.models import Run
 from agentruns.pages import timeline
 from agentruns.pages.runs import live_context
-from agentruns.runtime.compose import compose_request, thread_mode
-from agentruns.runtime.config import build_runtime_config
-from agentruns.runtime.context import effective_events
-from agentruns.runtime.deferred import active_deferred
-from agentruns.runtime.state import Ev
-from agentruns.selectors import run_sources
-from agentruns.services.runs import message_dict
+from agentruns.services.runs import run_turn_requests
 
 
 def inspector_context(run: Run) -> dict[str, Any]:
@@ -43,25 +37,10 @@ def inspector_context(run: Run) -> dict[str, Any]:
 
 
 def _compose_turns(run: Run, turns: list[timeline.Turn]) -> tuple[str, ...]:
-    """Fills each turn's messages and tools from the thread's log before it (the live
-    configuration's sources, as a resumed run would use: RG-2); returns the system texts."""
-    config = build_runtime_config(run.configuration)
-    _, sources = run_sources(run)
-    rows = Event.objects.filter(thread=run.thread_id, sequence__lt=turns[-1].sequence)
-    log = [Ev(*r) for r in rows.order_by("sequence").values_list("sequence", "type", "payload")]
+    """Fills each turn's messages and tools (`run_turn_requests`); returns the system texts."""
     system: tuple[str, ...] = ()
-    for turn in turns:
-        before = [e for e in log if e.sequence < turn.sequence]
-        mode = config.mode(thread_mode(before))
-        effective = effective_events(before)
-        composed = compose_request(
-            sources=sources,
-            mode=mode,
-            active=active_deferred(effective, mode.deferred),
-            events=effective,
-        )
-        turn.mode = mode.name
-        turn.history = [message_dict(m) for m in composed.messages]
-        turn.tools = [t.name for t in composed.tools]
-        system = composed.system
+    requests = run_turn_requests(run=run, turns=[turn.sequence for turn in turns])
+    for turn, sent in zip(turns, requests, strict=True):
+        turn.mode, turn.history, turn.tools = sent.mode, sent.messages, sent.tools
+        system = sent.system
     return system

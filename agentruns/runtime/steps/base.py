@@ -19,10 +19,8 @@ from agentruns import events as ev
 from agentruns.errors import Fenced
 from agentruns.models import Run
 from agentruns.runtime import faults, journal
-from agentruns.runtime.compose import thread_mode
+from agentruns.runtime.compose import LogView, log_view
 from agentruns.runtime.config import RuntimeConfig, runtime_config
-from agentruns.runtime.context import effective_events
-from agentruns.runtime.deferred import active_deferred
 from agentruns.runtime.state import (
     Ev,
     ProposedCall,
@@ -87,9 +85,7 @@ class RunContext:
     invocations: dict[str, Invocation] = field(default_factory=dict)
     token_memo: dict[int, int] = field(default_factory=dict)
     config_memo: tuple[int, RuntimeConfig] | None = None
-    active_memo: tuple[tuple[int, int], set[str]] | None = None
-    # DEF-1: a thread switches modes only between runs, so one read at load suffices.
-    mode_name: str | None = None
+    view_memo: tuple[tuple[int, int], LogView] | None = None
     # The catalog generation this executor decided on last (CG-9, SEC-6).
     generation: int = 0
     # OPS-2: (UTC day, the configuration's tokens that day) as this run's last write that
@@ -111,7 +107,6 @@ class RunContext:
             events=events,
             state=restore(checkpoint, mine),
             next_sequence=(events[-1].sequence + 1) if events else 1,
-            mode_name=thread_mode(events),
             generation=claim.generation,
             forced_snippet_ids=claim.forced_snippet_ids,
             forced_skill_ids=claim.forced_skill_ids,
@@ -135,19 +130,21 @@ class RunContext:
             self.config_memo = memo = (self.generation, config)
         return memo[1]
 
+    def view(self) -> LogView:
+        """What the log says the next send carries (`log_view`, the one recipe the dry run
+        and the inspector follow too); read again only when the log or catalog changed."""
+        key = (len(self.events), self.generation)
+        if self.view_memo is None or self.view_memo[0] != key:
+            self.view_memo = (key, log_view(self.events, self.config))
+        return self.view_memo[1]
+
     @property
     def mode(self) -> Mode:
-        return self.config.mode(self.mode_name)
+        return self.view().mode
 
-    def active_deferred(self) -> set[str]:
-        """DEF-4: derived from the log; recomputed only when the log or catalog changed."""
-        if not self.mode.deferred:
-            return set()
-        key = (len(self.events), self.generation)
-        if self.active_memo is None or self.active_memo[0] != key:
-            active = active_deferred(effective_events(self.events), self.mode.deferred)
-            self.active_memo = (key, active)
-        return self.active_memo[1]
+    def active_deferred(self) -> frozenset[str]:
+        """DEF-4: derived from the log."""
+        return self.view().active
 
     def offered(self) -> list[Tool]:
         return offered_tools(self.mode, self.active_deferred())

@@ -9,7 +9,7 @@ from agentruns import events as ev
 from agentruns.providers.base import ProviderRequest, ToolSpec, UserMessage
 from agentruns.providers.tokens import fixed_tokens, message_tokens, truncate_tokens
 from agentruns.runtime import compaction
-from agentruns.runtime.context import effective_events, project
+from agentruns.runtime.context import project
 from agentruns.runtime.redaction import redact
 from agentruns.runtime.state import (
     Ev,
@@ -40,7 +40,7 @@ def compact_if_needed(
     budget = ctx.config.context_budget_tokens
     fixed = fixed_tokens(system, specs)
     units = compaction.units_of(
-        effective_events(ctx.events),
+        ctx.view().effective,
         lambda events: sum(_event_tokens(ctx, event) for event in events),
     )
     plan = compaction.plan(units, fixed=fixed, budget=budget)
@@ -71,7 +71,7 @@ def compact_if_needed(
 
 def _over_budget(ctx: RunContext, fixed: int, budget: int) -> Outcome | None:
     """DEF-6: nothing over the budget is ever sent, compacted or not."""
-    needed = fixed + sum(_event_tokens(ctx, e) for e in effective_events(ctx.events))
+    needed = fixed + sum(_event_tokens(ctx, e) for e in ctx.view().effective)
     if needed <= budget:
         return None
     return finish_failed(

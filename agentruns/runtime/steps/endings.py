@@ -14,7 +14,7 @@ from django.utils import timezone
 from agentruns import events as ev
 from agentruns.errors import Fenced
 from agentruns.models import Checkpoint, Run, Ticket
-from agentruns.runtime.closing import close_open_calls, closed_status
+from agentruns.runtime.closing import close_open_calls
 from agentruns.runtime.state import (
     ProposedCall,
     Turn,
@@ -162,19 +162,15 @@ def finish(
 
 
 def _interrupted(ctx: RunContext, turn: Turn) -> tuple[Items, list[tuple[int, dict[str, Any]]]]:
-    """Close the open calls of a run that ends early (`close_open_calls`), and give
-    their invocation rows a final status."""
+    """The open calls of a run that ends early, closed (`close_open_calls`)."""
     open_calls = turn.open_calls()
     ctx.load_invocations(turn, open_calls)
-    known = {call.id: ctx.invocations.get(call.id) for call in open_calls}
-    sent = {cid for cid, inv in known.items() if inv and inv.effect_sent_at is not None}
-    now = timezone.now()
-    updates = [
-        (inv.pk, {"status": closed_status(cid in sent), "completed_at": now})
-        for cid, inv in known.items()
-        if inv is not None
-    ]
-    return close_open_calls(open_calls, sent), updates
+    rows = {
+        call.id: (invocation.pk, invocation.effect_sent_at is not None)
+        for call in open_calls
+        if (invocation := ctx.invocations.get(call.id)) is not None
+    }
+    return close_open_calls(open_calls, rows, timezone.now())
 
 
 def _run_row(ctx: RunContext, status: str, **changes: Any) -> dict[str, Any]:

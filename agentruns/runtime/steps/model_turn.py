@@ -15,8 +15,8 @@ from agentruns.answers import schema_problems
 from agentruns.models import Checkpoint, Run, ToolInvocation
 from agentruns.providers.base import ProviderRequest, Reply
 from agentruns.runtime.budget import fit
-from agentruns.runtime.compose import Composed, compose_request
-from agentruns.runtime.context import effective_events, pairing_problems
+from agentruns.runtime.compose import Composed, next_request
+from agentruns.runtime.context import pairing_problems
 from agentruns.runtime.redaction import redact, redact_value
 from agentruns.runtime.state import Ev, ProposedCall
 from agentruns.runtime.steps.base import Outcome, RunContext, redaction_items
@@ -103,12 +103,7 @@ def model_turn(ctx: RunContext, step: int) -> Outcome | None:
 
 
 def _composed(ctx: RunContext) -> Composed:
-    return compose_request(
-        sources=sources(ctx),
-        mode=ctx.mode,
-        active=ctx.active_deferred(),
-        events=effective_events(ctx.events),
-    )
+    return next_request(ctx.view(), sources=sources(ctx))
 
 
 def _record_turn(
