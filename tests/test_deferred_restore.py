@@ -21,11 +21,11 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from agentruns import events as ev
+from agentruns.events import LogEntry
 from agentruns.models import Run, Ticket
 from agentruns.runtime import faults
 from agentruns.runtime.deferred import active_deferred
 from agentruns.runtime.loop import execute_run
-from agentruns.runtime.state import Ev
 from tests.support.deferred import (
     call,
     fake_server,
@@ -66,22 +66,22 @@ def api(staff) -> APIClient:
 CATALOG = ("http.get", "deftest.weather", "deftest.publish")
 
 
-def result(seq: int, tool: str, status: str = ev.OK, **extra: Any) -> Ev:
+def result(seq: int, tool: str, status: str = ev.OK, **extra: Any) -> LogEntry:
     payload = {"call_id": f"c{seq}", "tool": tool, "status": status, "content": "x", **extra}
-    return Ev(seq, ev.TOOL_RESULT, payload)
+    return LogEntry(seq, ev.TOOL_RESULT, payload)
 
 
-def found(seq: int, *names: str, status: str = ev.OK) -> Ev:
+def found(seq: int, *names: str, status: str = ev.OK) -> LogEntry:
     return result(seq, "tool_search", status, added_tool_names=list(names))
 
 
-def assistant(seq: int, text: str = "", *calls: str) -> Ev:
+def assistant(seq: int, text: str = "", *calls: str) -> LogEntry:
     tool_calls = [{"id": f"a{seq}_{i}", "name": n, "arguments": {}} for i, n in enumerate(calls)]
-    return Ev(seq, ev.ASSISTANT, {"text": text, "tool_calls": tool_calls})
+    return LogEntry(seq, ev.ASSISTANT, {"text": text, "tool_calls": tool_calls})
 
 
-def user(seq: int, text: str) -> Ev:
-    return Ev(seq, ev.USER, {"text": text})
+def user(seq: int, text: str) -> LogEntry:
+    return LogEntry(seq, ev.USER, {"text": text})
 
 
 def test_def4_a_successful_search_contributes_its_added_names():
@@ -107,7 +107,7 @@ def test_def4_unsuccessful_results_contribute_nothing(status):
 
 
 def test_def4_an_interrupted_placeholder_contributes_nothing():
-    placeholder = Ev(
+    placeholder = LogEntry(
         3,
         ev.TOOL_RESULT,
         {"call_id": "c", "tool": "http.get", "status": ev.ERROR, "content": "Interrupted."},
@@ -119,8 +119,8 @@ def test_def4_prose_and_proposed_calls_are_never_evidence():
     events = [
         user(1, "Use http.get and deftest.weather, they are active."),
         assistant(2, "I activated http.get and deftest.weather.", "http.get", "deftest.weather"),
-        Ev(3, ev.MODE_SWITCHED, {"mode": "http.get"}),
-        Ev(4, ev.TICKET_OPENED, {"tool": "deftest.publish", "call_id": "a2_0"}),
+        LogEntry(3, ev.MODE_SWITCHED, {"mode": "http.get"}),
+        LogEntry(4, ev.TICKET_OPENED, {"tool": "deftest.publish", "call_id": "a2_0"}),
     ]
     assert active_deferred(events, CATALOG) == set()
 
@@ -389,7 +389,7 @@ def test_def4_a_dry_run_on_a_thread_shows_the_restored_set(staff, api):
     assert [t["wire_name"] for t in dry["tools"]] == [*BASE, "deftest_weather"]
 
 
-def _sent(messages: list[dict[str, Any]]) -> list[tuple[str, str, list[str]]]:
+def _sent(messages: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
     """(role, content, call ids) of Chat Completions messages or a dry run's."""
     return [
         (

@@ -14,9 +14,9 @@ from django.utils import timezone
 
 from agentruns import events as ev
 from agentruns.models import Event, Note, Run, ToolInvocation
+from agentruns.runtime.actions.model_turn import idempotency_key
 from agentruns.runtime.loop import Executor, Outcome, execute_run
 from agentruns.runtime.state import ProposedCall
-from agentruns.runtime.steps.model_turn import idempotency_key
 from agentruns.store.transitions import claim
 from agentruns.tools.registry import REGISTRY
 from tests.support.crash import (
@@ -262,7 +262,7 @@ def test_no_transaction_is_open_across_a_provider_call_or_an_external_tool(
     """LOOP-5: the worker holds no database transaction while it waits on the model or on
     a tool with an external effect (only the transactional `notes.write` runs inside the
     transaction that records it, by design: TOOL-4)."""
-    from agentruns.runtime.steps import send, tool_calls
+    from agentruns.runtime.actions import send, tool_calls
 
     seen: list[tuple[str, bool]] = []
     real_dispatch, real_run_tool = send.dispatch, tool_calls.run_tool

@@ -1,12 +1,17 @@
-"""The layout's mechanical rules that import-linter cannot state: which database the
-project runs on is the store's knowledge alone (issue 16)."""
+"""The layout's mechanical rules that import-linter cannot state (issue 16): which
+database the project runs on is the store's knowledge alone, the loop's rows go through the
+store, and a name means one thing."""
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
+import pytest
+
 import agentruns
+from agentruns.errors import NotPermitted, ResumeError
 
 PACKAGE = Path(agentruns.__file__).parent
 # Ways to ask which database this is: a connection's vendor, a settings ENGINE, a backend.
@@ -47,3 +52,36 @@ def test_the_loop_reads_and_writes_its_rows_only_through_the_store():
         if orm.search(line)
     ]
     assert offenders == []
+
+
+def _module_level_names() -> dict[str, list[str]]:
+    """Every class and type alias defined at the top of a module, by name."""
+    found: dict[str, list[str]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if "migrations" in path.parts:
+            continue
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.ClassDef):
+                names = [node.name]
+            elif isinstance(node, ast.Assign):
+                names = [t.id for t in node.targets if isinstance(t, ast.Name)]
+            else:
+                continue
+            for name in names:
+                found.setdefault(name, []).append(str(path.relative_to(PACKAGE)))
+    return found
+
+
+@pytest.mark.parametrize("name", ["Executor", "Outcome", "Enforcement", "LogEntry", "Lease"])
+def test_a_name_that_once_meant_two_things_is_defined_once(name):
+    """One meaning per name (issue 16): the loop's `Executor` is not also the tools'
+    function type, the loop's `Outcome` not also a webhook attempt's, one `Enforcement`
+    for the setting and the audit row, one in-memory log entry (`ev` is the vocabulary,
+    `Event` the row)."""
+    assert len(_module_level_names().get(name, [])) == 1
+
+
+def test_the_old_double_names_are_gone():
+    names = _module_level_names()
+    assert "Ev" not in names and "LogEvent" not in names
+    assert not issubclass(NotPermitted, ResumeError)  # cancelling is no resume

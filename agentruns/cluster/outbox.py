@@ -24,13 +24,13 @@ _busy = threading.Lock()
 
 def run_outbox() -> dict[str, Any]:
     report: dict[str, Any] = {}
-    for name, step in (
+    for name, part in (
         ("webhook_attempts", webhook_deliver_due),
         ("tickets_notified", tickets_notify_due),
         ("tickets_reminded", tickets_remind_due),
     ):
         try:
-            report[name] = step()
+            report[name] = part()
         except Exception:  # one failing part never stops the others
             logger.exception("outbox: %s failed", name)
     return report

@@ -56,14 +56,14 @@ def position(request: ProviderRequest) -> tuple[str, int]:
     return hashlib.sha256(json.dumps(history).encode()).hexdigest()[:8], turns
 
 
-def _calls(step: dict[str, Any], prefix: str, turn: int) -> tuple[ToolCall, ...]:
+def _calls(item: dict[str, Any], prefix: str, turn: int) -> tuple[ToolCall, ...]:
     return tuple(
         ToolCall(
             id=call.get("id") or f"call_{prefix}_{turn}_{i}",
             name=wire_name(call["name"]),
             arguments=dict(call.get("arguments") or {}),
         )
-        for i, call in enumerate(step.get("tool_calls") or ())
+        for i, call in enumerate(item.get("tool_calls") or ())
     )
 
 
@@ -110,10 +110,10 @@ class ScriptedAdapter:
         turns = script.get("turns") or []
         if turn >= len(turns):
             return self._reply(link, request, FINISHED)
-        step = turns[turn]
-        if "error" in step:
-            _raise(link, step["error"])
-        return self._reply(link, request, step.get("text") or "", _calls(step, prefix, turn))
+        item = turns[turn]
+        if "error" in item:
+            _raise(link, item["error"])
+        return self._reply(link, request, item.get("text") or "", _calls(item, prefix, turn))
 
     @staticmethod
     def _reply(

@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from agentruns import events as ev
+from agentruns.events import LogEntry
 from agentruns.gate.core import Source
 from agentruns.providers.base import Message, ToolSpec
 from agentruns.runtime.context import effective_events, project, system_texts
 from agentruns.runtime.deferred import active_deferred
 from agentruns.runtime.redaction import redact
-from agentruns.runtime.state import Ev
 from agentruns.tools.policy import Mode, deferred_catalog, offered_tools
 from agentruns.tools.registry import Tool
 
@@ -38,7 +38,7 @@ class Composed:
 
 
 def compose_request(
-    *, sources: Sequence[Source], mode: Mode, active: Iterable[str], events: Sequence[Ev]
+    *, sources: Sequence[Source], mode: Mode, active: Iterable[str], events: Sequence[LogEntry]
 ) -> Composed:
     """`events` are the effective events (after compaction); `active` the deferred tools
     the log activated."""
@@ -57,7 +57,7 @@ def compose_request(
     )
 
 
-def thread_mode(events: Iterable[Ev]) -> str | None:
+def thread_mode(events: Iterable[LogEntry]) -> str | None:
     """DEF-1: the mode the thread's log last switched to; None is the default mode."""
     named = None
     for event in events:
@@ -70,12 +70,12 @@ def thread_mode(events: Iterable[Ev]) -> str | None:
 class LogView:
     """What a thread's log says its next send carries, besides the sources."""
 
-    effective: tuple[Ev, ...]
+    effective: tuple[LogEntry, ...]
     mode: Mode
     active: frozenset[str]
 
 
-def log_view(log: Sequence[Ev], config: RuntimeConfig) -> LogView:
+def log_view(log: Sequence[LogEntry], config: RuntimeConfig) -> LogView:
     effective = tuple(effective_events(log))
     mode = config.mode(thread_mode(log))
     active = active_deferred(effective, mode.deferred) if mode.deferred else set()

@@ -3,7 +3,7 @@
 Every model reply and tool result is committed, fenced by the lease, before the loop acts
 on it; no transaction is open across a provider call or a tool (LOOP-5). What to do next
 is always `next_action(fold(log))`, so a fresh run, a crash recovery and a resume after an
-approval take the same path (REC-1..REC-4). The steps that act live in `runtime/steps/`,
+approval take the same path (REC-1..REC-4). The actions live in `runtime/actions/`,
 each a function handed the run's `RunContext` and what it acts on.
 """
 
@@ -15,6 +15,11 @@ from django.conf import settings
 
 from agentruns.errors import Fenced
 from agentruns.models import Run
+from agentruns.runtime.actions.base import Outcome, RunContext
+from agentruns.runtime.actions.endings import boundary, finish, finish_failed
+from agentruns.runtime.actions.gating import compose
+from agentruns.runtime.actions.model_turn import model_turn
+from agentruns.runtime.actions.tool_calls import call_tools
 from agentruns.runtime.state import (
     AskModel,
     CallTools,
@@ -22,11 +27,6 @@ from agentruns.runtime.state import (
     Finished,
     next_action,
 )
-from agentruns.runtime.steps.base import Outcome, RunContext
-from agentruns.runtime.steps.endings import boundary, finish, finish_failed
-from agentruns.runtime.steps.gating import compose
-from agentruns.runtime.steps.model_turn import model_turn
-from agentruns.runtime.steps.tool_calls import call_tools
 from agentruns.store.connection import release_connection
 from agentruns.store.records import Claim
 from agentruns.store.transitions import claim
@@ -54,7 +54,7 @@ class Executor:
 
 
 def run_loop(ctx: RunContext) -> Outcome:
-    """`next_action(fold(log))`, acted on by the step it names, until a step stops."""
+    """`next_action(fold(log))`, acted on by the action it names, until one stops."""
     if ctx.claim.attempts > settings.AGENTRUNS_MAX_ATTEMPTS and not ctx.state.terminal:
         return finish_failed(
             ctx,
@@ -73,7 +73,7 @@ def run_loop(ctx: RunContext) -> Outcome:
         if isinstance(action, Complete):
             return finish(ctx, Run.Status.COMPLETED, [], final_reply=action.text)
         if isinstance(action, AskModel):
-            outcome = model_turn(ctx, action.step)
+            outcome = model_turn(ctx, action.turn_index)
         else:
             assert isinstance(action, CallTools)
             outcome = call_tools(ctx, action.turn, action.calls)

@@ -14,6 +14,7 @@ from django.utils.crypto import salted_hmac
 
 from agentruns import events as ev
 from agentruns.errors import Conflict, DailyLimitReached, InvalidRequest, NotFound, NotPermitted
+from agentruns.events import LogEntry
 from agentruns.gate.audit import current_enforcement
 from agentruns.gate.core import compose_sources
 from agentruns.gate.lookups import forced_for_composition
@@ -34,7 +35,7 @@ from agentruns.runtime.closing import close_open_calls
 from agentruns.runtime.compose import log_view, next_request, thread_mode
 from agentruns.runtime.config import build_runtime_config
 from agentruns.runtime.redaction import redact
-from agentruns.runtime.state import Ev, restore
+from agentruns.runtime.state import restore
 from agentruns.selectors import (
     can_act_on_run,
     can_act_on_thread,
@@ -235,10 +236,10 @@ def _opening(
     return items
 
 
-def _log(rows: QuerySet[Event]) -> list[Ev]:
+def _log(rows: QuerySet[Event]) -> list[LogEntry]:
     """Event rows as the runtime reads them, in log order."""
     fields = ("sequence", "type", "payload", "run_id")
-    return [Ev(*row) for row in rows.order_by("sequence").values_list(*fields)]
+    return [LogEntry(*row) for row in rows.order_by("sequence").values_list(*fields)]
 
 
 def thread_mode_name(thread: Thread) -> str:
@@ -263,7 +264,7 @@ def run_dry(*, user: User, submission: Submission) -> dict[str, Any]:
     # The run's first send: the thread's log with the events this submission would append.
     opening = _opening(submission, thread, text, kinds)
     after = logged[-1].sequence if logged else 0
-    log = [*logged, *(Ev(after + i, kind, data) for i, (kind, data) in enumerate(opening, 1))]
+    log = [*logged, *(LogEntry(after + i, kind, data) for i, (kind, data) in enumerate(opening, 1))]
     composed = next_request(log_view(log, config), sources=sources)
     return {
         "dry_run": True,
@@ -355,7 +356,7 @@ def _cancel_parked(run: Run, *, by: str) -> None:
     state = restore(None, _log(Event.objects.filter(run=run)))
     turn = state.turn
     open_calls = turn.open_calls() if turn else []
-    rows = store().invocations(run.pk, turn.step, [c.id for c in open_calls]) if turn else []
+    rows = store().invocations(run.pk, turn.index, [c.id for c in open_calls]) if turn else []
     sent = {call_id: (pk, sent_at is not None) for call_id, pk, _version, sent_at in rows}
     items, updates = close_open_calls(open_calls, sent, now)
     for pk, changes in updates:

@@ -72,7 +72,9 @@ def backoff_seconds(attempts: int) -> float:
 
 
 @dataclass(frozen=True)
-class Outcome:
+class AttemptResult:
+    """What one delivery attempt got back: a status code, or the error that prevented one."""
+
     status_code: int | None
     latency_ms: int
     error: str
@@ -97,7 +99,7 @@ def _claim(limit: int) -> list[int]:
     return ids
 
 
-def _send(client: httpx.Client, delivery: WebhookDelivery) -> Outcome:
+def _send(client: httpx.Client, delivery: WebhookDelivery) -> AttemptResult:
     body = delivery_body(delivery)
     headers = {
         "Content-Type": "application/json",
@@ -111,21 +113,21 @@ def _send(client: httpx.Client, delivery: WebhookDelivery) -> Outcome:
         response = client.post(delivery.webhook.url, content=body, headers=headers)
     except httpx.HTTPError as exc:
         elapsed = int((time.monotonic() - started) * 1000)
-        return Outcome(None, elapsed, f"{type(exc).__name__}: {exc}"[:500])
+        return AttemptResult(None, elapsed, f"{type(exc).__name__}: {exc}"[:500])
     elapsed = int((time.monotonic() - started) * 1000)
     error = "" if response.is_success else f"HTTP {response.status_code}"
-    return Outcome(response.status_code, elapsed, error)
+    return AttemptResult(response.status_code, elapsed, error)
 
 
-def _record(delivery: WebhookDelivery, outcome: Outcome) -> None:
+def _record(delivery: WebhookDelivery, result: AttemptResult) -> None:
     now = timezone.now()
     attempts = delivery.attempts + 1
     changes: dict[str, Any] = {
         "attempts": attempts,
-        "last_status_code": outcome.status_code,
-        "last_error": outcome.error,
+        "last_status_code": result.status_code,
+        "last_error": result.error,
     }
-    if outcome.ok:
+    if result.ok:
         changes.update(status=WebhookDelivery.Status.DELIVERED, delivered_at=now)
     elif attempts >= int(settings.AGENTRUNS_WEBHOOK_MAX_ATTEMPTS):
         changes.update(status=WebhookDelivery.Status.FAILED)
@@ -135,9 +137,9 @@ def _record(delivery: WebhookDelivery, outcome: Outcome) -> None:
         WebhookAttempt.objects.create(
             delivery=delivery,
             at=now,
-            status_code=outcome.status_code,
-            latency_ms=outcome.latency_ms,
-            error=outcome.error,
+            status_code=result.status_code,
+            latency_ms=result.latency_ms,
+            error=result.error,
         )
         WebhookDelivery.objects.filter(
             pk=delivery.pk, status=WebhookDelivery.Status.PENDING

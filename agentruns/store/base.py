@@ -51,10 +51,11 @@ class SystemStore(abc.ABC):
     skip_locked: bool
 
     def invocations(
-        self, run_id: int, step: int, call_ids: Sequence[str]
+        self, run_id: int, turn_index: int, call_ids: Sequence[str]
     ) -> list[tuple[str, int, str, datetime | None]]:
         """(call id, invocation id, tool version, effect sent at) of a turn's calls."""
-        rows = ToolInvocation.objects.filter(run_id=run_id, step=step, call_id__in=call_ids)
+        turn = ToolInvocation.objects.filter(run_id=run_id, step=turn_index)
+        rows = turn.filter(call_id__in=call_ids)
         return list(rows.values_list("call_id", "pk", "tool_version", "effect_sent_at"))
 
     def approval_shown(self, run_id: int, call_id: str) -> tuple[str, str] | None:

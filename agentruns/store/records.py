@@ -8,10 +8,12 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import date
-from typing import Any, Protocol
+from typing import Any
 
 from django.conf import settings
 from django.db.models import Q
+
+from agentruns.events import LogEntry
 
 
 @dataclass(frozen=True)
@@ -112,22 +114,11 @@ class Written:
     used_today: tuple[date, int] | None = None
 
 
-class LogEvent(Protocol):
-    """What the store needs of an event (the runtime's `Ev`)."""
-
-    @property
-    def sequence(self) -> int: ...
-    @property
-    def type(self) -> str: ...
-    @property
-    def payload(self) -> dict[str, Any]: ...
-
-
 @dataclass
 class Step:
     """Everything one durable step writes."""
 
-    events: Sequence[LogEvent] = field(default_factory=list)
+    events: Sequence[LogEntry] = field(default_factory=list)
     checkpoints: list[tuple[str, int, dict[str, Any]]] = field(default_factory=list)
     new_invocations: list[dict[str, Any]] = field(default_factory=list)
     invocation_updates: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
@@ -154,7 +145,7 @@ CLAIM_FIELDS = (
 )
 
 
-def event_row(lease: Lease, event: LogEvent, now: Any) -> dict[str, Any]:
+def event_row(lease: Lease, event: LogEntry, now: Any) -> dict[str, Any]:
     return {
         "thread_id": lease.thread_id,
         "run_id": lease.run_id,

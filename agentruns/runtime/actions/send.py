@@ -17,9 +17,9 @@ from django.conf import settings
 from agentruns.providers.base import Link, ProviderError, ProviderRequest, Reply
 from agentruns.providers.dispatch import dispatch
 from agentruns.runtime import faults
-from agentruns.runtime.steps.base import Outcome, RunContext
-from agentruns.runtime.steps.endings import finish_failed
-from agentruns.runtime.steps.gating import assert_context
+from agentruns.runtime.actions.base import Outcome, RunContext
+from agentruns.runtime.actions.endings import finish_failed
+from agentruns.runtime.actions.gating import assert_context
 from agentruns.store.connection import release_connection
 
 

@@ -13,9 +13,9 @@ from agentruns.errors import ContextRefused
 from agentruns.gate.audit import context_assert
 from agentruns.gate.core import Source, compose_sources
 from agentruns.gate.lookups import forced_for_composition
+from agentruns.runtime.actions.base import Items, Outcome, RunContext
+from agentruns.runtime.actions.endings import finish_failed
 from agentruns.runtime.config import forced_sources
-from agentruns.runtime.steps.base import Items, Outcome, RunContext
-from agentruns.runtime.steps.endings import finish_failed
 from agentruns.store import store
 from agentruns.store.connection import release_connection
 

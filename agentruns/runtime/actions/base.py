@@ -1,8 +1,8 @@
-"""What every step of the loop is handed: a `RunContext` holding the claimed run's lease,
-its log and folded state, the live configuration and mode (cached per catalog generation),
-and the one way to write a durable step (`commit`). The steps are functions over it
-(`model_turn(ctx, step)`, `call_tools(ctx, turn, calls)`, `compact_if_needed(ctx, ...)`,
-`finish(ctx, ...)`); none keeps state of its own."""
+"""What every action of the loop is handed: a `RunContext` holding the claimed run's
+lease, its log and folded state, the live configuration and mode (cached per catalog
+generation), and the one way to write a durable step (`commit`). The actions are
+functions over it (`model_turn(ctx, turn_index)`, `call_tools(ctx, turn, calls)`,
+`compact_if_needed(ctx, ...)`, `finish(ctx, ...)`); none keeps state of its own."""
 
 from __future__ import annotations
 
@@ -17,12 +17,12 @@ from django.db import IntegrityError
 
 from agentruns import events as ev
 from agentruns.errors import Fenced
+from agentruns.events import LogEntry
 from agentruns.models import Run
 from agentruns.runtime import faults, journal
 from agentruns.runtime.compose import LogView, log_view
 from agentruns.runtime.config import RuntimeConfig, runtime_config
 from agentruns.runtime.state import (
-    Ev,
     ProposedCall,
     RunState,
     Turn,
@@ -72,14 +72,14 @@ class Invocation:
 
 @dataclass
 class RunContext:
-    """One claimed run as the steps see it. Only `commit`/`write` change the log, the state
-    and the invocations; the memos are caches a step may fill (tokens per event, the
+    """One claimed run as the actions see it. Only `commit`/`write` change the log, the state
+    and the invocations; the memos are caches an action may fill (tokens per event, the
     configuration per generation, the active deferred tools per log length). The lease
     and the claim never change; what does (the catalog generation this executor knows,
     today's usage, the forced set once composed) lives here, on the executor's thread."""
 
     claim: Claim
-    events: list[Ev] = field(default_factory=list)
+    events: list[LogEntry] = field(default_factory=list)
     state: RunState = field(default_factory=RunState)
     next_sequence: int = 1
     invocations: dict[str, Invocation] = field(default_factory=dict)
@@ -152,11 +152,11 @@ class RunContext:
     def load_invocations(self, turn: Turn, calls: Sequence[ProposedCall]) -> None:
         missing = [call.id for call in calls if call.id not in self.invocations]
         if missing:
-            rows = store().invocations(self.lease.run_id, turn.step, missing)
+            rows = store().invocations(self.lease.run_id, turn.index, missing)
             for call_id, pk, version, sent in rows:
                 self.invocations[call_id] = Invocation(pk, version, sent)
 
-    def commit(self, items: Items, **writes: Any) -> list[Ev]:
+    def commit(self, items: Items, **writes: Any) -> list[LogEntry]:
         """Write one durable step and make it this executor's view of the log."""
         written = self.write(items, **writes)
         self.committed(written)
@@ -173,11 +173,11 @@ class RunContext:
         run_update: dict[str, Any] | Callable[[], dict[str, Any]] | None = None,
         new_ticket: dict[str, Any] | None = None,
         durable: bool = True,
-    ) -> list[Ev]:
+    ) -> list[LogEntry]:
         """Events fenced by the lease, folded into the state, with the checkpoints taken
         on the way and the step's row changes — written as one unit (journal.write)."""
         written = [
-            Ev(self.next_sequence + offset, kind, payload, self.lease.run_id)
+            LogEntry(self.next_sequence + offset, kind, payload, self.lease.run_id)
             for offset, (kind, payload) in enumerate(items)
         ]
         snapshots = self._fold(written, checkpoints, continuation)
@@ -206,14 +206,14 @@ class RunContext:
             )
         return written
 
-    def committed(self, written: list[Ev]) -> None:
+    def committed(self, written: list[LogEntry]) -> None:
         self.events.extend(written)
         self.next_sequence += len(written)
         faults.fault_point(faults.COMMIT)
 
     def _fold(
         self,
-        written: list[Ev],
+        written: list[LogEntry],
         checkpoints: Sequence[tuple[str, int | None]],
         continuation: Any,
     ) -> list[tuple[str, int, dict[str, Any]]]:
@@ -229,7 +229,7 @@ class RunContext:
             self._apply(event, continuation)
         return snapshots
 
-    def _apply(self, event: Ev, continuation: Any) -> None:
+    def _apply(self, event: LogEntry, continuation: Any) -> None:
         self.state.apply(event)
         if event.type == ev.ASSISTANT:
             self.state.continuation = continuation

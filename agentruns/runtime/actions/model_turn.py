@@ -12,18 +12,19 @@ from django.conf import settings
 
 from agentruns import events as ev
 from agentruns.answers import schema_problems
+from agentruns.events import LogEntry
 from agentruns.models import Checkpoint, Run, ToolInvocation
 from agentruns.providers.base import ProviderRequest, Reply
+from agentruns.runtime.actions.base import Outcome, RunContext, redaction_items
+from agentruns.runtime.actions.compact import compact_if_needed
+from agentruns.runtime.actions.endings import finish, finish_failed
+from agentruns.runtime.actions.gating import sources
+from agentruns.runtime.actions.send import Sent, send
 from agentruns.runtime.budget import fit
 from agentruns.runtime.compose import Composed, next_request
 from agentruns.runtime.context import pairing_problems
 from agentruns.runtime.redaction import redact, redact_value
-from agentruns.runtime.state import Ev, ProposedCall
-from agentruns.runtime.steps.base import Outcome, RunContext, redaction_items
-from agentruns.runtime.steps.compact import compact_if_needed
-from agentruns.runtime.steps.endings import finish, finish_failed
-from agentruns.runtime.steps.gating import sources
-from agentruns.runtime.steps.send import Sent, send
+from agentruns.runtime.state import ProposedCall
 from agentruns.store import store
 from agentruns.tools.policy import (
     needs_human,
@@ -39,10 +40,10 @@ from agentruns.tools.registry import (
 logger = logging.getLogger(__name__)
 
 
-def idempotency_key(run_id: int, step: int, call: ProposedCall, tool: Tool | None) -> str:
+def idempotency_key(run_id: int, turn_index: int, call: ProposedCall, tool: Tool | None) -> str:
     """TOOL-3: from what the call *is*, never from which attempt runs it."""
     version = tool.version if tool else ""
-    return digest([run_id, step, call.id, call.name, version, digest(call.arguments)])
+    return digest([run_id, turn_index, call.id, call.name, version, digest(call.arguments)])
 
 
 @dataclass
@@ -54,10 +55,10 @@ class Screened:
     content: str = ""
 
 
-def model_turn(ctx: RunContext, step: int) -> Outcome | None:
-    if step >= settings.AGENTRUNS_MAX_TURNS:
+def model_turn(ctx: RunContext, turn_index: int) -> Outcome | None:
+    if turn_index >= settings.AGENTRUNS_MAX_TURNS:
         return finish_failed(
-            ctx, "turn_limit", f"The model took {step} turns without a final reply."
+            ctx, "turn_limit", f"The model took {turn_index} turns without a final reply."
         )
     limit = ctx.config.daily_token_limit
     if store().daily_limit_reached(ctx.lease.configuration_id, limit, ctx.used_today):
@@ -99,7 +100,8 @@ def model_turn(ctx: RunContext, step: int) -> Outcome | None:
         "provider": link.provider_slug,
         "model": reply.model,
     }
-    return _record_turn(ctx, step, reply, {t.name for t in composed.tools}, continuation, served_by)
+    offered = {t.name for t in composed.tools}
+    return _record_turn(ctx, turn_index, reply, offered, continuation, served_by)
 
 
 def _composed(ctx: RunContext) -> Composed:
@@ -108,7 +110,7 @@ def _composed(ctx: RunContext) -> Composed:
 
 def _record_turn(
     ctx: RunContext,
-    step: int,
+    turn_index: int,
     reply: Reply,
     offered: set[str],
     continuation: Any = None,
@@ -127,7 +129,7 @@ def _record_turn(
     payload: dict[str, Any] = {
         "text": text,
         "tool_calls": [call.as_dict() for call in calls],
-        "step": step,
+        "step": turn_index,
         "tool_calls_before": ctx.state.tool_calls_used,
         "served_by": served_by or {},  # LOOP-3: which link of the chain answered (TZ-5)
         "usage": reply.token_usage,  # OPS-1
@@ -161,7 +163,7 @@ def _record_turn(
     ]
     ctx.commit(
         [*redaction, (ev.ASSISTANT, payload), *refusals],
-        new_invocations=[_new_invocation(ctx, step, c) for c in calls if c.id in granted],
+        new_invocations=[_new_invocation(ctx, turn_index, c) for c in calls if c.id in granted],
         checkpoints=(
             (Checkpoint.Kind.MODEL_RESPONSE, len(redaction) + 1),
             (Checkpoint.Kind.TOOL_PENDING, None),
@@ -187,7 +189,7 @@ def _call_from(tool_call: Any, found: dict[str, int]) -> ProposedCall:
     )
 
 
-def _reused_call_ids(events: list[Ev], calls: list[ProposedCall]) -> set[str]:
+def _reused_call_ids(events: list[LogEntry], calls: list[ProposedCall]) -> set[str]:
     """Call ids pair calls with results (LOOP-7): one reused inside a turn or from the
     thread's history would break the pairing, so such a turn is never acted on."""
     ids = [call.id for call in calls]
@@ -226,19 +228,19 @@ def _judge(ctx: RunContext, call: ProposedCall, offered: set[str]) -> Screened:
     return Screened(call)
 
 
-def _new_invocation(ctx: RunContext, step: int, call: ProposedCall) -> dict[str, Any]:
+def _new_invocation(ctx: RunContext, turn_index: int, call: ProposedCall) -> dict[str, Any]:
     tool = REGISTRY.get(call.name)
     assert tool is not None
     human = needs_human(tool, ctx.config.exempt)
     return {
         "run_id": ctx.lease.run_id,
-        "step": step,
+        "step": turn_index,
         "call_id": call.id,
         "tool": call.name,
         "tool_version": tool.version,
         "arguments": call.arguments,
         "arguments_digest": digest(call.arguments),
-        "idempotency_key": idempotency_key(ctx.lease.run_id, step, call, tool),
+        "idempotency_key": idempotency_key(ctx.lease.run_id, turn_index, call, tool),
         "status": (
             ToolInvocation.Status.AWAITING_APPROVAL if human else ToolInvocation.Status.AUTHORISED
         ),

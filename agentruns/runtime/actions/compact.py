@@ -6,17 +6,15 @@ from __future__ import annotations
 import logging
 
 from agentruns import events as ev
+from agentruns.events import LogEntry
 from agentruns.providers.base import ProviderRequest, ToolSpec, UserMessage
 from agentruns.providers.tokens import fixed_tokens, message_tokens, truncate_tokens
 from agentruns.runtime import compaction
+from agentruns.runtime.actions.base import Outcome, RunContext
+from agentruns.runtime.actions.endings import finish_failed
+from agentruns.runtime.actions.send import Sent, send
 from agentruns.runtime.context import project
 from agentruns.runtime.redaction import redact
-from agentruns.runtime.state import (
-    Ev,
-)
-from agentruns.runtime.steps.base import Outcome, RunContext
-from agentruns.runtime.steps.endings import finish_failed
-from agentruns.runtime.steps.send import Sent, send
 
 logger = logging.getLogger(__name__)
 
@@ -26,7 +24,7 @@ SUMMARY_INSTRUCTION = (
 )
 
 
-def _event_tokens(ctx: RunContext, event: Ev) -> int:
+def _event_tokens(ctx: RunContext, event: LogEntry) -> int:
     tokens = ctx.token_memo.get(event.sequence)
     if tokens is None:
         tokens = sum(message_tokens(message) for message in project([event]))

@@ -14,12 +14,12 @@ from django.utils import timezone
 from agentruns import events as ev
 from agentruns.errors import Fenced
 from agentruns.models import Checkpoint, Run, Ticket
+from agentruns.runtime.actions.base import Items, Outcome, RunContext
 from agentruns.runtime.closing import close_open_calls
 from agentruns.runtime.state import (
     ProposedCall,
     Turn,
 )
-from agentruns.runtime.steps.base import Items, Outcome, RunContext
 from agentruns.store.transitions import (
     cancel_requester,
     lease_cancel_flag,
@@ -40,7 +40,7 @@ logger = logging.getLogger(__name__)
 
 
 def boundary(ctx: RunContext) -> Outcome | None:
-    """Between steps: honour a cancel (HITL-11) or a shutdown, and keep the lease."""
+    """Between durable steps: honour a cancel (HITL-11) or a shutdown, and keep the lease."""
     signals = ctx.signals
     if signals.lost:
         raise Fenced("the lease was taken by another worker")
@@ -179,7 +179,7 @@ def _run_row(ctx: RunContext, status: str, **changes: Any) -> dict[str, Any]:
     return released(
         status,
         **changes,
-        steps=ctx.state.steps,
+        steps=ctx.state.turns,
         tool_calls_used=ctx.state.tool_calls_used,
         last_sequence=ctx.state.last_sequence,
     )

@@ -14,15 +14,15 @@ from django.utils import timezone
 from agentruns import events as ev
 from agentruns.models import Checkpoint, ToolInvocation
 from agentruns.runtime import faults
+from agentruns.runtime.actions.base import Invocation, Items, Outcome, RunContext, redaction_items
+from agentruns.runtime.actions.endings import boundary, park
+from agentruns.runtime.actions.gating import assert_context
 from agentruns.runtime.closing import UNKNOWN
 from agentruns.runtime.redaction import redact
 from agentruns.runtime.state import (
     ProposedCall,
     Turn,
 )
-from agentruns.runtime.steps.base import Invocation, Items, Outcome, RunContext, redaction_items
-from agentruns.runtime.steps.endings import boundary, park
-from agentruns.runtime.steps.gating import assert_context
 from agentruns.store import store
 from agentruns.store.connection import release_connection
 from agentruns.tools.policy import (
@@ -86,7 +86,7 @@ def _run_call(ctx: RunContext, turn: Turn, call: ProposedCall) -> None:
     context = ToolContext(
         run_id=ctx.lease.run_id,
         thread_id=ctx.lease.thread_id,
-        step=turn.step,
+        turn_index=turn.index,
         call_id=call.id,
         configuration_id=ctx.lease.configuration_id,
         catalog=ctx.mode.deferred,
