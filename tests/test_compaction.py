@@ -57,6 +57,17 @@ def staff(django_user_model):
     return django_user_model.objects.create(username="staff", is_staff=True)
 
 
+def clock_configuration(fake: Any, *, budget: int) -> None:
+    """`cfg`: one core tool (`clock.now`) and a tight context budget."""
+    make_openai_configuration(
+        "cfg",
+        fake,
+        allowed_tools=["clock.now"],
+        modes=modes(agent=(["clock.now"], [])),
+        context_budget_tokens=budget,
+    )
+
+
 def words(n: int, word: str = "hello") -> str:
     """Exactly n cl100k tokens."""
     return " ".join([word] * n)
@@ -190,13 +201,7 @@ def test_def6_compaction_mid_prompt_never_splits_a_call_from_its_result(staff, w
 @pytest.mark.django_db
 def test_def6_a_context_that_cannot_fit_even_after_compaction_fails(staff):
     with fake_server(summary=SUMMARY) as (fake, _script):
-        make_openai_configuration(
-            "cfg",
-            fake,
-            allowed_tools=["clock.now"],
-            modes=modes(agent=(["clock.now"], [])),
-            context_budget_tokens=300,
-        )
+        clock_configuration(fake, budget=300)
         first = prompt(staff, "cfg", words(100))
         before = len(fake.requests)
         second = prompt(staff, "cfg", words(400), thread=first.thread_id, expect="failed")
@@ -211,13 +216,7 @@ def test_def6_a_context_that_cannot_fit_even_after_compaction_fails(staff):
 @pytest.mark.django_db
 def test_def6_a_first_prompt_over_budget_fails_instead_of_being_sent(staff):
     with fake_server() as (fake, _script):
-        make_openai_configuration(
-            "cfg",
-            fake,
-            allowed_tools=["clock.now"],
-            modes=modes(agent=(["clock.now"], [])),
-            context_budget_tokens=300,
-        )
+        clock_configuration(fake, budget=300)
         run = submit(staff, "cfg", words(400))
         outcome = execute_run(run.pk)
     sent = [request_tokens(r.body) for r in turn_requests(fake)]
@@ -267,13 +266,7 @@ def test_def6_a_failed_summary_call_fails_the_run_with_the_providers_code(staff,
         return answer if is_summary(body) else script(body, path)
 
     with FakeProvider(default=answering) as fake:
-        make_openai_configuration(
-            "cfg",
-            fake,
-            allowed_tools=["clock.now"],
-            modes=modes(agent=(["clock.now"], [])),
-            context_budget_tokens=300,
-        )
+        clock_configuration(fake, budget=300)
         first = prompt(staff, "cfg", words(150))
         before = len(fake.requests)
         second = prompt(staff, "cfg", words(120), thread=first.thread_id, expect="failed")
@@ -290,13 +283,7 @@ def test_cg9_every_provider_call_of_a_compacting_turn_is_gated_once(staff):
     """CG-9: the summary call and the turn's call each go through `send`, so each
     has its own audit row, decided before it was sent."""
     with fake_server(summary=SUMMARY) as (fake, _script):
-        make_openai_configuration(
-            "cfg",
-            fake,
-            allowed_tools=["clock.now"],
-            modes=modes(agent=(["clock.now"], [])),
-            context_budget_tokens=300,
-        )
+        clock_configuration(fake, budget=300)
         first = prompt(staff, "cfg", words(150))
         before = len(fake.requests)
         second = prompt(staff, "cfg", words(120), thread=first.thread_id)
