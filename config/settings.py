@@ -51,7 +51,7 @@ SECRET_KEY = os.environ.get("SECRET_KEY") or persisted_secret_key()
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver")
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS")
 # UI-5: a forged post is refused on a page that says why, in the site's own style.
-CSRF_FAILURE_VIEW = "agentruns.pages.csrf.csrf_failure"
+CSRF_FAILURE_VIEW = "playground.csrf.csrf_failure"
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -66,6 +66,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "django_q",
     "agentruns",
+    "playground",
 ]
 
 MIDDLEWARE = [
@@ -80,7 +81,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
-    # request.htmx: pages answer htmx's polls with a fragment (agentruns.pages).
+    # request.htmx: pages answer htmx's polls with a fragment (playground).
     "django_htmx.middleware.HtmxMiddleware",
 ]
 
@@ -97,7 +98,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
-                "agentruns.pages.context.navigation",
+                "playground.context.navigation",
             ],
         },
     },

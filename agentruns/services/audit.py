@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db.models import F, Q
+from django.http import StreamingHttpResponse
 from django.utils import timezone
 
 from agentruns import events as ev
@@ -144,3 +145,11 @@ def audit_export(flt: AuditFilter, fmt: str) -> tuple[Iterator[str], str, str]:
     lines = audit_csv(flt) if fmt == "csv" else audit_jsonl(flt)
     stamp = timezone.now().strftime("%Y%m%d-%H%M%S")
     return lines, f"{CONTENT_TYPES[fmt]}; charset=utf-8", f"agentruns-audit-{stamp}.{fmt}"
+
+
+def audit_response(flt: AuditFilter, fmt: str) -> StreamingHttpResponse:
+    """The export as a streamed download, for the API and the admin's action alike."""
+    lines, content_type, filename = audit_export(flt, fmt)
+    response = StreamingHttpResponse(lines, content_type=content_type)
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response

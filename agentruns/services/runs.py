@@ -30,19 +30,13 @@ from agentruns.models import (
     Ticket,
     ToolInvocation,
 )
+from agentruns.policy import may_cancel, may_see_run, may_steer, may_submit, visible_threads
 from agentruns.providers.base import AssistantMessage, Message, ToolResultMessage, UserMessage
 from agentruns.runtime.closing import close_open_calls
 from agentruns.runtime.compose import log_view, next_request, thread_mode
 from agentruns.runtime.config import build_runtime_config
 from agentruns.runtime.redaction import redact
 from agentruns.runtime.state import restore
-from agentruns.selectors import (
-    can_act_on_run,
-    can_act_on_thread,
-    may_use_playground,
-    run_sources,
-    visible_runs,
-)
 from agentruns.services.log import append_events
 from agentruns.store import store
 from agentruns.store.transitions import run_cancel_parked
@@ -104,10 +98,11 @@ def _check_ids(model: type[Snippet] | type[Skill], ids: Sequence[int], name: str
 
 
 def _thread(user: User, thread_id: int, configuration: Configuration) -> Thread:
-    thread = Thread.objects.filter(pk=thread_id).first()
-    visible = thread and visible_runs(user).filter(thread=thread).exists()
-    if thread is None or not visible:
+    thread = visible_threads(user).filter(pk=thread_id).first()
+    if thread is None:
         raise InvalidRequest("Unknown thread.", fields={"thread": [f"Unknown thread {thread_id}."]})
+    if not may_steer(user, thread):
+        raise NotPermitted("Only the thread's initiator may add a prompt to it (SEC-10).")
     if thread.configuration_id != configuration.pk:
         raise InvalidRequest(
             "The thread belongs to another configuration.",
@@ -120,7 +115,7 @@ def check_playground(user: User, submission: Submission, *, dry_run: bool = Fals
     """FS-5: forcing sources or dry-running (which reveals every source's text) is the
     playground's, over any door: pages, admin and API alike."""
     forcing = bool(submission.forced_snippets or submission.forced_skills)
-    if (forcing or dry_run) and not may_use_playground(user):
+    if not may_submit(user, forcing=forcing, dry_run=dry_run):
         raise NotPermitted(
             "Forcing sources and dry runs need staff with the playground permission "
             "(agentruns.use_playground)."
@@ -281,35 +276,6 @@ def run_dry(*, user: User, submission: Submission) -> dict[str, Any]:
     }
 
 
-@dataclass(frozen=True)
-class TurnRequest:
-    """What one model turn was sent, as the inspector shows it."""
-
-    mode: str
-    system: tuple[str, ...]
-    messages: list[dict[str, Any]]
-    tools: list[str]
-
-
-def run_turn_requests(*, run: Run, turns: Sequence[int]) -> list[TurnRequest]:
-    """The request of each model turn of the run (given by its event's sequence), composed
-    from the thread's log before it by the loop's own recipe, with the live
-    configuration's sources, as a resumed run would use (RG-2)."""
-    if not turns:
-        return []
-    config = build_runtime_config(run.configuration)
-    _, sources = run_sources(run)
-    log = _log(Event.objects.filter(thread=run.thread_id, sequence__lt=max(turns)))
-    requests = []
-    for sequence in turns:
-        view = log_view([e for e in log if e.sequence < sequence], config)
-        composed = next_request(view, sources=sources)
-        messages = [message_dict(m) for m in composed.messages]
-        tools = [t.name for t in composed.tools]
-        requests.append(TurnRequest(view.mode.name, composed.system, messages, tools))
-    return requests
-
-
 def message_dict(message: Message) -> dict[str, Any]:
     if isinstance(message, UserMessage):
         return {"role": "user", "content": message.text}
@@ -328,10 +294,10 @@ def message_dict(message: Message) -> dict[str, Any]:
 def run_cancel(*, user: User, run_id: int) -> Run:
     """HITL-11: a queued or awaiting run ends now and its ticket is void; a running one
     stops at its next step boundary."""
-    run = visible_runs(user).filter(pk=run_id).first()
-    if run is None:
+    run = Run.objects.filter(pk=run_id).first()
+    if run is None or not may_see_run(user, run):
         raise NotFound("No such run.")
-    if not can_act_on_run(user, run):
+    if not may_cancel(user, run):
         raise NotPermitted("Only the run's initiator or an approver may cancel it.")
     with transaction.atomic():
         run = Run.objects.select_for_update().get(pk=run_id)
@@ -368,12 +334,11 @@ def _cancel_parked(run: Run, *, by: str) -> None:
 
 def thread_switch_mode(*, user: User, thread_id: int, mode: str) -> Thread:
     """DEF-1: a thread changes mode between runs; the switch is an event in its log."""
-    thread = Thread.objects.filter(pk=thread_id, runs__in=visible_runs(user)).distinct().first()
+    thread = visible_threads(user).filter(pk=thread_id).first()
     if thread is None:
         raise NotFound("No such thread.")
-    # SEC-2: seeing a thread (view_all_runs) is not steering it.
-    if not can_act_on_thread(user, thread):
-        raise NotPermitted("Only the thread's initiator or an approver may switch its mode.")
+    if not may_steer(user, thread):
+        raise NotPermitted("Only the thread's initiator may switch its mode (SEC-10).")
     config = build_runtime_config(thread.configuration)
     if not config.has_mode(mode):
         known = ", ".join(m.name for m in config.modes)

@@ -11,7 +11,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from agentruns.classes import DataClass
-from agentruns.models import Note
+from agentruns.models import Note, Run
 from agentruns.tools.registry import REGISTRY, Effect, Human, Tool, ToolContext, ToolOutput
 
 HTTP_MAX_BYTES = 64 * 1024
@@ -24,7 +24,10 @@ def clock_now(arguments: dict[str, Any], ctx: ToolContext) -> ToolOutput:
 
 
 def notes_read(arguments: dict[str, Any], ctx: ToolContext) -> ToolOutput:
-    notes = list(Note.objects.filter(title=arguments["title"]).order_by("-id")[:5])
+    """SEC-10: only the notes of runs this run's initiator may see (SEC-2)."""
+    initiator = Run.objects.select_related("created_by").get(pk=ctx.run_id).created_by
+    titled = Note.objects.visible_to(initiator).filter(title=arguments["title"])
+    notes = list(titled.order_by("-id")[:5])
     if not notes:
         return ToolOutput(f"No note titled {arguments['title']!r}.")
     return ToolOutput("\n\n".join(f"# {note.title}\n{note.body}" for note in notes))

@@ -65,13 +65,7 @@ def active_ticket(run_id: int) -> Ticket:
 
 def identity(ticket: Ticket) -> dict[str, Any]:
     """The ticket's identity fields exactly as the API shows them."""
-    return {
-        "correlation_id": str(ticket.correlation_id),
-        "run": ticket.run_id,
-        "snapshot_id": ticket.snapshot_id,
-        "catalog_fingerprint": ticket.catalog_fingerprint,
-        "call_id": ticket.call_id,
-    }
+    return ticket.identity.as_dict()
 
 
 def allow(ticket: Ticket, note: str = "", **override: Any) -> dict[str, Any]:
