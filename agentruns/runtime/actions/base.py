@@ -95,6 +95,8 @@ class RunContext:
     forced_snippet_ids: tuple[int, ...] | None = None
     forced_skill_ids: tuple[int, ...] | None = None
     composed: bool = False
+    # SEC-6: sends given up in a row because the catalog moved after their composition.
+    recomposed: int = 0
 
     @classmethod
     def load(cls, claim: Claim) -> RunContext:

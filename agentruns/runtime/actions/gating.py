@@ -90,6 +90,11 @@ def assert_context(ctx: RunContext) -> Outcome | None:
             if asserted.observed_refusal and not ctx.state.observed:
                 ctx.commit([(ev.CONTEXT_OBSERVED, {"verdict": "refused (observed)"})])
             return None
+    return unstable(ctx)
+
+
+def unstable(ctx: RunContext) -> Outcome:
+    """SEC-6: the catalog would not hold still for a decision; fail closed."""
     return finish_failed(
         ctx,
         "context_unstable",

@@ -19,7 +19,7 @@ from agentruns.providers.dispatch import dispatch
 from agentruns.runtime import faults
 from agentruns.runtime.actions.base import Outcome, RunContext
 from agentruns.runtime.actions.endings import finish_failed
-from agentruns.runtime.actions.gating import assert_context
+from agentruns.runtime.actions.gating import STABLE_VIEW_WAITS, assert_context, unstable
 from agentruns.store.connection import release_connection
 
 
@@ -39,7 +39,9 @@ def send(ctx: RunContext, request: ProviderRequest, *, composed_on: int) -> Sent
     if refused:
         return refused
     if ctx.generation != composed_on:
-        return None
+        ctx.recomposed += 1  # as often as a decision is taken again, then fail closed
+        return unstable(ctx) if ctx.recomposed >= len(STABLE_VIEW_WAITS) else None
+    ctx.recomposed = 0
     release_connection()
     try:
         reply, link = dispatch(ctx.config.links, request)
