@@ -9,6 +9,7 @@ from typing import Any
 
 from django.db.models import QuerySet
 
+from agentruns.events import LogEntry
 from agentruns.gate.audit import current_enforcement
 from agentruns.gate.core import ConfigView, Source, compose_sources
 from agentruns.gate.lookups import config_view, forced_for_composition, forced_for_resume
@@ -16,11 +17,8 @@ from agentruns.gate.readout import readout
 from agentruns.models import Configuration, Event, Run, ToolInvocation
 from agentruns.policy import is_approver, visible_runs
 from agentruns.providers.base import Message
-from agentruns.runtime.compose import compose_request, thread_mode
+from agentruns.runtime.compose import log_view, next_request
 from agentruns.runtime.config import build_runtime_config
-from agentruns.runtime.context import effective_events
-from agentruns.runtime.deferred import active_deferred
-from agentruns.runtime.state import Ev
 
 
 def configuration_readout(
@@ -74,20 +72,14 @@ def turn_requests(run: Run, sequences: Sequence[int]) -> list[TurnRequest]:
     config = build_runtime_config(run.configuration)
     _, sources = run_sources(run)
     rows = Event.objects.filter(thread=run.thread_id, sequence__lt=max(sequences))
-    log = [Ev(*r) for r in rows.order_by("sequence").values_list("sequence", "type", "payload")]
+    fields = ("sequence", "type", "payload", "run_id")
+    log = [LogEntry(*row) for row in rows.order_by("sequence").values_list(*fields)]
     found = []
     for sequence in sequences:
-        before = [e for e in log if e.sequence < sequence]
-        mode = config.mode(thread_mode(before))
-        effective = effective_events(before)
-        composed = compose_request(
-            sources=sources,
-            mode=mode,
-            active=active_deferred(effective, mode.deferred),
-            events=effective,
-        )
+        view = log_view([e for e in log if e.sequence < sequence], config)
+        composed = next_request(view, sources=sources)  # the loop's own recipe (FS-3)
         tools = tuple(t.name for t in composed.tools)
-        found.append(TurnRequest(mode.name, composed.system, composed.messages, tools))
+        found.append(TurnRequest(view.mode.name, composed.system, composed.messages, tools))
     return found
 
 

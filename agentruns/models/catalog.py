@@ -8,7 +8,7 @@ from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
 from django.db import models
 
-from agentruns.classes import DATA_CLASS_CHOICES, ZONE_CHOICES, Zone
+from agentruns.classes import DATA_CLASS_CHOICES, ZONE_CHOICES, Enforcement, Zone
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 KEY_ENV_SUFFIXES = ("_KEY", "_TOKEN")
@@ -291,13 +291,11 @@ class CatalogGeneration(models.Model):
 class GateAudit(models.Model):
     """One row per asserted gate decision (CG-4). Holds names and classes, never text."""
 
-    class Enforcement(models.TextChoices):
-        ENFORCED = "enforced"
-        OBSERVED = "observed"
-
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     verdict = models.CharField(max_length=16)
-    enforcement = models.CharField(max_length=16, choices=Enforcement.choices)
+    enforcement = models.CharField(
+        max_length=16, choices=[(e.recorded, e.recorded.capitalize()) for e in Enforcement]
+    )
     configuration = models.CharField(max_length=50, db_index=True)
     run_id = models.BigIntegerField(null=True, blank=True, db_index=True)
     zone = models.CharField(max_length=32, blank=True)
