@@ -158,6 +158,8 @@ STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
 }
+# UI-7: /favicon.ico (asked for by browsers and tools that read no <link rel="icon">).
+WHITENOISE_ROOT = BASE_DIR / "playground" / "root"
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/accounts/login/"
