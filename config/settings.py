@@ -212,8 +212,18 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "SWAGGER_UI_DIST": "SIDECAR",
-    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "/" + STATIC_URL + "playground/favicon.svg",
     "REDOC_DIST": "SIDECAR",
+    # UI-4, UI-7: no web fonts (the page links none; agentruns.api.docs forbids the rest).
+    "REDOC_UI_SETTINGS": {
+        "theme": {
+            "typography": {
+                "fontFamily": "system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif",
+                "headings": {"fontFamily": "system-ui, -apple-system, 'Segoe UI', sans-serif"},
+                "code": {"fontFamily": "ui-monospace, Menlo, Consolas, monospace"},
+            }
+        }
+    },
     # Separate request components carry what a request must satisfy (minLength, writable
     # fields only), so the schema allows exactly what the API accepts (SEC-3).
     "COMPONENT_SPLIT_REQUEST": True,
