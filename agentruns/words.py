@@ -6,7 +6,10 @@ words here falls back to the error's own detail, so nothing fails silently.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
+
+from django.utils import formats, timezone
 
 from agentruns import events as ev
 from agentruns.errors import AgentrunsError
@@ -106,11 +109,18 @@ def decided_sentence(command: ResumeCommand, ticket: Ticket) -> str:
     return f"Denied: {ticket.tool} on {where} will not run; the model is told{note}."
 
 
+def when(moment: datetime | None) -> str:
+    """UI-7: a time in the one format the admin and the templates use, with its zone."""
+    if moment is None:
+        return ""
+    return formats.date_format(timezone.localtime(moment), "DATETIME_FORMAT")
+
+
 def ticket_outcome(ticket: Ticket, user: Any) -> str:
     """What became of a ticket that is not (or no longer) on this viewer's card."""
-    when = ticket.resolved_at.strftime("%Y-%m-%d %H:%M:%S UTC") if ticket.resolved_at else ""
+    at = when(ticket.resolved_at)
     if ticket.status == Ticket.Status.EXPIRED:
-        return f"It expired at {when} and counted as a denial; the run went on."
+        return f"It expired at {at} and counted as a denial; the run went on."
     if ticket.status == Ticket.Status.VOID:
         return "The run was cancelled, so nobody needs to answer any more."
     if ticket.status == Ticket.Status.ANSWERED:
@@ -120,7 +130,7 @@ def ticket_outcome(ticket: Ticket, user: Any) -> str:
             by = "you"
         decision = (ticket.resolution or {}).get("decision", "")
         done = DONE.get(decision, "answered")
-        return f"It was {done} by {by} at {when}."
+        return f"It was {done} by {by} at {at}."
     return "It waits for someone who may decide it: an approver (approve_run)."
 
 

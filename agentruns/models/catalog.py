@@ -216,7 +216,7 @@ class ConfigurationSnippet(Ordered):
         ]
 
     def __str__(self) -> str:
-        return f"{self.configuration_id} → snippet {self.snippet_id}"
+        return f"{self.configuration}: snippet {self.snippet}"
 
 
 class ConfigurationSkill(Ordered):
@@ -231,7 +231,7 @@ class ConfigurationSkill(Ordered):
         ]
 
     def __str__(self) -> str:
-        return f"{self.configuration_id} → skill {self.skill_id}"
+        return f"{self.configuration}: skill {self.skill}"
 
 
 class ConfigurationFallback(Ordered):
@@ -254,7 +254,7 @@ class ConfigurationFallback(Ordered):
         ]
 
     def __str__(self) -> str:
-        return f"{self.configuration_id} → fallback {self.fallback_id}"
+        return f"{self.configuration}: fallback {self.fallback}"
 
 
 class CatalogGeneration(models.Model):
