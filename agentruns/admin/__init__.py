@@ -40,7 +40,6 @@ from agentruns.services.runs import run_cancel
 from agentruns.services.usage import run_usage
 from agentruns.words import sentence
 
-
 # UI-7: the product's name, not "Django administration".
 admin.site.site_header = "agentruns"
 admin.site.site_title = "agentruns admin"

@@ -42,9 +42,10 @@ def grant_choices(current: Iterable[str] = ()) -> list[tuple[str, list[Choice]]]
     """Groups (which grant every tool in them, now and later), then single tools."""
     tools = REGISTRY.all()
     names = {tool.name for tool in tools}
+    members = {group: [t.name for t in tools if t.group == group] for group in REGISTRY.groups()}
     groups = [
-        (group, f"{group} — every tool in it: {', '.join(t.name for t in tools if t.group == group)}")
-        for group in sorted(REGISTRY.groups() - names)
+        (group, f"{group} — every tool in it: {', '.join(members[group])}")
+        for group in sorted(set(members) - names)
     ]
     choices = [("Groups", groups), ("Tools", [(t.name, tool_label(t)) for t in tools])]
     extra = _unknown(current, names | REGISTRY.groups())
@@ -172,7 +173,8 @@ class ConfigurationAdminForm(forms.ModelForm):
 
     class Meta:
         model = Configuration
-        fields = "__all__"
+        # The admin's fieldsets name the rest; these are the fields this form shapes.
+        fields = ["allowed_tools", "approval_exempt_tools", "modes"]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -187,7 +189,12 @@ class ConfigurationAdminForm(forms.ModelForm):
         assert isinstance(allowed, ToolChecklist) and isinstance(exempt, ToolChecklist)
         allowed.choices = grant_choices(current("allowed_tools"))
         exempt.choices = exempt_choices(current("approval_exempt_tools"))
-        listed = [n for mode in stored.modes or [] for k in ("tools", "deferred") for n in mode.get(k) or []]
+        listed = [
+            name
+            for mode in stored.modes or []
+            for key in ("tools", "deferred")
+            for name in mode.get(key) or []
+        ]
         widget = self.fields["modes"].widget
         assert isinstance(widget, ModesWidget)
         widget.choices = mode_tool_choices(listed)
