@@ -269,6 +269,11 @@ AGENTRUNS_SWEEP_SECONDS = env_float("AGENTRUNS_SWEEP_SECONDS", 0.0)
 AGENTRUNS_SHUTDOWN_SECONDS = env_float("AGENTRUNS_SHUTDOWN_SECONDS", 20.0)
 # q2's task timeout. A wake-up blocks at most half of it waiting for a free thread.
 AGENTRUNS_Q_TIMEOUT = env_int("AGENTRUNS_Q_TIMEOUT", 60)
+# UI-7: what the playground and "Start a run" preselect when it works offline (else the
+# first configuration that does): the demo's scripted run that completes by itself.
+AGENTRUNS_DEFAULT_CONFIGURATION = os.environ.get(
+    "AGENTRUNS_DEFAULT_CONFIGURATION", "multi-tool-demo"
+)
 # Operating and integrating (README "Operating and integrating").
 # OPS-3: a bearer token for `GET /metrics` (Prometheus); without it only staff sessions.
 AGENTRUNS_METRICS_TOKEN = os.environ.get("AGENTRUNS_METRICS_TOKEN", "")

@@ -22,7 +22,7 @@ from agentruns import events as ev
 from agentruns.errors import AgentrunsError
 from agentruns.models import Configuration, Event, Run, Ticket
 from agentruns.policy import visible_runs
-from agentruns.selectors import run_readout
+from agentruns.selectors import EXAMPLE_TASK, configuration_choices, preselected, run_readout
 from agentruns.services.runs import Submission, run_submit
 from agentruns.services.usage import run_usage
 from agentruns.words import failure_sentence, field_errors, sentence
@@ -47,11 +47,16 @@ def run_list(request: HttpRequest) -> HttpResponse:
     page = Paginator(runs, PAGE_SIZE).get_page(request.GET.get("page"))
     query = request.GET.copy()
     query.pop("page", None)
+    choices = configuration_choices(
+        Configuration.objects.filter(active=True).select_related("provider").order_by("slug")
+    )
     return render(
         request,
         "playground/runs.html",
         {
-            "active": Configuration.objects.filter(active=True).order_by("slug"),
+            "choices": choices,
+            "preselected": preselected(choices),
+            "example_task": EXAMPLE_TASK,
             "page": page,
             "statuses": Run.Status.values,
             "status": status,

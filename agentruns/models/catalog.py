@@ -86,6 +86,16 @@ class Provider(models.Model):
     def __str__(self) -> str:
         return self.slug
 
+    @property
+    def requirement(self) -> str:
+        """UI-7: what a run on this provider needs from outside this host, in words; ""
+        for the scripted kind, which answers in-process (it works offline, without a key)."""
+        if self.kind == self.Kind.SCRIPTED:
+            return ""
+        if self.api_key_env:
+            return f"needs {self.api_key_env}"
+        return f"needs the server at {self.base_url or 'the SDK default endpoint'}"
+
 
 class Classified(models.Model):
     slug = models.SlugField(unique=True)

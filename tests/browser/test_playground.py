@@ -28,13 +28,18 @@ def still_same_document(page: Page) -> bool:
     return page.evaluate("window.__sameDocument === true")
 
 
-def test_ui2_a_playground_run_completes_and_shows_its_tool_calls_and_reply_without_reload(
+def test_ui2_ui7_the_first_click_runs_offline_and_shows_tool_calls_and_reply_without_reload(
     demo, cluster, page_as, staff, screenshot
 ):
+    """UI-7: nothing chosen, nothing typed: the preselected configuration and task run."""
     page = page_as(staff)
     page.goto("/playground/")
-    page.get_by_label("Configuration").select_option("multi-tool-demo")
-    page.get_by_label("Task").fill("Write the standup note")
+    select = page.get_by_label("Configuration")
+    expect(select).to_have_value("multi-tool-demo")
+    expect(select.locator("option", has_text="anthropic-assistant")).to_have_text(
+        re.compile(r"· needs ANTHROPIC_API_KEY$")
+    )
+    expect(page.get_by_label("Task")).to_have_value("Write the standup note")
     expect(page.locator("#readout [data-configuration]")).to_contain_text("multi-tool-demo")
     screenshot(page, "playground")
     page.get_by_role("button", name="Run", exact=True).click()
