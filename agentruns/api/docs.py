@@ -19,6 +19,8 @@ from django.http import HttpRequest, HttpResponse
 from drf_spectacular.utils import OpenApiExample, extend_schema
 from drf_spectacular.views import SpectacularRedocView
 
+from agentruns.selectors import EXAMPLE_TASK
+
 # Redoc styles itself inline and searches in a worker it builds from a blob.
 REDOC_POLICY = "; ".join(
     [
@@ -68,12 +70,10 @@ def crud(
     }
 
 
-DEMO_TASK = "Write the standup note"
-
 RUN_EXAMPLES = [
     example(
         "A run that completes by itself (scripted, works offline)",
-        {"configuration": "multi-tool-demo", "input": DEMO_TASK},
+        {"configuration": "multi-tool-demo", "input": EXAMPLE_TASK},
     ),
     example(
         "A run that waits for an approval (answer it with resume)",
