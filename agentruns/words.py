@@ -80,11 +80,12 @@ WORDS: dict[str, str] = {
 
 
 def sentence(error: AgentrunsError) -> str:
-    """The words for an error; the detail is added when it says more than the code."""
+    """The words for an error; the detail is added when it says more than the code and no
+    per-field messages say it beside their fields (the words then point at them)."""
     words = WORDS.get(error.code)
     if words is None:
         return error.detail
-    if error.detail and error.detail != error.code:
+    if error.detail and error.detail != error.code and not field_errors(error):
         return f"{words} ({error.detail})"
     return words
 
@@ -104,7 +105,7 @@ def decided_sentence(command: ResumeCommand, ticket: Ticket) -> str:
     if command.answer == Ticket.Answer.INPUT:
         return f"Answer sent: {where} goes on with it."
     if command.decision == ev.ALLOW:
-        return f"Approved: {ticket.tool} on {where} runs now."
+        return f"Approved: {ticket.tool} on {where}; the run goes on and makes the call."
     note = ", with your note" if command.note else ""
     return f"Denied: {ticket.tool} on {where} will not run; the model is told{note}."
 

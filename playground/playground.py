@@ -1,6 +1,7 @@
 """The tool playground (FS, UI-2, UI-3, UI-6): staff with `agentruns.use_playground` only
 (FS-5). The form is a plain POST; htmx refreshes the readout as boxes are ticked, and
-without JavaScript an "Update readout" button does the same with a GET."""
+without JavaScript an "Update readout" button posts the form to show it (a POST, so the
+CSRF token never lands in a URL: UI-7)."""
 
 from __future__ import annotations
 
@@ -36,6 +37,10 @@ def playground(request: HttpRequest) -> HttpResponse:
     if request.method != "POST":
         data = request.GET
         return render(request, "playground/playground.html", form_context(PlaygroundForm(), data))
+    if request.POST.get("action") == "readout":
+        return render(
+            request, "playground/playground.html", form_context(PlaygroundForm(), request.POST)
+        )
     form = PlaygroundForm(request.POST)
     if request.POST.get("action") == "dry":
         dry = form.attempt(request, lambda s: run_dry(user=request.user, submission=s))
