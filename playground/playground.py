@@ -18,7 +18,8 @@ from agentruns.forms.playground import PlaygroundForm, form_context
 from agentruns.policy import may_use_playground, visible_runs
 from agentruns.services.runs import run_dry, run_submit
 from playground import inspector as inspect
-from playground.runs import HtmxHttpRequest, live_response
+from playground.polls import poll
+from playground.runs import live_response
 
 
 def playground_only(view: Any) -> Any:
@@ -65,9 +66,14 @@ def readout(request: HttpRequest) -> HttpResponse:
 
 
 @playground_only
-def inspector(request: HtmxHttpRequest, run_id: int) -> HttpResponse:
+def inspector(request: HttpRequest, run_id: int) -> HttpResponse:
+    run = get_object_or_404(visible_runs(request.user), pk=run_id)
+    return render(request, "playground/inspector.html", inspect.inspector_context(run))
+
+
+@poll
+@playground_only
+def inspector_live(request: HttpRequest, run_id: int) -> HttpResponse:
     run = get_object_or_404(visible_runs(request.user), pk=run_id)
     context = inspect.inspector_context(run)
-    if request.htmx:
-        return live_response(request, "playground/_inspector_live.html", run, context)
-    return render(request, "playground/inspector.html", context)
+    return live_response(request, "playground/_inspector_live.html", run, context)
