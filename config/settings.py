@@ -336,13 +336,43 @@ Q_CLUSTER = {
     "label": "Task queue",
 }
 
+# What an operator reads (UI-7, README "Logs"): startup, errors, decisions. One line per
+# ordinary 4xx (no traceback), none per poll that went well (playground.polls).
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {
+        "quiet_polls": {"()": "playground.polls.QuietPolls"},
+        "one_line_4xx": {"()": "playground.polls.OneLine4xx"},
+    },
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "django.server": {
+            "()": "django.utils.log.ServerFormatter",
+            "format": "[{server_time}] {message}",
+            "style": "{",
+        },
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": "plain",
+            "filters": ["one_line_4xx"],
+        },
+        # runserver's request log, as Django configures it, less the polls.
+        "django.server": {"class": "logging.StreamHandler", "formatter": "django.server"},
+    },
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "WARNING")},
     "loggers": {
+        # Django's own lines go to the root's handler once (its default config adds a
+        # second, DEBUG-only one).
+        "django": {"level": "INFO"},
+        "django.server": {
+            "handlers": ["django.server"],
+            "filters": ["quiet_polls"],
+            "level": "INFO",
+            "propagate": False,
+        },
         "agentruns": {"level": os.environ.get("AGENTRUNS_LOG_LEVEL", "INFO")},
         # django-q2 logs as "django-q".
         "django-q": {"level": os.environ.get("Q_LOG_LEVEL", "WARNING")},

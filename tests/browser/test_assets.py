@@ -4,58 +4,19 @@ real `manage.py runserver` process — not the test server, which serves files i
 
 from __future__ import annotations
 
-import socket
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from django.conf import settings
 from playwright.sync_api import Browser, Response, expect
 
-from agentruns.cluster.process import manage_py, wait_for
-from tests.support.runs import current_database_url
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.support.servers import production_server as running
 
 
 @pytest.fixture
 def production_server(transactional_db, tmp_path: Path) -> Iterator[str]:
-    env = {
-        "PATH": "/usr/bin:/bin",
-        "DATABASE_URL": current_database_url(),
-        "SECRET_KEY": settings.SECRET_KEY,
-        "AGENTRUNS_STATIC_ROOT": str(tmp_path / "static"),
-        "AGENTRUNS_VAR_DIR": str(tmp_path / "var"),
-        "DEBUG": "0",
-    }
-    manage = [sys.executable, str(manage_py())]
-    subprocess.run([*manage, "collectstatic", "--noinput", "-v0"], env=env, check=True)
-    port = free_port()
-    log = (tmp_path / "server.log").open("wb")
-    server = subprocess.Popen(
-        [*manage, "runserver", f"127.0.0.1:{port}", "--noreload"],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-
-        def listening() -> bool:
-            with socket.socket() as s:
-                return s.connect_ex(("127.0.0.1", port)) == 0
-
-        wait_for(listening, timeout=30, what="the production server to listen")
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
-        log.close()
+    with running(tmp_path) as server:
+        yield server.url
 
 
 def test_ui4_admin_styles_and_api_docs_assets_load_without_debug(
