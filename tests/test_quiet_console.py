@@ -7,7 +7,9 @@ with its workers, threads and database."""
 
 from __future__ import annotations
 
+import logging
 import re
+import sys
 from pathlib import Path
 
 import httpx
@@ -19,12 +21,11 @@ from rest_framework.authtoken.models import Token
 from agentruns.demo import load_demo_data
 from agentruns.models import Run, Ticket
 from agentruns.runtime.loop import execute_run
+from playground.polls import OneLine4xx, QuietPolls
 from tests.conftest import grant
 from tests.support.clusters import bench_user, running_clusters
 from tests.support.hitl import park, submit
 from tests.support.servers import Server, production_server
-
-pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 # Polls per minute of one open tab: htmx's `every 2s`, `every 5s` and `every 1s`.
 PER_MINUTE = {"inbox cards": 30, "runs table": 30, "nav count": 12, "run page": 60}
@@ -61,6 +62,7 @@ class Console:
         return [line for line in fresh.splitlines() if line.strip()]
 
 
+@pytest.mark.slow
 def test_ui7_an_idle_minute_of_polling_writes_nothing_and_errors_write_one_line(
     server, staff, member
 ):
@@ -135,6 +137,7 @@ def clusters(transactional_db, tmp_path: Path):
     yield from running_clusters(tmp_path)
 
 
+@pytest.mark.slow
 def test_ui7_a_cluster_says_once_that_it_started_with_workers_threads_and_database(clusters):
     load_demo_data()
     cluster = clusters.start("announce")
@@ -151,3 +154,38 @@ def test_ui7_a_cluster_says_once_that_it_started_with_workers_threads_and_databa
         r"\(database pool 4 each\), database postgresql \S+ on 127\.0\.0\.1:5432, lease 3s$",
         started[0],
     ), started[0]
+
+
+def record(name: str, msg: str, *args: object, **extra: object) -> logging.LogRecord:
+    made = logging.LogRecord(name, logging.INFO, __file__, 1, msg, args, None)
+    made.__dict__.update(extra)
+    return made
+
+
+def test_ui7_the_request_log_keeps_pages_and_drops_good_polls_and_repeated_errors():
+    quiet = QuietPolls()
+    line = '"%s" %s %s'
+    assert not quiet.filter(
+        record("django.server", line, "GET /inbox/cards/?signature=a HTTP/1.1", "204", "0")
+    )
+    assert not quiet.filter(record("django.server", line, "GET /runs/7/live/ HTTP/1.1", "286", "9"))
+    assert not quiet.filter(record("django.server", line, "GET /inbox/count/ HTTP/1.1", "200", "9"))
+    assert quiet.filter(record("django.server", line, "GET /runs/ HTTP/1.1", "200", "900"))
+    assert quiet.filter(record("django.server", line, "POST /inbox/x/resume/ HTTP/1.1", "302", "0"))
+    # Django has logged these itself (django.request), with the traceback for a 5xx.
+    assert not quiet.filter(record("django.server", line, "GET /runs/live/ HTTP/1.1", "500", "0"))
+    assert not quiet.filter(record("django.server", line, "GET /nope/ HTTP/1.1", "404", "0"))
+    assert quiet.filter(
+        record("django.server", "You're accessing the development server over HTTPS")
+    )
+
+
+def test_ui7_a_4xx_is_one_line_and_a_5xx_keeps_its_traceback():
+    try:
+        raise PermissionError("expected")
+    except PermissionError:
+        exc_info = sys.exc_info()
+    forbidden = record("django.request", "Forbidden", status_code=403, exc_info=exc_info)
+    broken = record("django.request", "Internal Server Error", status_code=500, exc_info=exc_info)
+    assert OneLine4xx().filter(forbidden) and forbidden.exc_info is None
+    assert OneLine4xx().filter(broken) and broken.exc_info is exc_info
