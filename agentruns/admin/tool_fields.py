@@ -64,11 +64,19 @@ def mode_tool_choices(current: Iterable[str] = ()) -> list[Choice]:
     return [(t.name, t.name) for t in tools] + _unknown(current, {t.name for t in tools})
 
 
+class ToolCheckboxes(forms.CheckboxSelectMultiple):
+    class Media:
+        css = {"all": ["agentruns/admin.css"]}
+
+    def __init__(self, attrs: dict[str, Any] | None = None, choices: Any = ()) -> None:
+        super().__init__({"class": "tool-checklist", **(attrs or {})}, choices)
+
+
 class ToolChecklist(forms.MultipleChoiceField):
     """A JSON list of names, edited as checkboxes; choices are set per form (the value's
     unknown names join them)."""
 
-    widget = forms.CheckboxSelectMultiple
+    widget = ToolCheckboxes
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(required=False, **kwargs)
