@@ -65,7 +65,7 @@ class QuietPolls(logging.Filter):
         args = record.args
         if not isinstance(args, tuple) or len(args) < 2 or not str(args[1]).isdigit():
             return True
-        status = int(args[1])
+        status = int(str(args[1]))
         if status >= 400:
             return False
         request_line = str(args[0]).split()

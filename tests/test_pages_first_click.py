@@ -65,7 +65,7 @@ def test_ui7_pressing_run_on_the_fresh_playground_completes_a_run(client, staff)
     page = client.get("/playground/").content.decode()
     form = {
         "configuration": selected(options(page, "id_configuration"))[0],
-        "task": re.search(r'id="id_task"[^>]*>([^<]*)<', page).group(1),  # type: ignore[union-attr]
+        "task": re.search(r'id="id_task"[^>]*>([^<]*)<', page).group(1),
         "action": "run",
     }
     assert client.post("/playground/", form).status_code == 302

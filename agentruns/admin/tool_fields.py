@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from django import forms
+from django.http import QueryDict
 
 from agentruns.models import Configuration
 from agentruns.tools.policy import SEARCH_TOOL
@@ -189,7 +190,8 @@ class ConfigurationAdminForm(forms.ModelForm):
         stored = self.instance
 
         def current(name: str) -> list[str]:
-            raw = self.data.getlist(name) if self.is_bound else getattr(stored, name)
+            data = self.data
+            raw = data.getlist(name) if isinstance(data, QueryDict) else getattr(stored, name)
             return [str(v) for v in raw or []]
 
         allowed = self.fields["allowed_tools"]

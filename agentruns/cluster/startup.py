@@ -22,13 +22,16 @@ _announced = multiprocessing.Value("b", 0)
 
 
 def startup_line() -> str:
-    db = connections["default"].settings_dict
+    connection = connections["default"]
+    db = connection.settings_dict
     where = f" on {db['HOST']}:{db['PORT']}" if db.get("HOST") else ""
+    # Only on PostgreSQL does each worker switch to a pool (agentruns.cluster.driver).
+    pool = settings.AGENTRUNS_DB_POOL_MAX
+    pooled = f" (database pool {pool} each)" if connection.vendor == "postgresql" else ""
     return (
         f"cluster {Conf.CLUSTER_NAME} started: {Conf.WORKERS} workers x "
-        f"{settings.AGENTRUNS_EXECUTOR_THREADS} executor threads "
-        f"(database pool {settings.AGENTRUNS_DB_POOL_MAX} each), "
-        f"database {connections['default'].vendor} {db['NAME']}{where}, "
+        f"{settings.AGENTRUNS_EXECUTOR_THREADS} executor threads{pooled}, "
+        f"database {connection.vendor} {db['NAME']}{where}, "
         f"lease {settings.AGENTRUNS_LEASE_SECONDS:g}s"
     )
 
