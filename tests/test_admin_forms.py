@@ -107,26 +107,28 @@ def posted(configuration: Configuration, **changes: Any) -> dict[str, Any]:
     return {key: value for key, value in data.items() if value != ""}
 
 
-def test_ui7_ticked_boxes_and_mode_rows_save_the_json_the_api_stores(client, operator):
+def save_helpdesk(client, **changes: Any):
+    """The helpdesk's change form posted with `changes` (field names as the page posts)."""
     helpdesk = Configuration.objects.get(slug="helpdesk")
-    response = client.post(
-        change_url("helpdesk"),
-        posted(
-            helpdesk,
-            allowed_tools=["notes", "clock.now"],
-            approval_exempt_tools=["notes.write"],
-            **{
-                "modes-rows": "3",
-                "modes-0-name": "agent",
-                "modes-0-tools": ["clock.now", "notes.read"],
-                "modes-0-deferred": ["notes.write"],
-                "modes-1-name": "chat",
-                "modes-2-name": "",  # the spare row, left blank: no mode
-            },
-        ),
+    return client.post(change_url("helpdesk"), posted(helpdesk, **changes))
+
+
+def test_ui7_ticked_boxes_and_mode_rows_save_the_json_the_api_stores(client, operator):
+    response = save_helpdesk(
+        client,
+        allowed_tools=["notes", "clock.now"],
+        approval_exempt_tools=["notes.write"],
+        **{
+            "modes-rows": "3",
+            "modes-0-name": "agent",
+            "modes-0-tools": ["clock.now", "notes.read"],
+            "modes-0-deferred": ["notes.write"],
+            "modes-1-name": "chat",
+            "modes-2-name": "",  # the spare row, left blank: no mode
+        },
     )
     assert response.status_code == 302, response.content.decode()[:2000]
-    helpdesk.refresh_from_db()
+    helpdesk = Configuration.objects.get(slug="helpdesk")
     assert helpdesk.allowed_tools == ["notes", "clock.now"]
     assert helpdesk.approval_exempt_tools == ["notes.write"]
     assert helpdesk.modes == [
@@ -139,20 +141,16 @@ def test_ui7_ticked_boxes_and_mode_rows_save_the_json_the_api_stores(client, ope
 
 
 def test_ui7_a_mode_error_stands_beside_the_field_and_nothing_is_saved(client, operator):
-    helpdesk = Configuration.objects.get(slug="helpdesk")
-    response = client.post(
-        change_url("helpdesk"),
-        posted(
-            helpdesk,
-            **{
-                "modes-rows": "2",
-                "modes-0-name": "",
-                "modes-0-tools": ["clock.now"],
-                "modes-1-name": "chat",
-                "modes-1-tools": ["notes.read"],
-                "modes-1-deferred": ["notes.read"],
-            },
-        ),
+    response = save_helpdesk(
+        client,
+        **{
+            "modes-rows": "2",
+            "modes-0-name": "",
+            "modes-0-tools": ["clock.now"],
+            "modes-1-name": "chat",
+            "modes-1-tools": ["notes.read"],
+            "modes-1-deferred": ["notes.read"],
+        },
     )
     assert response.status_code == 200
     page = response.content.decode()
