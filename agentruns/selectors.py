@@ -7,6 +7,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
 from django.db.models import QuerySet
 
 from agentruns.events import LogEntry
@@ -46,6 +47,41 @@ def run_readout(run: Run) -> dict[str, Any]:
     """CG-10 for a run: the live configuration plus the run's forced set (RG-2)."""
     view, sources = run_sources(run)
     return readout(view, sources, current_enforcement())
+
+
+# UI-7: the task a new user's first click runs (the demo's multi-tool-demo completes it).
+EXAMPLE_TASK = "Write the standup note"
+
+
+@dataclass(frozen=True)
+class ConfigurationChoice:
+    """An option of a page's configuration select: what it needs to run, in its label."""
+
+    slug: str
+    label: str
+    needs: str
+
+
+def configuration_choices(configurations: Iterable[Configuration]) -> list[ConfigurationChoice]:
+    choices = []
+    for configuration in configurations:
+        provider = configuration.provider
+        needs = provider.requirement if provider else "needs a provider"
+        label = f"{configuration.slug} — {configuration.name}"
+        choices.append(
+            ConfigurationChoice(configuration.slug, label + (f" · {needs}" if needs else ""), needs)
+        )
+    return choices
+
+
+def preselected(choices: Sequence[ConfigurationChoice]) -> str:
+    """UI-7: the first click works offline: AGENTRUNS_DEFAULT_CONFIGURATION when it needs
+    nothing from outside this host, else the first that does not, else the first."""
+    offline = [choice.slug for choice in choices if not choice.needs]
+    wanted = settings.AGENTRUNS_DEFAULT_CONFIGURATION
+    if wanted in offline:
+        return wanted
+    return next(iter(offline), choices[0].slug if choices else "")
 
 
 def mode_names(configuration: Configuration) -> list[str]:

@@ -14,6 +14,7 @@ from agentruns import events as ev
 from agentruns.admin import ops  # noqa: F401  (webhooks, daily usage, the audit export)
 from agentruns.admin.decisions import RunCancelAdminMixin, TicketDecisionAdminMixin
 from agentruns.admin.playground import PlaygroundAdminMixin
+from agentruns.admin.tool_fields import ConfigurationAdminForm
 from agentruns.errors import AgentrunsError
 from agentruns.models import (
     CatalogGeneration,
@@ -38,6 +39,11 @@ from agentruns.services.catalog import fallback_problem
 from agentruns.services.runs import run_cancel
 from agentruns.services.usage import run_usage
 from agentruns.words import sentence
+
+# UI-7: the product's name, not "Django administration".
+admin.site.site_header = "agentruns"
+admin.site.site_title = "agentruns admin"
+admin.site.index_title = "Operations"
 
 
 @admin.register(Provider)
@@ -77,6 +83,8 @@ class SnippetInline(admin.TabularInline):
     extra = 0
     autocomplete_fields = ["snippet"]
     ordering = ["position", "id"]
+    verbose_name = "snippet"
+    verbose_name_plural = "snippets (sent in position order)"
 
 
 class SkillInline(admin.TabularInline):
@@ -84,6 +92,8 @@ class SkillInline(admin.TabularInline):
     extra = 0
     autocomplete_fields = ["skill"]
     ordering = ["position", "id"]
+    verbose_name = "skill"
+    verbose_name_plural = "skills (sent in position order)"
 
 
 class FallbackFormSet(forms.BaseInlineFormSet):
@@ -108,11 +118,13 @@ class FallbackInline(admin.TabularInline):
     extra = 0
     autocomplete_fields = ["fallback"]
     ordering = ["position", "id"]
-    verbose_name = "fallback (one level deep, tried in order on retryable errors)"
+    verbose_name = "fallback"
+    verbose_name_plural = "fallbacks (one level deep, tried in order on retryable errors)"
 
 
 @admin.register(Configuration)
 class ConfigurationAdmin(PlaygroundAdminMixin):
+    form = ConfigurationAdminForm
     list_display = ["slug", "name", "provider", "model", "max_tool_calls", "active"]
     list_filter = ["active", "provider"]
     search_fields = ["slug", "name", "model"]

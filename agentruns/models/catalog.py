@@ -98,6 +98,16 @@ class Provider(models.Model):
     def __str__(self) -> str:
         return self.slug
 
+    @property
+    def requirement(self) -> str:
+        """UI-7: what a run on this provider needs from outside this host, in words; ""
+        for the scripted kind, which answers in-process (it works offline, without a key)."""
+        if self.kind == self.Kind.SCRIPTED:
+            return ""
+        if self.api_key_env:
+            return f"needs {self.api_key_env}"
+        return f"needs the server at {self.base_url or 'the SDK default endpoint'}"
+
 
 class Classified(models.Model):
     slug = models.SlugField(unique=True)
@@ -228,7 +238,7 @@ class ConfigurationSnippet(Ordered):
         ]
 
     def __str__(self) -> str:
-        return f"{self.configuration_id} → snippet {self.snippet_id}"
+        return f"{self.configuration}: snippet {self.snippet}"
 
 
 class ConfigurationSkill(Ordered):
@@ -243,7 +253,7 @@ class ConfigurationSkill(Ordered):
         ]
 
     def __str__(self) -> str:
-        return f"{self.configuration_id} → skill {self.skill_id}"
+        return f"{self.configuration}: skill {self.skill}"
 
 
 class ConfigurationFallback(Ordered):
@@ -266,7 +276,7 @@ class ConfigurationFallback(Ordered):
         ]
 
     def __str__(self) -> str:
-        return f"{self.configuration_id} → fallback {self.fallback_id}"
+        return f"{self.configuration}: fallback {self.fallback}"
 
 
 class CatalogGeneration(models.Model):
