@@ -7,8 +7,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
 from django.db.models import QuerySet
 
+from agentruns.events import LogEntry
 from agentruns.gate.audit import current_enforcement
 from agentruns.gate.core import ConfigView, Source, compose_sources
 from agentruns.gate.lookups import config_view, forced_for_composition, forced_for_resume
@@ -16,11 +18,8 @@ from agentruns.gate.readout import readout
 from agentruns.models import Configuration, Event, Run, ToolInvocation
 from agentruns.policy import is_approver, visible_runs
 from agentruns.providers.base import Message
-from agentruns.runtime.compose import compose_request, thread_mode
+from agentruns.runtime.compose import log_view, next_request
 from agentruns.runtime.config import build_runtime_config
-from agentruns.runtime.context import effective_events
-from agentruns.runtime.deferred import active_deferred
-from agentruns.runtime.state import Ev
 
 
 def configuration_readout(
@@ -50,6 +49,41 @@ def run_readout(run: Run) -> dict[str, Any]:
     return readout(view, sources, current_enforcement())
 
 
+# UI-7: the task a new user's first click runs (the demo's multi-tool-demo completes it).
+EXAMPLE_TASK = "Write the standup note"
+
+
+@dataclass(frozen=True)
+class ConfigurationChoice:
+    """An option of a page's configuration select: what it needs to run, in its label."""
+
+    slug: str
+    label: str
+    needs: str
+
+
+def configuration_choices(configurations: Iterable[Configuration]) -> list[ConfigurationChoice]:
+    choices = []
+    for configuration in configurations:
+        provider = configuration.provider
+        needs = provider.requirement if provider else "needs a provider"
+        label = f"{configuration.slug} — {configuration.name}"
+        choices.append(
+            ConfigurationChoice(configuration.slug, label + (f" · {needs}" if needs else ""), needs)
+        )
+    return choices
+
+
+def preselected(choices: Sequence[ConfigurationChoice]) -> str:
+    """UI-7: the first click works offline: AGENTRUNS_DEFAULT_CONFIGURATION when it needs
+    nothing from outside this host, else the first that does not, else the first."""
+    offline = [choice.slug for choice in choices if not choice.needs]
+    wanted = settings.AGENTRUNS_DEFAULT_CONFIGURATION
+    if wanted in offline:
+        return wanted
+    return next(iter(offline), choices[0].slug if choices else "")
+
+
 def mode_names(configuration: Configuration) -> list[str]:
     """DEF-1: the configuration's modes by name, its default first."""
     return [mode.name for mode in build_runtime_config(configuration).modes]
@@ -74,20 +108,14 @@ def turn_requests(run: Run, sequences: Sequence[int]) -> list[TurnRequest]:
     config = build_runtime_config(run.configuration)
     _, sources = run_sources(run)
     rows = Event.objects.filter(thread=run.thread_id, sequence__lt=max(sequences))
-    log = [Ev(*r) for r in rows.order_by("sequence").values_list("sequence", "type", "payload")]
+    fields = ("sequence", "type", "payload", "run_id")
+    log = [LogEntry(*row) for row in rows.order_by("sequence").values_list(*fields)]
     found = []
     for sequence in sequences:
-        before = [e for e in log if e.sequence < sequence]
-        mode = config.mode(thread_mode(before))
-        effective = effective_events(before)
-        composed = compose_request(
-            sources=sources,
-            mode=mode,
-            active=active_deferred(effective, mode.deferred),
-            events=effective,
-        )
+        view = log_view([e for e in log if e.sequence < sequence], config)
+        composed = next_request(view, sources=sources)  # the loop's own recipe (FS-3)
         tools = tuple(t.name for t in composed.tools)
-        found.append(TurnRequest(mode.name, composed.system, composed.messages, tools))
+        found.append(TurnRequest(view.mode.name, composed.system, composed.messages, tools))
     return found
 
 

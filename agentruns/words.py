@@ -6,7 +6,10 @@ words here falls back to the error's own detail, so nothing fails silently.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
+
+from django.utils import formats, timezone
 
 from agentruns import events as ev
 from agentruns.errors import AgentrunsError
@@ -86,11 +89,12 @@ WORDS: dict[str, str] = {
 
 
 def sentence(error: AgentrunsError) -> str:
-    """The words for an error; the detail is added when it says more than the code."""
+    """The words for an error; the detail is added when it says more than the code and no
+    per-field messages say it beside their fields (the words then point at them)."""
     words = WORDS.get(error.code)
     if words is None:
         return error.detail
-    if error.detail and error.detail != error.code:
+    if error.detail and error.detail != error.code and not field_errors(error):
         return f"{words} ({error.detail})"
     return words
 
@@ -110,16 +114,23 @@ def decided_sentence(command: ResumeCommand, ticket: Ticket) -> str:
     if command.answer == Ticket.Answer.INPUT:
         return f"Answer sent: {where} goes on with it."
     if command.decision == ev.ALLOW:
-        return f"Approved: {ticket.tool} on {where} runs now."
+        return f"Approved: {ticket.tool} on {where}; the run goes on and makes the call."
     note = ", with your note" if command.note else ""
     return f"Denied: {ticket.tool} on {where} will not run; the model is told{note}."
 
 
+def when(moment: datetime | None) -> str:
+    """UI-7: a time in the one format the admin and the templates use, with its zone."""
+    if moment is None:
+        return ""
+    return formats.date_format(timezone.localtime(moment), "DATETIME_FORMAT")
+
+
 def ticket_outcome(ticket: Ticket, user: Any) -> str:
     """What became of a ticket that is not (or no longer) on this viewer's card."""
-    when = ticket.resolved_at.strftime("%Y-%m-%d %H:%M:%S UTC") if ticket.resolved_at else ""
+    at = when(ticket.resolved_at)
     if ticket.status == Ticket.Status.EXPIRED:
-        return f"It expired at {when} and counted as a denial; the run went on."
+        return f"It expired at {at} and counted as a denial; the run went on."
     if ticket.status == Ticket.Status.VOID:
         return "The run was cancelled, so nobody needs to answer any more."
     if ticket.status == Ticket.Status.ANSWERED:
@@ -129,7 +140,7 @@ def ticket_outcome(ticket: Ticket, user: Any) -> str:
             by = "you"
         decision = (ticket.resolution or {}).get("decision", "")
         done = DONE.get(decision, "answered")
-        return f"It was {done} by {by} at {when}."
+        return f"It was {done} by {by} at {at}."
     return "It waits for someone who may decide it: an approver (approve_run)."
 
 

@@ -60,6 +60,8 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    # Widget templates come from the project's template settings (the admin's mode editor).
+    "django.forms",
     "rest_framework",
     "rest_framework.authtoken",
     "drf_spectacular",
@@ -86,6 +88,7 @@ MIDDLEWARE = [
 ]
 
 ROOT_URLCONF = "config.urls"
+FORM_RENDERER = "django.forms.renderers.TemplatesSetting"
 WSGI_APPLICATION = "config.wsgi.application"
 
 TEMPLATES = [
@@ -148,6 +151,8 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
+# UI-7: dates read "2026-12-02 18:48:29 UTC" in the admin and on the pages alike.
+FORMAT_MODULE_PATH = ["config.formats"]
 
 STATIC_URL = "static/"
 STATIC_ROOT = Path(os.environ.get("AGENTRUNS_STATIC_ROOT", BASE_DIR / "staticfiles"))
@@ -158,6 +163,8 @@ STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
 }
+# UI-7: /favicon.ico (asked for by browsers and tools that read no <link rel="icon">).
+WHITENOISE_ROOT = BASE_DIR / "playground" / "root"
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/accounts/login/"
@@ -233,8 +240,18 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "SWAGGER_UI_DIST": "SIDECAR",
-    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "/" + STATIC_URL + "playground/favicon.svg",
     "REDOC_DIST": "SIDECAR",
+    # UI-4, UI-7: no web fonts (the page links none; agentruns.api.docs forbids the rest).
+    "REDOC_UI_SETTINGS": {
+        "theme": {
+            "typography": {
+                "fontFamily": "system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif",
+                "headings": {"fontFamily": "system-ui, -apple-system, 'Segoe UI', sans-serif"},
+                "code": {"fontFamily": "ui-monospace, Menlo, Consolas, monospace"},
+            }
+        }
+    },
     # Separate request components carry what a request must satisfy (minLength, writable
     # fields only), so the schema allows exactly what the API accepts (SEC-3).
     "COMPONENT_SPLIT_REQUEST": True,
@@ -279,6 +296,11 @@ AGENTRUNS_SWEEP_SECONDS = env_float("AGENTRUNS_SWEEP_SECONDS", 0.0)
 AGENTRUNS_SHUTDOWN_SECONDS = env_float("AGENTRUNS_SHUTDOWN_SECONDS", 20.0)
 # q2's task timeout. A wake-up blocks at most half of it waiting for a free thread.
 AGENTRUNS_Q_TIMEOUT = env_int("AGENTRUNS_Q_TIMEOUT", 60)
+# UI-7: what the playground and "Start a run" preselect when it works offline (else the
+# first configuration that does): the demo's scripted run that completes by itself.
+AGENTRUNS_DEFAULT_CONFIGURATION = os.environ.get(
+    "AGENTRUNS_DEFAULT_CONFIGURATION", "multi-tool-demo"
+)
 # Operating and integrating (README "Operating and integrating").
 # OPS-3: a bearer token for `GET /metrics` (Prometheus); without it only staff sessions.
 AGENTRUNS_METRICS_TOKEN = os.environ.get("AGENTRUNS_METRICS_TOKEN", "")
@@ -344,13 +366,43 @@ Q_CLUSTER = {
     "label": "Task queue",
 }
 
+# What an operator reads (UI-7, README "Logs"): startup, errors, decisions. One line per
+# ordinary 4xx (no traceback), none per poll that went well (playground.polls).
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {
+        "quiet_polls": {"()": "playground.polls.QuietPolls"},
+        "one_line_4xx": {"()": "playground.polls.OneLine4xx"},
+    },
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "django.server": {
+            "()": "django.utils.log.ServerFormatter",
+            "format": "[{server_time}] {message}",
+            "style": "{",
+        },
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": "plain",
+            "filters": ["one_line_4xx"],
+        },
+        # runserver's request log, as Django configures it, less the polls.
+        "django.server": {"class": "logging.StreamHandler", "formatter": "django.server"},
+    },
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "WARNING")},
     "loggers": {
+        # Django's own lines go to the root's handler once (its default config adds a
+        # second, DEBUG-only one).
+        "django": {"level": "INFO"},
+        "django.server": {
+            "handlers": ["django.server"],
+            "filters": ["quiet_polls"],
+            "level": "INFO",
+            "propagate": False,
+        },
         "agentruns": {"level": os.environ.get("AGENTRUNS_LOG_LEVEL", "INFO")},
         # django-q2 logs as "django-q".
         "django-q": {"level": os.environ.get("Q_LOG_LEVEL", "WARNING")},

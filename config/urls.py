@@ -1,7 +1,8 @@
 from django.contrib import admin
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from agentruns.api.docs import RedocView
 from agentruns.api.metrics import metrics_view
 from playground.views import PasswordReset, SignIn
 
@@ -13,7 +14,7 @@ urlpatterns = [
     path("accounts/", include("django.contrib.auth.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
-    path("api/redoc/", SpectacularRedocView.as_view(url_name="schema"), name="api-redoc"),
+    path("api/redoc/", RedocView.as_view(url_name="schema"), name="api-redoc"),
     path("api/", include("agentruns.api.urls")),
     path("", include("playground.urls")),
 ]

@@ -2,20 +2,18 @@
 viewer may act on, each deciding through the resume service the API uses.
 
 GET shows and never decides (OPS-6: mail scanners prefetch links); only the card's POST
-decides. The card list is polled by htmx; an unchanged list answers 204 so nothing a
-person is typing is swapped away.
+decides. The card list is polled by htmx (`/inbox/cards/`, one card's page
+`/inbox/<id>/live/`); an unchanged list answers 204 so nothing a person is typing is swapped
+away. A changed list brings the navigation's count with it (an out-of-band swap), so the
+count and the cards never disagree (HITL-9, UI-7).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-from collections.abc import Callable
-from functools import wraps
 from typing import Any
 from uuid import UUID
 
-from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
@@ -23,7 +21,6 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
-from django_htmx.http import HttpResponseClientRedirect
 
 from agentruns.errors import AgentrunsError, InvalidInput
 from agentruns.forms.decisions import command_from_post, decision_context
@@ -34,7 +31,7 @@ from agentruns.selectors import run_readout, uncertain_invocations
 from agentruns.services.resume import run_resume
 from agentruns.throttles import RESUME, throttle_check
 from agentruns.words import decided_sentence, field_errors, sentence, ticket_outcome
-from playground.runs import HtmxHttpRequest
+from playground.polls import poll, signature, unchanged
 
 POLL = "every 2s"
 
@@ -43,44 +40,44 @@ def _inbox_url() -> str:
     return reverse("playground:inbox")
 
 
-def polled(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-    """`login_required` for a page that polls itself: a poll whose session has ended sends
-    the whole page to sign-in, rather than the sign-in form being swapped into the list."""
-    required = login_required(view)
-
-    @wraps(view)
-    def wrapper(request: HtmxHttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        if request.htmx and not request.user.is_authenticated:
-            return HttpResponseClientRedirect(settings.LOGIN_URL)
-        return required(request, *args, **kwargs)
-
-    return wrapper
-
-
 @login_required
 def inbox(request: HttpRequest) -> HttpResponse:
     tickets = answerable_tickets(request.user)
     context = _list_context(request, tickets, reverse("playground:inbox-cards"), _inbox_url())
+    context["count_in_cards"] = True  # the nav's count comes with the cards' poll
     return render(request, "playground/inbox.html", _with_cards(request, context))
 
 
-@polled
+@poll
 def cards(request: HttpRequest) -> HttpResponse:
-    """The polled list; 204 while nothing changed (htmx then swaps nothing)."""
+    """The polled list; 204 while nothing changed (htmx then swaps nothing). A new list
+    carries the nav's count out of band: both come from this one answer."""
     tickets = answerable_tickets(request.user)
-    return _partial(request, _list_context(request, tickets, request.path, _inbox_url()))
+    context = _list_context(request, tickets, request.path, _inbox_url())
+    context["oob_count"] = context["count"]
+    return _partial(request, context)
 
 
-@polled
-def card(request: HtmxHttpRequest, correlation_id: UUID) -> HttpResponse:
+@login_required
+def card(request: HttpRequest, correlation_id: UUID) -> HttpResponse:
     """One card, for a link in a notification. Showing it decides nothing."""
+    context = _card_context(request, correlation_id)
+    return render(request, "playground/inbox_card.html", _with_cards(request, context))
+
+
+@poll
+def card_live(request: HttpRequest, correlation_id: UUID) -> HttpResponse:
+    return _partial(request, _card_context(request, correlation_id))
+
+
+def _card_context(request: HttpRequest, correlation_id: UUID) -> dict[str, Any]:
     ticket = _ticket(request, correlation_id)
     tickets = answerable_tickets(request.user).filter(pk=ticket.pk)
-    context = _list_context(request, tickets, request.path, request.path)
+    here = reverse("playground:inbox-card", args=[correlation_id])
+    live = reverse("playground:inbox-card-live", args=[correlation_id])
+    context = _list_context(request, tickets, live, here)
     context.update(single=ticket, outcome=ticket_outcome(ticket, request.user))
-    if request.htmx:
-        return _partial(request, context)
-    return render(request, "playground/inbox_card.html", _with_cards(request, context))
+    return context
 
 
 @login_required
@@ -108,8 +105,8 @@ def _refused_input(request: HttpRequest, ticket: Ticket, exc: InvalidInput) -> H
     messages.error(request, sentence(exc))
     typed, errors = typed_fields(request.POST), field_errors(exc)
     tickets = answerable_tickets(request.user).filter(pk=ticket.pk)
-    here = reverse("playground:inbox-card", args=[ticket.correlation_id])
-    context = _list_context(request, tickets, here, _back(request))
+    live = reverse("playground:inbox-card-live", args=[ticket.correlation_id])
+    context = _list_context(request, tickets, live, _back(request))
     context.update(
         cards=[_card(request, row, typed=typed, errors=errors) for row in tickets],
         single=ticket,
@@ -152,11 +149,13 @@ def _list_context(request: HttpRequest, tickets: Any, poll_url: str, back: str) 
     user = request.user
     uncertain = uncertain_invocations(user)
     ids = [str(cid) for cid in tickets.values_list("correlation_id", flat=True)]
+    count = len(ids)
     ids += [f"u{pk}" for pk in uncertain.values_list("pk", flat=True)]
     return {
         "tickets": tickets,
         "uncertain": uncertain,
-        "signature": hashlib.sha256(",".join(ids).encode()).hexdigest()[:16],
+        "count": count,
+        "signature": signature(ids),
         "poll_url": poll_url,
         "poll": POLL,
         "back": back,
@@ -164,7 +163,7 @@ def _list_context(request: HttpRequest, tickets: Any, poll_url: str, back: str) 
 
 
 def _partial(request: HttpRequest, context: dict[str, Any]) -> HttpResponse:
-    if request.GET.get("signature") == context["signature"]:
+    if unchanged(request, context["signature"]):
         return HttpResponse(status=204)
     return render(request, "playground/inbox_cards.html", _with_cards(request, context))
 

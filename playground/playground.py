@@ -1,6 +1,7 @@
 """The tool playground (FS, UI-2, UI-3, UI-6): staff with `agentruns.use_playground` only
 (FS-5). The form is a plain POST; htmx refreshes the readout as boxes are ticked, and
-without JavaScript an "Update readout" button does the same with a GET."""
+without JavaScript an "Update readout" button posts the form to show it (a POST, so the
+CSRF token never lands in a URL: UI-7)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ from agentruns.forms.playground import PlaygroundForm, form_context
 from agentruns.policy import may_use_playground, visible_runs
 from agentruns.services.runs import run_dry
 from playground import inspector as inspect
-from playground.runs import HtmxHttpRequest, live_response
+from playground.polls import poll
+from playground.runs import live_response
 
 
 def playground_only(view: Any) -> Any:
@@ -36,6 +38,10 @@ def playground(request: HttpRequest) -> HttpResponse:
     if request.method != "POST":
         data = request.GET
         return render(request, "playground/playground.html", form_context(PlaygroundForm(), data))
+    if request.POST.get("action") == "readout":
+        return render(
+            request, "playground/playground.html", form_context(PlaygroundForm(), request.POST)
+        )
     form = PlaygroundForm(request.POST)
     if request.POST.get("action") == "dry":
         dry = form.attempt(request, lambda s: run_dry(user=request.user, submission=s))
@@ -60,9 +66,14 @@ def readout(request: HttpRequest) -> HttpResponse:
 
 
 @playground_only
-def inspector(request: HtmxHttpRequest, run_id: int) -> HttpResponse:
+def inspector(request: HttpRequest, run_id: int) -> HttpResponse:
+    run = get_object_or_404(visible_runs(request.user), pk=run_id)
+    return render(request, "playground/inspector.html", inspect.inspector_context(run))
+
+
+@poll
+@playground_only
+def inspector_live(request: HttpRequest, run_id: int) -> HttpResponse:
     run = get_object_or_404(visible_runs(request.user), pk=run_id)
     context = inspect.inspector_context(run)
-    if request.htmx:
-        return live_response(request, "playground/_inspector_live.html", run, context)
-    return render(request, "playground/inspector.html", context)
+    return live_response(request, "playground/_inspector_live.html", run, context)

@@ -1,7 +1,10 @@
-"""The runs a viewer may see (SEC-2) and one run's page, live without reload (UI-2, UI-3).
+"""The runs a viewer may see (SEC-2) and one run's page, both live without reload (UI-2,
+UI-3, UI-7).
 
-htmx polls the live part of a run page every second; once the run has ended the answer is
-HTTP 286 and the fragment carries no trigger, so polling stops either way.
+htmx polls the runs table every two seconds (204 while it is unchanged) and the live part
+of a run page every second; once the run has ended that answer is HTTP 286 and the
+fragment carries no trigger, so polling stops either way. The polls are endpoints of their
+own (`playground.polls`).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 from django_htmx.http import HttpResponseStopPolling
@@ -22,12 +26,13 @@ from agentruns import events as ev
 from agentruns.errors import AgentrunsError
 from agentruns.models import Configuration, Event, Run, Ticket
 from agentruns.policy import visible_runs
-from agentruns.selectors import run_readout
+from agentruns.selectors import EXAMPLE_TASK, configuration_choices, preselected, run_readout
 from agentruns.services.runs import Submission, run_submit
 from agentruns.services.usage import run_usage
 from agentruns.throttles import SUBMIT, throttle_check
 from agentruns.words import failure_sentence, field_errors, sentence
 from playground import timeline
+from playground.polls import SIGNATURE, poll, signature, unchanged
 
 PAGE_SIZE = 25
 
@@ -38,6 +43,32 @@ class HtmxHttpRequest(HttpRequest):
 
 @login_required
 def run_list(request: HttpRequest) -> HttpResponse:
+    choices = configuration_choices(
+        Configuration.objects.filter(active=True).select_related("provider").order_by("slug")
+    )
+    context = _listed(request)
+    context.update(
+        choices=choices,
+        preselected=preselected(choices),
+        example_task=EXAMPLE_TASK,
+        statuses=Run.Status.values,
+        configurations=Configuration.objects.order_by("slug").values_list("slug", flat=True),
+    )
+    return render(request, "playground/runs.html", context)
+
+
+@poll
+def run_list_live(request: HttpRequest) -> HttpResponse:
+    """The runs table, polled (UI-2, UI-7): 204 while the page it shows is unchanged."""
+    context = _listed(request)
+    if unchanged(request, context["signature"]):
+        return HttpResponse(status=204)
+    return render(request, "playground/_runs_table.html", context)
+
+
+def _listed(request: HttpRequest) -> dict[str, Any]:
+    """One page of the runs the viewer may see, filtered as asked, and what its poll
+    compares: the page's runs and their statuses, and how many there are."""
     runs = visible_runs(request.user).order_by("-created_at", "-id")
     status = request.GET.get("status", "")
     if status in Run.Status.values:
@@ -45,22 +76,23 @@ def run_list(request: HttpRequest) -> HttpResponse:
     configuration = request.GET.get("configuration", "")
     if configuration:
         runs = runs.filter(configuration__slug=configuration)
-    page = Paginator(runs, PAGE_SIZE).get_page(request.GET.get("page"))
-    query = request.GET.copy()
-    query.pop("page", None)
-    return render(
-        request,
-        "playground/runs.html",
-        {
-            "active": Configuration.objects.filter(active=True).order_by("slug"),
-            "page": page,
-            "statuses": Run.Status.values,
-            "status": status,
-            "configurations": Configuration.objects.order_by("slug").values_list("slug", flat=True),
-            "configuration": configuration,
-            "query": query.urlencode(),
-        },
+    page = Paginator(runs.select_related("configuration", "created_by"), PAGE_SIZE).get_page(
+        request.GET.get("page")
     )
+    shown = signature([page.paginator.count, *(f"{r.pk}:{r.status}" for r in page.object_list)])
+    query = request.GET.copy()
+    for name in ("page", SIGNATURE):
+        query.pop(name, None)
+    polled = request.GET.copy()
+    polled[SIGNATURE] = shown
+    return {
+        "page": page,
+        "status": status,
+        "configuration": configuration,
+        "query": query.urlencode(),
+        "signature": shown,
+        "poll_url": f"{reverse('playground:runs-live')}?{polled.urlencode()}",
+    }
 
 
 @login_required
@@ -82,13 +114,17 @@ def run_start(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
-def run_detail(request: HtmxHttpRequest, run_id: int) -> HttpResponse:
+def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     run = get_object_or_404(visible_runs(request.user), pk=run_id)
     context = live_context(run)
-    if request.htmx:
-        return live_response(request, "playground/_run_live.html", run, context)
     context["readout"] = run_readout(run)
     return render(request, "playground/run.html", context)
+
+
+@poll
+def run_live(request: HttpRequest, run_id: int) -> HttpResponse:
+    run = get_object_or_404(visible_runs(request.user), pk=run_id)
+    return live_response(request, "playground/_run_live.html", run, live_context(run))
 
 
 def live_response(

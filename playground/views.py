@@ -1,4 +1,6 @@
-"""The home page, the navigation's live inbox count, sign-in and the password reset."""
+"""The home page, the navigation's live inbox count (polled where the inbox's own cards
+are not on the page: there the count comes with them, see `inbox.cards`), sign-in and the
+password reset."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from django.shortcuts import render
 
 from agentruns.demo_accounts import demo_credentials
 from playground.context import inbox_count as count_for
+from playground.polls import poll, unchanged
 
 
 @login_required
@@ -21,10 +24,13 @@ def home(request: HttpRequest) -> HttpResponse:
     return render(request, "playground/home.html", {"demo_users": demo_credentials()})
 
 
-@login_required
+@poll
 def inbox_count(request: HttpRequest) -> HttpResponse:
-    """The nav badge's text, polled by htmx."""
-    return HttpResponse(str(count_for(request.user)), content_type="text/plain")
+    """The nav badge, polled by htmx with the count it shows: 204 while that holds."""
+    count = count_for(request.user)
+    if unchanged(request, str(count)):
+        return HttpResponse(status=204)
+    return render(request, "playground/_nav_count.html", {"count": count, "polls": True})
 
 
 class SignIn(LoginView):

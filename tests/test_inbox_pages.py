@@ -138,7 +138,7 @@ def test_ui6_a_forced_source_is_marked_forced_on_the_card(staff):
 
 def test_ui2_a_poll_after_the_session_ended_sends_the_page_to_sign_in(client, approval):
     ticket = active_ticket(approval.pk)
-    for path in ("/inbox/cards/?signature=x", f"/inbox/{ticket.correlation_id}/"):
+    for path in ("/inbox/cards/?signature=x", f"/inbox/{ticket.correlation_id}/live/"):
         response = client.get(path, headers={"HX-Request": "true"})
         assert response.status_code == 200
         assert response["HX-Redirect"] == "/accounts/login/"

@@ -93,10 +93,11 @@ def test_ui2_a_live_run_polls_and_stops_with_286_when_it_ends(client, staff):
     client.force_login(staff)
     page = client.get(f"/runs/{run.pk}/").content.decode()
     assert 'hx-trigger="every 1s"' in page and 'data-status="queued"' in page
-    poll = client.get(f"/runs/{run.pk}/", headers={"HX-Request": "true"})
+    assert f'hx-get="/runs/{run.pk}/live/"' in page  # the poll's own endpoint
+    poll = client.get(f"/runs/{run.pk}/live/", headers={"HX-Request": "true"})
     assert poll.status_code == 200 and b"<html" not in poll.content
     execute_run(run.pk)
-    poll = client.get(f"/runs/{run.pk}/", headers={"HX-Request": "true"})
+    poll = client.get(f"/runs/{run.pk}/live/", headers={"HX-Request": "true"})
     assert poll.status_code == 286
     assert b'data-status="completed"' in poll.content and b"every 1s" not in poll.content
 

@@ -17,6 +17,7 @@ from agentruns.admin import ops  # noqa: F401  (webhooks, daily usage, the audit
 from agentruns.admin.decisions import RunCancelAdminMixin, TicketDecisionAdminMixin
 from agentruns.admin.playground import PlaygroundAdminMixin
 from agentruns.admin.record import RecordAdmin, RecordInline
+from agentruns.admin.tool_fields import ConfigurationAdminForm
 from agentruns.errors import AgentrunsError
 from agentruns.models import (
     CatalogGeneration,
@@ -44,6 +45,11 @@ from agentruns.services.runs import run_cancel
 from agentruns.services.usage import run_usage
 from agentruns.throttles import RESUME, throttle_check
 from agentruns.words import sentence
+
+# UI-7: the product's name, not "Django administration".
+admin.site.site_header = "agentruns"
+admin.site.site_title = "agentruns admin"
+admin.site.index_title = "Operations"
 
 
 @admin.register(Provider)
@@ -83,6 +89,8 @@ class SnippetInline(admin.TabularInline):
     extra = 0
     autocomplete_fields = ["snippet"]
     ordering = ["position", "id"]
+    verbose_name = "snippet"
+    verbose_name_plural = "snippets (sent in position order)"
 
 
 class SkillInline(admin.TabularInline):
@@ -90,6 +98,8 @@ class SkillInline(admin.TabularInline):
     extra = 0
     autocomplete_fields = ["skill"]
     ordering = ["position", "id"]
+    verbose_name = "skill"
+    verbose_name_plural = "skills (sent in position order)"
 
 
 class FallbackFormSet(forms.BaseInlineFormSet):
@@ -114,11 +124,13 @@ class FallbackInline(admin.TabularInline):
     extra = 0
     autocomplete_fields = ["fallback"]
     ordering = ["position", "id"]
-    verbose_name = "fallback (one level deep, tried in order on retryable errors)"
+    verbose_name = "fallback"
+    verbose_name_plural = "fallbacks (one level deep, tried in order on retryable errors)"
 
 
 @admin.register(Configuration)
 class ConfigurationAdmin(PlaygroundAdminMixin):
+    form = ConfigurationAdminForm
     list_display = ["slug", "name", "provider", "model", "max_tool_calls", "active"]
     list_filter = ["active", "provider"]
     search_fields = ["slug", "name", "model"]

@@ -46,8 +46,10 @@ class PlaygroundAdminMixin(admin.ModelAdmin):
             raise PermissionDenied
         data = request.POST.copy() if request.method == "POST" else request.GET.copy()
         data["configuration"] = configuration.slug
-        form = PlaygroundForm(data if request.method == "POST" else None)
-        if request.method == "POST":
+        # "Update readout" posts the form too (UI-7: no CSRF token in a URL) and runs nothing.
+        submitting = request.method == "POST" and data.get("action") != "readout"
+        form = PlaygroundForm(data if submitting else None)
+        if submitting:
             run = form.start(request)
             if run is not None:
                 messages.success(request, f"Run #{run.pk} started with the forced sources.")

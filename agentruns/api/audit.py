@@ -67,6 +67,7 @@ class AuditExportView(APIView):
     renderer_classes = [JSONLinesRenderer, CSVRenderer]
 
     @extend_schema(
+        summary="Export the audit trail (JSON lines or CSV)",
         parameters=[
             OpenApiParameter("format", str, enum=["jsonl", "csv"]),
             OpenApiParameter("from", OpenApiTypes.DATETIME, description="Date or datetime."),

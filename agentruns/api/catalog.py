@@ -5,13 +5,19 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import transaction
-from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    extend_schema,
+    extend_schema_field,
+    extend_schema_view,
+)
 from rest_framework import serializers, viewsets
 from rest_framework.decorators import action
 from rest_framework.permissions import IsAdminUser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from agentruns.api import docs
 from agentruns.api.limits import MAX_ID
 from agentruns.models import Configuration, Provider, Skill, Snippet
 from agentruns.selectors import configuration_readout
@@ -215,6 +221,7 @@ class ConfigurationSerializer(serializers.ModelSerializer):
         return self._save(instance, validated_data)
 
 
+@extend_schema_view(**docs.PROVIDERS)
 class ProviderViewSet(viewsets.ModelViewSet):
     queryset = Provider.objects.all()
     serializer_class = ProviderSerializer
@@ -222,12 +229,14 @@ class ProviderViewSet(viewsets.ModelViewSet):
     lookup_field = "slug"
 
 
+@extend_schema_view(**docs.SNIPPETS)
 class SnippetViewSet(viewsets.ModelViewSet):
     queryset = Snippet.objects.all()
     serializer_class = SnippetSerializer
     permission_classes = [IsAdminUser]
 
 
+@extend_schema_view(**docs.SKILLS)
 class SkillViewSet(viewsets.ModelViewSet):
     queryset = Skill.objects.all()
     serializer_class = SkillSerializer
@@ -273,6 +282,7 @@ class ForcedQuery(serializers.Serializer):
     )
 
 
+@extend_schema_view(**docs.CONFIGURATIONS)
 class ConfigurationViewSet(viewsets.ModelViewSet):
     queryset = Configuration.objects.select_related("provider")
     serializer_class = ConfigurationSerializer
@@ -280,6 +290,8 @@ class ConfigurationViewSet(viewsets.ModelViewSet):
     lookup_field = "slug"
 
     @extend_schema(
+        summary="What a configuration would send where (the readout)",
+        examples=docs.READOUT_EXAMPLES,
         parameters=[
             OpenApiParameter("forced_snippets", ID_LIST, description="Comma-separated snippet ids"),
             OpenApiParameter("forced_skills", ID_LIST, description="Comma-separated skill ids"),

@@ -8,13 +8,19 @@ from typing import Any
 from django.core.validators import RegexValidator
 from django.db.models import Count
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_view,
+)
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from agentruns import events as ev
+from agentruns.api import docs
 from agentruns.api.limits import MAX_ID
 from agentruns.api.shapes import EventsOut, RunDetailOut, RunOut, ThreadOut, TicketsOut
 from agentruns.models import Event, Note, Run, Thread, Ticket, TicketIdentity
@@ -176,7 +182,11 @@ class RunViewSet(viewsets.GenericViewSet):
     def get_queryset(self) -> Any:
         return visible_runs(self.request.user)
 
-    @extend_schema(parameters=[RunFilter], responses={200: RunOut(many=True)})
+    @extend_schema(
+        summary="List the runs you may see",
+        parameters=[RunFilter],
+        responses={200: RunOut(many=True)},
+    )
     def list(self, request: Request) -> Response:
         runs = self.get_queryset().filter(**query(RunFilter, request))
         page = self.paginate_queryset(runs) or []
@@ -186,6 +196,8 @@ class RunViewSet(viewsets.GenericViewSet):
         )
 
     @extend_schema(
+        summary="Start a run (or dry-run one)",
+        examples=docs.RUN_EXAMPLES,
         parameters=[OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER)],
         request=SubmitSerializer,
         responses={
@@ -218,11 +230,15 @@ class RunViewSet(viewsets.GenericViewSet):
             run_dict(run), status=status.HTTP_201_CREATED if created else status.HTTP_200_OK
         )
 
-    @extend_schema(responses={200: RunDetailOut})
+    @extend_schema(
+        summary="Get a run: status, reply, failure, ticket, readout", responses={200: RunDetailOut}
+    )
     def retrieve(self, request: Request, pk: str | None = None) -> Response:
         return Response(run_dict(self.get_object()))
 
-    @extend_schema(parameters=[EventsQuery], responses={200: EventsOut})
+    @extend_schema(
+        summary="A run's events, in order", parameters=[EventsQuery], responses={200: EventsOut}
+    )
     @action(detail=True, methods=["get"])
     def events(self, request: Request, pk: str | None = None) -> Response:
         """The run's events after the `after` cursor; what is answered is durable."""
@@ -230,7 +246,12 @@ class RunViewSet(viewsets.GenericViewSet):
         rows = events_read(run=run, **query(EventsQuery, request))
         return Response({"run": run.pk, "events": [event_dict(e) for e in rows]})
 
-    @extend_schema(request=ResumeSerializer, responses={200: RunDetailOut})
+    @extend_schema(
+        summary="Answer a run's ticket (approve, deny or give typed input)",
+        examples=docs.RESUME_EXAMPLES,
+        request=ResumeSerializer,
+        responses={200: RunDetailOut},
+    )
     @action(detail=True, methods=["post"])
     def resume(self, request: Request, pk: str | None = None) -> Response:
         """Answer the run's ticket: allow/deny a tool call, or give typed input."""
@@ -247,7 +268,7 @@ class RunViewSet(viewsets.GenericViewSet):
         run = run_resume(user=request.user, run_id=int(self.get_object().pk), command=command)
         return Response(run_dict(run))
 
-    @extend_schema(request=None, responses={200: RunDetailOut})
+    @extend_schema(summary="Cancel a run", request=None, responses={200: RunDetailOut})
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk: str | None = None) -> Response:
         run = run_cancel(user=request.user, run_id=int(self.get_object().pk))
@@ -260,6 +281,7 @@ class NoteSerializer(serializers.ModelSerializer):
         fields = ["id", "title", "body", "run", "call_id", "created_at"]
 
 
+@extend_schema_view(retrieve=extend_schema(summary="Get a note"))
 class NoteViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     serializer_class = NoteSerializer
 
@@ -272,7 +294,7 @@ class NoteViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gen
             )
         return notes
 
-    @extend_schema(parameters=[NoteFilter])
+    @extend_schema(summary="List the notes of runs you may see", parameters=[NoteFilter])
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         return super().list(request, *args, **kwargs)
 
@@ -283,7 +305,7 @@ class TicketViewSet(viewsets.GenericViewSet):
     def get_queryset(self) -> Any:
         return answerable_tickets(self.request.user)
 
-    @extend_schema(responses={200: TicketsOut})
+    @extend_schema(summary="List the tickets you may answer", responses={200: TicketsOut})
     def list(self, request: Request) -> Response:
         page = self.paginate_queryset(self.get_queryset()) or []
         rows = [
@@ -336,11 +358,16 @@ class ThreadViewSet(viewsets.GenericViewSet):
     def get_queryset(self) -> Any:
         return visible_threads(self.request.user)
 
-    @extend_schema(responses={200: ThreadOut})
+    @extend_schema(summary="Get a thread: its runs and mode", responses={200: ThreadOut})
     def retrieve(self, request: Request, pk: str | None = None) -> Response:
         return Response(thread_dict(self.get_object()))
 
-    @extend_schema(request=ModeSerializer, responses={200: ThreadOut})
+    @extend_schema(
+        summary="Switch a thread's mode",
+        examples=docs.MODE_EXAMPLES,
+        request=ModeSerializer,
+        responses={200: ThreadOut},
+    )
     @action(detail=True, methods=["post"])
     def mode(self, request: Request, pk: str | None = None) -> Response:
         """Switch the thread's mode between runs (DEF-1); recorded as `mode.switched`."""

@@ -31,6 +31,7 @@ class UsageView(APIView):
     permission_classes = [IsAdminUser]
 
     @extend_schema(
+        summary="Token usage and cost per configuration and day",
         parameters=[
             OpenApiParameter("from", OpenApiTypes.DATE),
             OpenApiParameter("to", OpenApiTypes.DATE, description="Inclusive."),

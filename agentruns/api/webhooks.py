@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from django.db.models import QuerySet
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import serializers, viewsets
 from rest_framework.decorators import action
 from rest_framework.permissions import IsAdminUser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from agentruns.api import docs
 from agentruns.events import EVENT_TYPES
 from agentruns.models import Webhook, WebhookAttempt, WebhookDelivery
 from agentruns.outbound import url_problem
@@ -85,6 +86,7 @@ class DeliverySerializer(serializers.ModelSerializer):
         ]
 
 
+@extend_schema_view(**docs.WEBHOOKS)
 class WebhookViewSet(viewsets.ModelViewSet):
     serializer_class = WebhookSerializer
     permission_classes = [IsAdminUser]
@@ -93,7 +95,11 @@ class WebhookViewSet(viewsets.ModelViewSet):
     def perform_create(self, serializer: serializers.BaseSerializer) -> None:
         serializer.save(created_by=self.request.user)
 
-    @extend_schema(request=None, responses={200: DeliverySerializer(many=True)})
+    @extend_schema(
+        summary="A webhook's deliveries, newest first",
+        request=None,
+        responses={200: DeliverySerializer(many=True)},
+    )
     @action(detail=True, methods=["get"], serializer_class=DeliverySerializer)
     def deliveries(self, request: Request, pk: str | None = None) -> Response:
         """This webhook's deliveries, newest first, each with every attempt, a page at a

@@ -14,7 +14,13 @@ from django.http import HttpRequest, QueryDict
 
 from agentruns.errors import AgentrunsError
 from agentruns.models import Configuration, Run, Skill, Snippet
-from agentruns.selectors import configuration_readout, mode_names
+from agentruns.selectors import (
+    EXAMPLE_TASK,
+    configuration_choices,
+    configuration_readout,
+    mode_names,
+    preselected,
+)
 from agentruns.services.runs import Submission, run_submit
 from agentruns.throttles import SUBMIT, throttle_check
 from agentruns.words import field_errors, sentence
@@ -77,20 +83,25 @@ def chosen(data: QueryDict, name: str) -> set[int]:
 
 
 def form_context(form: PlaygroundForm, data: QueryDict) -> dict[str, Any]:
-    """The form's lists and the readout (CG-10) of exactly what this run would carry."""
-    configurations = list(Configuration.objects.filter(active=True).order_by("slug"))
-    slug = data.get("configuration") or (configurations[0].slug if configurations else "")
+    """The form's lists and the readout (CG-10) of exactly what this run would carry. A
+    fresh form preselects a configuration that works offline, with a task to run (UI-7)."""
+    configurations = list(
+        Configuration.objects.filter(active=True).select_related("provider").order_by("slug")
+    )
+    choices = configuration_choices(configurations)
+    slug = data.get("configuration") or preselected(choices)
     configuration = next((c for c in configurations if c.slug == slug), None)
     snippet_ids, skill_ids = chosen(data, "snippets"), chosen(data, "skills")
     context: dict[str, Any] = {
         "form": form,
-        "configurations": configurations,
+        "choices": choices,
         "configuration": configuration,
+        "needs": next((c.needs for c in choices if c.slug == slug), ""),
         "snippets": Snippet.objects.filter(active=True).order_by("slug"),
         "skills": Skill.objects.filter(active=True).order_by("slug"),
         "snippet_ids": snippet_ids,
         "skill_ids": skill_ids,
-        "task": data.get("task", ""),
+        "task": data.get("task", EXAMPLE_TASK),
         "mode": data.get("mode", ""),
         "modes": [],
         "readout": None,

@@ -8,7 +8,7 @@ from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
 from django.db import models
 
-from agentruns.classes import DATA_CLASS_CHOICES, ZONE_CHOICES, Zone
+from agentruns.classes import DATA_CLASS_CHOICES, ZONE_CHOICES, Enforcement, Zone
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 KEY_ENV_SUFFIXES = ("_KEY", "_TOKEN")
@@ -97,6 +97,16 @@ class Provider(models.Model):
 
     def __str__(self) -> str:
         return self.slug
+
+    @property
+    def requirement(self) -> str:
+        """UI-7: what a run on this provider needs from outside this host, in words; ""
+        for the scripted kind, which answers in-process (it works offline, without a key)."""
+        if self.kind == self.Kind.SCRIPTED:
+            return ""
+        if self.api_key_env:
+            return f"needs {self.api_key_env}"
+        return f"needs the server at {self.base_url or 'the SDK default endpoint'}"
 
 
 class Classified(models.Model):
@@ -228,7 +238,7 @@ class ConfigurationSnippet(Ordered):
         ]
 
     def __str__(self) -> str:
-        return f"{self.configuration_id} → snippet {self.snippet_id}"
+        return f"{self.configuration}: snippet {self.snippet}"
 
 
 class ConfigurationSkill(Ordered):
@@ -243,7 +253,7 @@ class ConfigurationSkill(Ordered):
         ]
 
     def __str__(self) -> str:
-        return f"{self.configuration_id} → skill {self.skill_id}"
+        return f"{self.configuration}: skill {self.skill}"
 
 
 class ConfigurationFallback(Ordered):
@@ -266,7 +276,7 @@ class ConfigurationFallback(Ordered):
         ]
 
     def __str__(self) -> str:
-        return f"{self.configuration_id} → fallback {self.fallback_id}"
+        return f"{self.configuration}: fallback {self.fallback}"
 
 
 class CatalogGeneration(models.Model):
@@ -291,13 +301,11 @@ class CatalogGeneration(models.Model):
 class GateAudit(models.Model):
     """One row per asserted gate decision (CG-4). Holds names and classes, never text."""
 
-    class Enforcement(models.TextChoices):
-        ENFORCED = "enforced"
-        OBSERVED = "observed"
-
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     verdict = models.CharField(max_length=16)
-    enforcement = models.CharField(max_length=16, choices=Enforcement.choices)
+    enforcement = models.CharField(
+        max_length=16, choices=[(e.recorded, e.recorded.capitalize()) for e in Enforcement]
+    )
     configuration = models.CharField(max_length=50, db_index=True)
     run_id = models.BigIntegerField(null=True, blank=True, db_index=True)
     zone = models.CharField(max_length=32, blank=True)

@@ -42,10 +42,6 @@ class DailyUsage(models.Model):
     def __str__(self) -> str:
         return f"{self.configuration_id} on {self.day}"
 
-    @property
-    def total_tokens(self) -> int:
-        return self.input_tokens + self.output_tokens
-
     @staticmethod
     def today() -> date:
         return timezone.now().astimezone(UTC).date()

@@ -11,7 +11,6 @@ from typing import Any
 from django.db.models import Max
 
 from agentruns.models import Event, Run, Thread
-from agentruns.services.webhooks import webhook_queue
 from agentruns.store import store
 
 
@@ -24,7 +23,8 @@ def append_events(
         Event(thread_id=thread_id, run_id=run_id, sequence=last + i, type=kind, payload=payload)
         for i, (kind, payload) in enumerate(items, start=1)
     )
-    webhook_queue(events=events)
+    if events:
+        store().queue_deliveries(events)
     return events
 
 

@@ -8,6 +8,7 @@ others then find no active ticket (`not_awaiting`).
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +39,8 @@ from agentruns.services.log import append_events
 from agentruns.store.transitions import run_requeue_answered
 from agentruns.store.wakeups import enqueue_wake
 
+logger = logging.getLogger(__name__)
+
 PERMISSION, INPUT = Ticket.Answer.PERMISSION, Ticket.Answer.INPUT  # local shorthands
 
 
@@ -64,6 +67,16 @@ def run_resume(*, user: Any, run_id: int, command: ResumeCommand) -> Run:
             raise NotPermitted("You may not answer this run's ticket.")
         ticket = _checked(run, ticket, command, user)
         _apply(run, ticket, command, user)
+    # UI-7: who decided what, for the operator; never the arguments, a note or an answer.
+    decision = command.decision if command.answer == PERMISSION else "answered"
+    logger.info(
+        "ticket %s of run %s (%s): %s by %s",
+        ticket.correlation_id,
+        run.pk,
+        ticket.tool,
+        decision,
+        user.get_username(),
+    )
     run.refresh_from_db()
     return run
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import IntegrityError, transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 from django.utils.crypto import salted_hmac
 
@@ -21,6 +22,7 @@ from agentruns.errors import (
     NotFound,
     NotPermitted,
 )
+from agentruns.events import LogEntry
 from agentruns.gate.audit import current_enforcement
 from agentruns.gate.core import compose_sources
 from agentruns.gate.lookups import forced_for_composition
@@ -38,14 +40,13 @@ from agentruns.models import (
 )
 from agentruns.policy import may_cancel, may_see_run, may_steer, may_submit, visible_threads
 from agentruns.providers.base import AssistantMessage, Message, ToolResultMessage, UserMessage
-from agentruns.runtime.closing import close_open_calls, closed_status
-from agentruns.runtime.compose import compose_request, thread_mode
+from agentruns.runtime.closing import close_open_calls
+from agentruns.runtime.compose import log_view, next_request, thread_mode
 from agentruns.runtime.config import build_runtime_config
-from agentruns.runtime.context import effective_events
-from agentruns.runtime.deferred import active_deferred
 from agentruns.runtime.redaction import redact
-from agentruns.runtime.state import Ev, restore
+from agentruns.runtime.state import restore
 from agentruns.services.log import append_events
+from agentruns.store import store
 from agentruns.store.transitions import run_cancel_parked
 from agentruns.store.wakeups import enqueue_wake
 from agentruns.tools.registry import canonical_json
@@ -240,22 +241,36 @@ def _create(
         idempotency_key=idempotency_key or None,
         request_digest=submission.digest(),
     )
-    items: list[tuple[str, dict[str, Any]]] = []
-    if submission.mode and (new_thread or submission.mode != thread_mode_name(thread)):
-        items.append((ev.MODE_SWITCHED, {"mode": submission.mode}))
-    if kinds:
-        items.append((ev.SECRET_REDACTED, {"where": "input", "kinds": kinds}))
-    items.append((ev.USER, {"text": text}))
+    items = _opening(submission, None if new_thread else thread, text, kinds)
     append_events(thread_id=thread.pk, run_id=run.pk, items=items)
     enqueue_wake(run.pk)
     return run
 
 
+def _opening(
+    submission: Submission, thread: Thread | None, text: str, kinds: dict[str, int]
+) -> list[tuple[str, dict[str, Any]]]:
+    """The events a submission opens its run with (the input already redacted: SEC-4):
+    a mode switch if it names another mode (DEF-1), what redaction found, the input."""
+    items: list[tuple[str, dict[str, Any]]] = []
+    if submission.mode and (thread is None or submission.mode != thread_mode_name(thread)):
+        items.append((ev.MODE_SWITCHED, {"mode": submission.mode}))
+    if kinds:
+        items.append((ev.SECRET_REDACTED, {"where": "input", "kinds": kinds}))
+    items.append((ev.USER, {"text": text}))
+    return items
+
+
+def _log(rows: QuerySet[Event]) -> list[LogEntry]:
+    """Event rows as the runtime reads them, in log order."""
+    fields = ("sequence", "type", "payload", "run_id")
+    return [LogEntry(*row) for row in rows.order_by("sequence").values_list(*fields)]
+
+
 def thread_mode_name(thread: Thread) -> str:
     """The thread's mode by name (DEF-1): the one its log last switched to, else the
     configuration's default."""
-    switches = Event.objects.filter(thread=thread, type=ev.MODE_SWITCHED).order_by("sequence")
-    named = thread_mode(Ev(*row) for row in switches.values_list("sequence", "type", "payload"))
+    named = thread_mode(_log(Event.objects.filter(thread=thread, type=ev.MODE_SWITCHED)))
     return build_runtime_config(thread.configuration).mode(named).name
 
 
@@ -269,22 +284,13 @@ def run_dry(*, user: User, submission: Submission) -> dict[str, Any]:
         submission.forced_snippets, submission.forced_skills
     )
     sources = compose_sources(config.view, snippets, skills)
-    logged: list[Ev] = []
-    mode_name = submission.mode
-    if thread is not None:
-        rows = Event.objects.filter(thread=thread).order_by("sequence")
-        logged = [Ev(*row) for row in rows.values_list("sequence", "type", "payload", "run_id")]
-        mode_name = mode_name or thread_mode_name(thread)
-    mode = config.mode(mode_name)
+    logged = _log(Event.objects.filter(thread=thread)) if thread is not None else []
     text, kinds = redact(submission.input)
-    # The run's first send: the thread's log with this input as its newest user message.
-    effective = [*effective_events(logged), Ev(0, ev.USER, {"text": text})]
-    composed = compose_request(
-        sources=sources,
-        mode=mode,
-        active=active_deferred(effective, mode.deferred),
-        events=effective,
-    )
+    # The run's first send: the thread's log with the events this submission would append.
+    opening = _opening(submission, thread, text, kinds)
+    after = logged[-1].sequence if logged else 0
+    log = [*logged, *(LogEntry(after + i, kind, data) for i, (kind, data) in enumerate(opening, 1))]
+    composed = next_request(log_view(log, config), sources=sources)
     return {
         "dry_run": True,
         "configuration": configuration.slug,
@@ -343,22 +349,14 @@ def _cancel_parked(run: Run, *, by: str) -> None:
     Ticket.objects.filter(run=run, status=Ticket.Status.ACTIVE).update(
         status=Ticket.Status.VOID, resolved_at=now
     )
-    rows = Event.objects.filter(run=run).order_by("sequence")
-    state = restore(None, [Ev(e.sequence, e.type, e.payload, e.run_id) for e in rows])
-    open_calls = state.turn.open_calls() if state.turn else []
-    sent = set(
-        ToolInvocation.objects.filter(
-            run=run, call_id__in=[c.id for c in open_calls], effect_sent_at__isnull=False
-        ).values_list("call_id", flat=True)
-    )
-    items = close_open_calls(open_calls, sent)
-    open_rows = ToolInvocation.objects.filter(
-        run=run, call_id__in=[c.id for c in open_calls], status__in=ToolInvocation.OPEN
-    )
-    for was_sent in (True, False):
-        open_rows.filter(effect_sent_at__isnull=not was_sent).update(
-            status=closed_status(was_sent), completed_at=now
-        )
+    state = restore(None, _log(Event.objects.filter(run=run)))
+    turn = state.turn
+    open_calls = turn.open_calls() if turn else []
+    rows = store().invocations(run.pk, turn.index, [c.id for c in open_calls]) if turn else []
+    sent = {call_id: (pk, sent_at is not None) for call_id, pk, _version, sent_at in rows}
+    items, updates = close_open_calls(open_calls, sent, now)
+    for pk, changes in updates:
+        ToolInvocation.objects.filter(pk=pk).update(**changes)
     items.append((ev.RUN_CANCELLED, {"by": by}))  # who, for the audit (OPS-5)
     append_events(thread_id=run.thread_id, run_id=run.pk, items=items)
     run_cancel_parked(run.pk)

@@ -34,3 +34,25 @@ def test_a_forced_source_run_started_from_the_configuration_admin(
     assert run.forced_snippet_ids == [changelog.pk] and run.created_by == root
     page.get_by_text(re.compile(r"System texts every turn carries")).click()
     expect(page.locator("#inspector-live")).to_contain_text("v2.3 adds bulk export.")
+
+
+def test_ui7_tools_and_modes_are_edited_with_checkboxes_and_rows_without_javascript(
+    transactional_db, page_as, django_user_model, screenshot
+):
+    load_demo_data()
+    root = django_user_model.objects.create_superuser("root", password="pw")
+    config = Configuration.objects.get(slug="deferred-demo")
+    page = page_as(root, javascript=False)
+    page.goto(f"/admin/agentruns/configuration/{config.pk}/change/")
+    expect(page.locator("#site-name")).to_have_text("agentruns")
+    notes = page.get_by_role("checkbox", name=re.compile(r"^notes — every tool in it"))
+    expect(notes).to_be_checked()
+    third = page.get_by_role("group", name="Mode 3", exact=True)
+    third.get_by_label("Name:").fill("review")
+    third.get_by_role("group", name="Core tools of mode 3").get_by_label("notes.read").check()
+    screenshot(page, "admin-configuration-tools")
+    page.get_by_role("button", name="Save and continue editing").click()
+    expect(page.locator(".messagelist")).to_contain_text("was changed successfully")
+    config.refresh_from_db()
+    assert config.modes[-1] == {"name": "review", "tools": ["notes.read"], "deferred": []}
+    assert [mode["name"] for mode in config.modes] == ["agent", "chat", "review"]

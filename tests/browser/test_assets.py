@@ -4,58 +4,19 @@ real `manage.py runserver` process — not the test server, which serves files i
 
 from __future__ import annotations
 
-import socket
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from django.conf import settings
 from playwright.sync_api import Browser, Response, expect
 
-from agentruns.cluster.process import manage_py, wait_for
-from tests.support.runs import current_database_url
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.support.servers import production_server as running
 
 
 @pytest.fixture
 def production_server(transactional_db, tmp_path: Path) -> Iterator[str]:
-    env = {
-        "PATH": "/usr/bin:/bin",
-        "DATABASE_URL": current_database_url(),
-        "SECRET_KEY": settings.SECRET_KEY,
-        "AGENTRUNS_STATIC_ROOT": str(tmp_path / "static"),
-        "AGENTRUNS_VAR_DIR": str(tmp_path / "var"),
-        "DEBUG": "0",
-    }
-    manage = [sys.executable, str(manage_py())]
-    subprocess.run([*manage, "collectstatic", "--noinput", "-v0"], env=env, check=True)
-    port = free_port()
-    log = (tmp_path / "server.log").open("wb")
-    server = subprocess.Popen(
-        [*manage, "runserver", f"127.0.0.1:{port}", "--noreload"],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-
-        def listening() -> bool:
-            with socket.socket() as s:
-                return s.connect_ex(("127.0.0.1", port)) == 0
-
-        wait_for(listening, timeout=30, what="the production server to listen")
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
-        log.close()
+    with running(tmp_path) as server:
+        yield server.url
 
 
 def test_ui4_admin_styles_and_api_docs_assets_load_without_debug(
@@ -78,16 +39,65 @@ def test_ui4_admin_styles_and_api_docs_assets_load_without_debug(
     page.goto("/api/docs/")
     expect(page.locator(".swagger-ui .info .title")).to_contain_text("agentruns API")
     expect(page.locator(".opblock").first).to_be_visible()
-    screenshot(page, "api-docs", full_page=False)
 
     page.goto("/api/redoc/")
     expect(page.locator("h1").first).to_contain_text("agentruns API")
 
     page.goto("/accounts/login/")
     expect(page.get_by_role("button", name="Sign in")).to_be_visible()
+    # UI-7: every page links the icon, and /favicon.ico is there for whoever asks anyway.
+    expect(page.locator('link[rel="icon"]')).to_have_attribute(
+        "href", "/static/playground/favicon.svg"
+    )
+    icon = page.request.get("/favicon.ico")
+    assert icon.status == 200 and icon.headers["content-type"].startswith("image/")
     context.close()
 
     kinds = {r.url.split("/static/")[1].split("/")[0] for r in static}
     assert {"admin", "drf_spectacular_sidecar", "playground"} <= kinds, kinds
     failed = [(r.url, r.status) for r in static if r.status != 200]
     assert not failed, failed
+
+
+def test_ui7_the_api_docs_load_everything_from_this_site_and_name_operations_in_words(
+    browser: Browser, production_server: str, django_user_model, screenshot
+):
+    """Redoc asks for no Google Fonts and nothing from cdn.redoc.ly; Swagger's example
+    request for POST /api/runs/ is one the demo data accepts (tests/test_api_docs.py posts
+    them all)."""
+    context = browser.new_context(
+        base_url=production_server, viewport={"width": 1280, "height": 900}
+    )
+    page = context.new_page()
+    requested: list[str] = []
+    page.on("request", lambda r: requested.append(r.url))
+
+    page.goto("/api/redoc/")
+    menu = page.locator("[role=menuitem]", has_text="Start a run (or dry-run one)")
+    expect(menu.first).to_be_visible()
+    expect(page.locator("body")).not_to_contain_text("runs_create")
+    expect(page.locator("body")).not_to_contain_text("audit_retrieve")
+    expect(page.get_by_alt_text("redocly logo")).to_have_attribute(
+        "src", "/static/playground/favicon.svg"
+    )
+    screenshot(page, "api-redoc", full_page=False)
+
+    page.goto("/api/docs/")
+    runs = page.locator("#operations-runs-runs_create")
+    runs.locator(".opblock-summary").click()
+    expect(runs).to_contain_text("Start a run (or dry-run one)")
+    body = runs.locator(".opblock-section-request-body")
+    expect(body).to_contain_text('"configuration": "multi-tool-demo"')
+    expect(body).to_contain_text('"input": "Write the standup note"')
+    expect(body).not_to_contain_text('"thread"')  # no generated values (was "thread": 1)
+    screenshot(page, "api-docs", full_page=False)
+    context.close()
+
+    # blob: is the worker Redoc builds from its own script; everything else is this server.
+    elsewhere = [
+        url
+        for url in requested
+        if not url.startswith((production_server, f"blob:{production_server}", "data:"))
+    ]
+    assert not elsewhere, elsewhere
+    assert any("/api/schema/" in url for url in requested)

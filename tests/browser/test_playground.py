@@ -11,7 +11,7 @@ from playwright.sync_api import Page, expect
 from agentruns.demo import load_demo_data
 from agentruns.models import Run, Snippet
 from tests.support.fake_provider import FakeProvider
-from tests.support.hitl import openai_configuration
+from tests.support.hitl import openai_configuration, park
 
 
 @pytest.fixture
@@ -28,13 +28,18 @@ def still_same_document(page: Page) -> bool:
     return page.evaluate("window.__sameDocument === true")
 
 
-def test_ui2_a_playground_run_completes_and_shows_its_tool_calls_and_reply_without_reload(
+def test_ui2_ui7_the_first_click_runs_offline_and_shows_tool_calls_and_reply_without_reload(
     demo, cluster, page_as, staff, screenshot
 ):
+    """UI-7: nothing chosen, nothing typed: the preselected configuration and task run."""
     page = page_as(staff)
     page.goto("/playground/")
-    page.get_by_label("Configuration").select_option("multi-tool-demo")
-    page.get_by_label("Task").fill("Write the standup note")
+    select = page.get_by_label("Configuration")
+    expect(select).to_have_value("multi-tool-demo")
+    expect(select.locator("option", has_text="anthropic-assistant")).to_have_text(
+        re.compile(r"· needs ANTHROPIC_API_KEY$")
+    )
+    expect(page.get_by_label("Task")).to_have_value("Write the standup note")
     expect(page.locator("#readout [data-configuration]")).to_contain_text("multi-tool-demo")
     screenshot(page, "playground")
     page.get_by_role("button", name="Run", exact=True).click()
@@ -140,8 +145,10 @@ def test_ui2_the_playground_works_with_javascript_off(demo, cluster, page_as, st
     page.goto("/playground/")
     page.get_by_label("Configuration").select_option("multi-tool-demo")
     page.get_by_label(re.compile("changelog")).check()
-    # No htmx: the readout is refreshed by a plain GET of the same form.
+    # No htmx: the readout is refreshed by posting the same form (UI-7: a POST, so the
+    # CSRF token never lands in the address bar or a server log).
     page.get_by_role("button", name="Update readout").click()
+    assert "csrfmiddlewaretoken" not in page.url and "?" not in page.url
     expect(page.locator("#readout [data-configuration]")).to_contain_text("multi-tool-demo")
     expect(page.locator("#readout")).to_contain_text("forced")
     expect(page.get_by_label(re.compile("changelog"))).to_be_checked()
@@ -157,3 +164,26 @@ def test_ui2_the_playground_works_with_javascript_off(demo, cluster, page_as, st
     )
     page.reload()
     expect(page.locator("#final-reply")).to_have_text("Saved the standup note.")
+
+
+@pytest.mark.parametrize("javascript", [True, False])
+def test_ui7_a_waiting_runs_inspector_says_what_it_waits_for_and_how_it_updates(
+    demo, page_as, staff, javascript
+):
+    """ "Filling in live" only where the page polls; without scripts, "reload to update"."""
+    question = park(staff, "question-demo")
+    approval = park(staff, "approval-demo")
+    page = page_as(staff, javascript=javascript)
+    page.goto(f"/playground/runs/{question.pk}/")
+    calls = page.locator("[data-call]")
+    expect(calls).to_contain_text("Waiting for an answer")
+    expect(calls).not_to_contain_text("Waiting for approval")
+    live, reload = page.get_by_text("· filling in live"), page.get_by_text("· reload to update")
+    expect(live if javascript else reload).to_be_visible()
+    expect(reload if javascript else live).to_be_hidden()
+    page.goto(f"/runs/{approval.pk}/")
+    live, reload = page.get_by_text("· updating live"), page.get_by_text("· reload to update")
+    expect(live if javascript else reload).to_be_visible()
+    expect(reload if javascript else live).to_be_hidden()
+    page.goto(f"/playground/runs/{approval.pk}/")
+    expect(page.locator("[data-call]")).to_contain_text("Waiting for approval")

@@ -16,8 +16,8 @@ from typing import Any
 
 from agentruns.classes import DataClass
 from agentruns.models import Event, Run
+from agentruns.runtime.actions.compact import SUMMARY_INSTRUCTION
 from agentruns.runtime.loop import execute_run
-from agentruns.runtime.steps.compact import SUMMARY_INSTRUCTION
 from agentruns.tools.registry import REGISTRY, Effect, Tool, ToolContext, ToolOutput
 from tests.support.fake_provider import FakeProvider, RecordedRequest
 from tests.support.ops import loopback

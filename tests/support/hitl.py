@@ -21,8 +21,6 @@ from tests.support.runs import submit
 KEY_ENV = "HITL_TEST_KEY"
 KEY = "sk-hitl-7Q2w9ZrT4yKp1LmN8vXc3BdF"
 
-IDENTITY = ("correlation_id", "run", "snapshot_id", "catalog_fingerprint")
-
 
 def write_call(title: str, body: str = "body", call_id: str | None = None) -> dict[str, Any]:
     call: dict[str, Any] = {"name": "notes.write", "arguments": {"title": title, "body": body}}

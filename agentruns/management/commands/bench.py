@@ -23,6 +23,7 @@ from django.test.utils import CaptureQueriesContext
 from agentruns.bench import workload
 from agentruns.models import Run, Ticket
 from agentruns.services.resume import run_resume
+from agentruns.store import on_postgres
 
 PEERS = Path(os.environ.get("AGENTRUNS_PEER_BENCH", settings.BASE_DIR.parent / "shared" / "bench"))
 PEER_PYTHON = settings.BASE_DIR / ".venv-peers" / "bin" / "python"
@@ -53,7 +54,7 @@ class Command(BaseCommand):
         daily_limit: int | None,
         **options: Any,
     ) -> None:
-        if connection.vendor != "postgresql":
+        if not on_postgres():
             raise CommandError("The benchmark measures PostgreSQL: set DATABASE_URL.")
         settings.AGENTRUNS_MAX_TURNS = 10_000  # PERF-3 runs 200 turns
         user = workload.bench_user()

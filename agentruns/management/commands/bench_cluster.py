@@ -33,6 +33,7 @@ from django.db.models import Count, Max
 from django.utils import timezone
 
 from agentruns.cluster.process import ClusterProcess, start_cluster, wait_for
+from agentruns.store import on_postgres
 
 
 @dataclass(frozen=True)
@@ -138,7 +139,7 @@ class Command(BaseCommand):
     # ---- orchestration ------------------------------------------------------------------
 
     def handle(self, *args: Any, **opts: Any) -> None:
-        if connection.vendor != "postgresql":
+        if not on_postgres():
             raise CommandError("bench_cluster needs PostgreSQL (set DATABASE_URL).")
         ensure_database()
         call_command("migrate", interactive=False, verbosity=0)

@@ -1,6 +1,8 @@
 // Small progressive enhancements; every page works without this file.
 (function () {
   "use strict";
+  // What only holds with scripts on ("updating live") shows only then (.js-only).
+  document.documentElement.classList.remove("no-js");
 
   // Filter a checkbox list by what is typed in its search box (data-filter="<list id>").
   function bindFilters(root) {

@@ -13,10 +13,10 @@ from agentruns.errors import ContextRefused
 from agentruns.gate.audit import context_assert
 from agentruns.gate.core import Source, compose_sources
 from agentruns.gate.lookups import forced_for_composition
-from agentruns.models import CatalogGeneration
+from agentruns.runtime.actions.base import Items, Outcome, RunContext
+from agentruns.runtime.actions.endings import finish_failed
 from agentruns.runtime.config import forced_sources
-from agentruns.runtime.steps.base import Items, Outcome, RunContext
-from agentruns.runtime.steps.endings import finish_failed
+from agentruns.store import store
 from agentruns.store.connection import release_connection
 
 logger = logging.getLogger(__name__)
@@ -28,34 +28,30 @@ STABLE_VIEW_WAITS = (0.0, 0.01, 0.03, 0.1, 0.3)
 def compose(ctx: RunContext) -> None:
     """FS-4: a starting run injects only active forced sources and says what it left.
     A run that forces nothing has nothing to compose, and nothing to record."""
-    if not (ctx.lease.forced_snippet_ids or ctx.lease.forced_skill_ids):
-        ctx.lease.composed = True
+    if not (ctx.forced_snippet_ids or ctx.forced_skill_ids):
+        ctx.composed = True
         return
-    snippets, skills, dropped = forced_for_composition(
-        ctx.lease.forced_snippet_ids, ctx.lease.forced_skill_ids
-    )
-    ctx.lease.forced_snippet_ids = [s.id for s in snippets]
-    ctx.lease.forced_skill_ids = [s.id for s in skills]
+    snippets, skills, dropped = forced_for_composition(ctx.forced_snippet_ids, ctx.forced_skill_ids)
+    ctx.forced_snippet_ids = tuple(s.id for s in snippets)
+    ctx.forced_skill_ids = tuple(s.id for s in skills)
     items: Items = []
     if dropped:
         items.append((ev.SOURCES_DROPPED, {"sources": [d.as_dict() for d in dropped]}))
     ctx.commit(
         items,
         run_update={
-            "forced_snippet_ids": ctx.lease.forced_snippet_ids,
-            "forced_skill_ids": ctx.lease.forced_skill_ids,
+            "forced_snippet_ids": list(ctx.forced_snippet_ids),
+            "forced_skill_ids": list(ctx.forced_skill_ids),
             "composed_at": timezone.now(),
         },
         durable=False,
     )
-    ctx.lease.composed = True
+    ctx.composed = True
 
 
 def sources(ctx: RunContext) -> tuple[Source, ...]:
     """CG-1 against the live configuration; the forced set by identity (RG-1, RG-2)."""
-    snippets, skills = forced_sources(
-        ctx.lease.forced_snippet_ids, ctx.lease.forced_skill_ids, ctx.lease.generation
-    )
+    snippets, skills = forced_sources(ctx.forced_snippet_ids, ctx.forced_skill_ids, ctx.generation)
     return compose_sources(ctx.config.view, snippets, skills)
 
 
@@ -69,8 +65,8 @@ def assert_context(ctx: RunContext) -> Outcome | None:
         if wait:
             release_connection()
             time.sleep(wait)  # a bulk change is usually over within a moment
-            ctx.lease.generation = CatalogGeneration.current()
-        known = ctx.lease.generation
+            ctx.generation = store().catalog_generation()
+        known = ctx.generation
         try:
             asserted = context_assert(
                 config=ctx.config.view,
@@ -80,7 +76,7 @@ def assert_context(ctx: RunContext) -> Outcome | None:
             )
         except ContextRefused as refused:
             if refused.generation is not None and refused.generation != known:
-                ctx.lease.generation = refused.generation  # decided on a stale catalog
+                ctx.generation = refused.generation  # decided on a stale catalog
                 continue
             return finish_failed(
                 ctx,
@@ -89,11 +85,16 @@ def assert_context(ctx: RunContext) -> Outcome | None:
                 fields=refused.fields,
                 extra=[(ev.CONTEXT_REFUSED, {"detail": refused.detail, **refused.fields})],
             )
-        ctx.lease.generation = asserted.generation
+        ctx.generation = asserted.generation
         if asserted.generation == known:
             if asserted.observed_refusal and not ctx.state.observed:
                 ctx.commit([(ev.CONTEXT_OBSERVED, {"verdict": "refused (observed)"})])
             return None
+    return unstable(ctx)
+
+
+def unstable(ctx: RunContext) -> Outcome:
+    """SEC-6: the catalog would not hold still for a decision; fail closed."""
     return finish_failed(
         ctx,
         "context_unstable",

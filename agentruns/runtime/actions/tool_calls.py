@@ -12,18 +12,19 @@ from django.db import transaction
 from django.utils import timezone
 
 from agentruns import events as ev
-from agentruns.models import Checkpoint, Ticket, ToolInvocation
+from agentruns.models import Checkpoint, ToolInvocation
 from agentruns.runtime import faults
+from agentruns.runtime.actions.base import Invocation, Items, Outcome, RunContext, redaction_items
+from agentruns.runtime.actions.endings import boundary, park
+from agentruns.runtime.actions.gating import assert_context
 from agentruns.runtime.closing import UNKNOWN
 from agentruns.runtime.redaction import redact
 from agentruns.runtime.state import (
     ProposedCall,
     Turn,
 )
-from agentruns.runtime.steps.base import Invocation, Items, Outcome, RunContext, redaction_items
-from agentruns.runtime.steps.endings import boundary, park
-from agentruns.runtime.steps.gating import assert_context
 from agentruns.runtime.storable import storable_output
+from agentruns.store import store
 from agentruns.store.connection import release_connection
 from agentruns.tools.policy import (
     needs_human,
@@ -86,7 +87,7 @@ def _run_call(ctx: RunContext, turn: Turn, call: ProposedCall) -> None:
     context = ToolContext(
         run_id=ctx.lease.run_id,
         thread_id=ctx.lease.thread_id,
-        step=turn.step,
+        turn_index=turn.index,
         call_id=call.id,
         configuration_id=ctx.lease.configuration_id,
         catalog=ctx.mode.deferred,
@@ -122,13 +123,7 @@ def _live_gate(
     if tool and invocation and invocation.tool_version != tool.version:
         return f"{call.name!r} changed version since it was approved"
     if approved:
-        shown = (
-            Ticket.objects.filter(
-                run_id=ctx.lease.run_id, call_id=call.id, status=Ticket.Status.ANSWERED
-            )
-            .values_list("tool", "arguments_digest")
-            .first()
-        )
+        shown = store().approval_shown(ctx.lease.run_id, call.id)
         if shown != (call.name, digest(call.arguments)):
             return "the approval does not match this exact call"
     return ""

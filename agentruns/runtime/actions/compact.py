@@ -6,24 +6,15 @@ from __future__ import annotations
 import logging
 
 from agentruns import events as ev
-from agentruns.providers.base import (
-    ProviderError,
-    ProviderRequest,
-    ToolSpec,
-    UserMessage,
-)
-from agentruns.providers.dispatch import dispatch
+from agentruns.events import LogEntry
+from agentruns.providers.base import ProviderRequest, ToolSpec, UserMessage
 from agentruns.providers.tokens import fixed_tokens, message_tokens, truncate_tokens
 from agentruns.runtime import compaction
-from agentruns.runtime.context import effective_events, project
+from agentruns.runtime.actions.base import Outcome, RunContext
+from agentruns.runtime.actions.endings import finish_failed
+from agentruns.runtime.actions.send import Sent, send
+from agentruns.runtime.context import project
 from agentruns.runtime.redaction import redact
-from agentruns.runtime.state import (
-    Ev,
-)
-from agentruns.runtime.steps.base import Outcome, RunContext
-from agentruns.runtime.steps.endings import finish_failed, reply_too_large
-from agentruns.runtime.steps.gating import assert_context
-from agentruns.store.connection import release_connection
 
 logger = logging.getLogger(__name__)
 
@@ -33,7 +24,7 @@ SUMMARY_INSTRUCTION = (
 )
 
 
-def _event_tokens(ctx: RunContext, event: Ev) -> int:
+def _event_tokens(ctx: RunContext, event: LogEntry) -> int:
     tokens = ctx.token_memo.get(event.sequence)
     if tokens is None:
         tokens = sum(message_tokens(message) for message in project([event]))
@@ -47,15 +38,12 @@ def compact_if_needed(
     budget = ctx.config.context_budget_tokens
     fixed = fixed_tokens(system, specs)
     units = compaction.units_of(
-        effective_events(ctx.events),
+        ctx.view().effective,
         lambda events: sum(_event_tokens(ctx, event) for event in events),
     )
     plan = compaction.plan(units, fixed=fixed, budget=budget)
     if plan is None:
         return _over_budget(ctx, fixed, budget)
-    refused = assert_context(ctx)  # CG-9: the summary call is a send too
-    if refused:
-        return refused
     summarised = [event for unit in plan.summarised for event in unit.events]
     request = ProviderRequest(
         model=ctx.config.model,
@@ -63,14 +51,10 @@ def compact_if_needed(
         messages=(UserMessage(compaction.transcript(summarised)),),
         purpose="summary",
     )
-    release_connection()
-    try:
-        reply, _link = dispatch(ctx.config.links, request)
-    except ProviderError as exc:
-        return finish_failed(ctx, "provider_error", f"Compaction failed: {exc}")
-    too_large = reply_too_large(ctx, reply)
-    if too_large:
-        return too_large
+    sent = send(ctx, request, composed_on=ctx.generation)  # CG-9: the summary is a send too
+    if not isinstance(sent, Sent):
+        return sent  # the run's end, or None: the turn is composed again (the catalog moved)
+    reply = sent.reply
     summary = truncate_tokens(redact(reply.text)[0], plan.summary_allowance)
     payload = {
         "summary": summary,
@@ -85,7 +69,7 @@ def compact_if_needed(
 
 def _over_budget(ctx: RunContext, fixed: int, budget: int) -> Outcome | None:
     """DEF-6: nothing over the budget is ever sent, compacted or not."""
-    needed = fixed + sum(_event_tokens(ctx, e) for e in effective_events(ctx.events))
+    needed = fixed + sum(_event_tokens(ctx, e) for e in ctx.view().effective)
     if needed <= budget:
         return None
     return finish_failed(

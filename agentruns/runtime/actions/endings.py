@@ -4,23 +4,22 @@ queue, and closing the open calls of a run that ends early."""
 from __future__ import annotations
 
 import logging
+import uuid
 from datetime import timedelta
 from typing import Any
 
-from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
 from agentruns import events as ev
 from agentruns.errors import Fenced
 from agentruns.models import Checkpoint, Run, Ticket
-from agentruns.providers.base import Reply
-from agentruns.runtime.closing import close_open_calls, closed_status
+from agentruns.runtime.actions.base import Items, Outcome, RunContext
+from agentruns.runtime.closing import close_open_calls
 from agentruns.runtime.state import (
     ProposedCall,
     Turn,
 )
-from agentruns.runtime.steps.base import Items, Outcome, RunContext
 from agentruns.store.transitions import (
     cancel_requester,
     lease_cancel_flag,
@@ -41,14 +40,15 @@ logger = logging.getLogger(__name__)
 
 
 def boundary(ctx: RunContext) -> Outcome | None:
-    """Between steps: honour a cancel (HITL-11) or a shutdown, and keep the lease."""
-    if ctx.lease.lost:
+    """Between durable steps: honour a cancel (HITL-11) or a shutdown, and keep the lease."""
+    signals = ctx.signals
+    if signals.lost:
         raise Fenced("the lease was taken by another worker")
-    if ctx.lease.cancel_requested:
+    if signals.cancel_requested:
         return _cancelled(ctx)
-    if ctx.lease.stop_requested:
+    if signals.stop_requested:
         return release(ctx)
-    renew_if_due(ctx.lease)
+    renew_if_due(ctx.lease, signals)
     return None
 
 
@@ -58,35 +58,37 @@ def park(ctx: RunContext, call: ProposedCall) -> Outcome:
     assert tool is not None and call.arguments is not None
     config = ctx.config
     ask = tool.human is Human.INPUT
-    ticket = Ticket(
-        run_id=ctx.lease.run_id,
-        thread_id=ctx.lease.thread_id,
-        snapshot_id=config.snapshot_id,
-        catalog_fingerprint=catalog_fingerprint(ctx.offered(), ctx.mode.deferred),
-        deadline=timezone.now() + timedelta(seconds=config.approval_timeout_seconds),
-        kind=Ticket.Kind.REMOTE_INPUT if ask else Ticket.Kind.TOOL_PERMISSION,
-        call_id=call.id,
-        tool=call.name,
-        arguments=call.arguments,
-        arguments_digest=digest(call.arguments),
-        question=call.arguments.get("question", "") if ask else "",
-        schema=call.arguments.get("schema") if ask else None,
-    )
-    opened = {
-        "correlation_id": str(ticket.correlation_id),
+    deadline = timezone.now() + timedelta(seconds=config.approval_timeout_seconds)
+    ticket = {
+        "correlation_id": uuid.uuid4(),
+        "run_id": ctx.lease.run_id,
+        "thread_id": ctx.lease.thread_id,
+        "snapshot_id": config.snapshot_id,
+        "catalog_fingerprint": catalog_fingerprint(ctx.offered(), ctx.mode.deferred),
+        "deadline": deadline,
+        "kind": Ticket.Kind.REMOTE_INPUT if ask else Ticket.Kind.TOOL_PERMISSION,
         "call_id": call.id,
-        "kind": ticket.kind,
         "tool": call.name,
-        "deadline": ticket.deadline.isoformat() if ticket.deadline else None,
+        "arguments": call.arguments,
+        "arguments_digest": digest(call.arguments),
+        "question": call.arguments.get("question", "") if ask else "",
+        "schema": call.arguments.get("schema") if ask else None,
+    }
+    opened = {
+        "correlation_id": str(ticket["correlation_id"]),
+        "call_id": call.id,
+        "kind": ticket["kind"],
+        "tool": call.name,
+        "deadline": deadline.isoformat(),
     }
     with transaction.atomic():
         cancelled = _cancel_landed(ctx)
         if not cancelled:
-            ticket.save()
             written = ctx.write(
                 [(ev.TICKET_OPENED, opened)],
                 checkpoints=((Checkpoint.Kind.SUSPENSION, None),),
                 run_update=_run_row(ctx, Run.Status.AWAITING),
+                new_ticket=ticket,
             )
     if cancelled:
         return _cancelled(ctx)
@@ -107,22 +109,9 @@ def _cancel_landed(ctx: RunContext) -> bool:
     flag = lease_cancel_flag(ctx.lease)
     if flag is None:
         raise Fenced("the lease was taken by another worker")
-    ctx.lease.cancel_requested = ctx.lease.cancel_requested or flag
-    return ctx.lease.cancel_requested
-
-
-def reply_too_large(ctx: RunContext, reply: Reply) -> Outcome | None:
-    """SEC-3: no real turn comes near the limit; nothing of a larger reply is kept."""
-    limit = settings.AGENTRUNS_MAX_REPLY_BYTES
-    if reply.size <= limit:
-        return None
-    return finish_failed(
-        ctx,
-        "provider_reply_too_large",
-        f"The model's reply was {reply.size} characters; at most {limit} are accepted. "
-        "Nothing of it was kept.",
-        fields={"size": reply.size, "limit": limit},
-    )
+    if flag:
+        ctx.signals.request_cancel()
+    return ctx.signals.cancel_requested
 
 
 def release(ctx: RunContext) -> Outcome:
@@ -173,19 +162,15 @@ def finish(
 
 
 def _interrupted(ctx: RunContext, turn: Turn) -> tuple[Items, list[tuple[int, dict[str, Any]]]]:
-    """Close the open calls of a run that ends early (`close_open_calls`), and give
-    their invocation rows a final status."""
+    """The open calls of a run that ends early, closed (`close_open_calls`)."""
     open_calls = turn.open_calls()
     ctx.load_invocations(turn, open_calls)
-    known = {call.id: ctx.invocations.get(call.id) for call in open_calls}
-    sent = {cid for cid, inv in known.items() if inv and inv.effect_sent_at is not None}
-    now = timezone.now()
-    updates = [
-        (inv.pk, {"status": closed_status(cid in sent), "completed_at": now})
-        for cid, inv in known.items()
-        if inv is not None
-    ]
-    return close_open_calls(open_calls, sent), updates
+    rows = {
+        call.id: (invocation.pk, invocation.effect_sent_at is not None)
+        for call in open_calls
+        if (invocation := ctx.invocations.get(call.id)) is not None
+    }
+    return close_open_calls(open_calls, rows, timezone.now())
 
 
 def _run_row(ctx: RunContext, status: str, **changes: Any) -> dict[str, Any]:
@@ -194,7 +179,7 @@ def _run_row(ctx: RunContext, status: str, **changes: Any) -> dict[str, Any]:
     return released(
         status,
         **changes,
-        steps=ctx.state.steps,
+        steps=ctx.state.turns,
         tool_calls_used=ctx.state.tool_calls_used,
         last_sequence=ctx.state.last_sequence,
     )

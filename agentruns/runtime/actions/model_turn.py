@@ -1,5 +1,6 @@
-"""A model turn (LOOP-6, LOOP-7, CG-11): compose the request, gate it, send it down the
-fallback chain, record the reply and judge each proposed call before any runs."""
+"""A model turn (LOOP-6, LOOP-7, CG-11): compose the request, compact the log if it
+outgrew the budget, send the request (`send`: gated, down the fallback chain), record the
+reply and judge each proposed call before any runs."""
 
 from __future__ import annotations
 
@@ -11,26 +12,21 @@ from django.conf import settings
 
 from agentruns import events as ev
 from agentruns.answers import schema_problems
-from agentruns.models import Checkpoint, DailyUsage, Run, ToolInvocation
-from agentruns.providers.base import (
-    MalformedReply,
-    ProviderError,
-    ProviderRequest,
-    Reply,
-)
-from agentruns.providers.dispatch import dispatch
-from agentruns.runtime import faults
+from agentruns.events import LogEntry
+from agentruns.models import Checkpoint, Run, ToolInvocation
+from agentruns.providers.base import ProviderRequest, Reply
+from agentruns.runtime.actions.base import Outcome, RunContext, redaction_items
+from agentruns.runtime.actions.compact import compact_if_needed
+from agentruns.runtime.actions.endings import finish, finish_failed
+from agentruns.runtime.actions.gating import sources
+from agentruns.runtime.actions.send import Sent, send
 from agentruns.runtime.budget import fit
-from agentruns.runtime.compose import Composed, compose_request
-from agentruns.runtime.context import effective_events, pairing_problems
+from agentruns.runtime.compose import Composed, next_request
+from agentruns.runtime.context import pairing_problems
 from agentruns.runtime.redaction import redact, redact_value
-from agentruns.runtime.state import Ev, ProposedCall
-from agentruns.runtime.steps.base import Outcome, RunContext, redaction_items
-from agentruns.runtime.steps.compact import compact_if_needed
-from agentruns.runtime.steps.endings import finish, finish_failed, reply_too_large
-from agentruns.runtime.steps.gating import assert_context, sources
+from agentruns.runtime.state import ProposedCall
 from agentruns.runtime.storable import storable_reply, unstorable_arguments
-from agentruns.store.connection import release_connection
+from agentruns.store import store
 from agentruns.tools.policy import (
     needs_human,
     tool_refusal,
@@ -45,10 +41,10 @@ from agentruns.tools.registry import (
 logger = logging.getLogger(__name__)
 
 
-def idempotency_key(run_id: int, step: int, call: ProposedCall, tool: Tool | None) -> str:
+def idempotency_key(run_id: int, turn_index: int, call: ProposedCall, tool: Tool | None) -> str:
     """TOOL-3: from what the call *is*, never from which attempt runs it."""
     version = tool.version if tool else ""
-    return digest([run_id, step, call.id, call.name, version, digest(call.arguments)])
+    return digest([run_id, turn_index, call.id, call.name, version, digest(call.arguments)])
 
 
 @dataclass
@@ -60,24 +56,20 @@ class Screened:
     content: str = ""
 
 
-def model_turn(ctx: RunContext, step: int) -> Outcome | None:
-    if step >= settings.AGENTRUNS_MAX_TURNS:
+def model_turn(ctx: RunContext, turn_index: int) -> Outcome | None:
+    if turn_index >= settings.AGENTRUNS_MAX_TURNS:
         return finish_failed(
-            ctx, "turn_limit", f"The model took {step} turns without a final reply."
+            ctx, "turn_limit", f"The model took {turn_index} turns without a final reply."
         )
     limit = ctx.config.daily_token_limit
-    lease = ctx.lease
-    if DailyUsage.at_limit(lease.configuration_id, limit, seen=lease.used_today):  # OPS-2
+    if store().daily_limit_reached(ctx.lease.configuration_id, limit, ctx.used_today):
         return finish_failed(
             ctx,
             "daily_limit_reached",
             f"The configuration used its {limit} tokens for today (UTC); nothing was sent.",
             fields={"limit": limit},
         )
-    refused = assert_context(ctx)
-    if refused:
-        return refused
-    config, decided = ctx.config, ctx.lease.generation
+    composed_on = ctx.generation
     composed = _composed(ctx)
     if composed.system_redacted and not ctx.state.system_redacted:
         ctx.commit([(ev.SECRET_REDACTED, {"where": "system", "kinds": composed.system_redacted})])
@@ -85,59 +77,41 @@ def model_turn(ctx: RunContext, step: int) -> Outcome | None:
     stopped = compact_if_needed(ctx, list(composed.system), composed.specs)
     if stopped:
         return stopped
-    if ctx.lease.generation != decided:
-        return None  # SEC-6: the catalog moved since the decision: decide the turn again
+    if ctx.generation != composed_on:
+        return None  # SEC-6: the catalog moved since the turn was composed: compose it again
     if len(ctx.events) != logged:  # compacted: send the log as it is now
         composed = _composed(ctx)
     problems = pairing_problems(composed.messages)
     if problems:
         return finish_failed(ctx, "corrupt_history", "; ".join(problems))
     request = ProviderRequest(
-        model=config.model,
+        model=ctx.config.model,
         system=composed.system,
         messages=composed.messages,
         tools=composed.specs,
         continuation=ctx.state.continuation,
-        run=ctx.lease.run_id,
-        step=step,
     )
-    release_connection()
-    try:
-        reply, link = dispatch(config.links, request)
-    except MalformedReply as exc:
-        return finish_failed(ctx, "provider_malformed_reply", str(exc))
-    except ProviderError as exc:
-        return finish_failed(
-            ctx,
-            exc.code,
-            str(exc),
-            fields={"status": exc.status, "retryable": exc.retryable},
-        )
-    faults.fault_point(faults.PROVIDER)
-    too_large = reply_too_large(ctx, reply)
-    if too_large:
-        return too_large
+    sent = send(ctx, request, composed_on=composed_on)
+    if not isinstance(sent, Sent):
+        return sent  # the run's end, or None: compose the turn again
+    reply, link = sent.reply, sent.link
     continuation = {"link": link.slug, "data": reply.continuation} if reply.continuation else None
     served_by = {
         "configuration": link.slug,
         "provider": link.provider_slug,
         "model": reply.model,
     }
-    return _record_turn(ctx, step, reply, {t.name for t in composed.tools}, continuation, served_by)
+    offered = {t.name for t in composed.tools}
+    return _record_turn(ctx, turn_index, reply, offered, continuation, served_by)
 
 
 def _composed(ctx: RunContext) -> Composed:
-    return compose_request(
-        sources=sources(ctx),
-        mode=ctx.mode,
-        active=ctx.active_deferred(),
-        events=effective_events(ctx.events),
-    )
+    return next_request(ctx.view(), sources=sources(ctx))
 
 
 def _record_turn(
     ctx: RunContext,
-    step: int,
+    turn_index: int,
     reply: Reply,
     offered: set[str],
     continuation: Any = None,
@@ -157,7 +131,7 @@ def _record_turn(
     payload: dict[str, Any] = {
         "text": text,
         "tool_calls": [call.as_dict() for call in calls],
-        "step": step,
+        "step": turn_index,
         "tool_calls_before": ctx.state.tool_calls_used,
         "served_by": served_by or {},  # LOOP-3: which link of the chain answered (TZ-5)
         "usage": reply.token_usage,  # OPS-1
@@ -191,7 +165,7 @@ def _record_turn(
     ]
     ctx.commit(
         [*redaction, (ev.ASSISTANT, payload), *refusals],
-        new_invocations=[_new_invocation(ctx, step, c) for c in calls if c.id in granted],
+        new_invocations=[_new_invocation(ctx, turn_index, c) for c in calls if c.id in granted],
         checkpoints=(
             (Checkpoint.Kind.MODEL_RESPONSE, len(redaction) + 1),
             (Checkpoint.Kind.TOOL_PENDING, None),
@@ -217,7 +191,7 @@ def _call_from(tool_call: Any, found: dict[str, int]) -> ProposedCall:
     )
 
 
-def _reused_call_ids(events: list[Ev], calls: list[ProposedCall]) -> set[str]:
+def _reused_call_ids(events: list[LogEntry], calls: list[ProposedCall]) -> set[str]:
     """Call ids pair calls with results (LOOP-7): one reused inside a turn or from the
     thread's history would break the pairing, so such a turn is never acted on."""
     ids = [call.id for call in calls]
@@ -260,19 +234,19 @@ def _judge(
     return Screened(call)
 
 
-def _new_invocation(ctx: RunContext, step: int, call: ProposedCall) -> dict[str, Any]:
+def _new_invocation(ctx: RunContext, turn_index: int, call: ProposedCall) -> dict[str, Any]:
     tool = REGISTRY.get(call.name)
     assert tool is not None
     human = needs_human(tool, ctx.config.exempt)
     return {
         "run_id": ctx.lease.run_id,
-        "step": step,
+        "step": turn_index,
         "call_id": call.id,
         "tool": call.name,
         "tool_version": tool.version,
         "arguments": call.arguments,
         "arguments_digest": digest(call.arguments),
-        "idempotency_key": idempotency_key(ctx.lease.run_id, step, call, tool),
+        "idempotency_key": idempotency_key(ctx.lease.run_id, turn_index, call, tool),
         "status": (
             ToolInvocation.Status.AWAITING_APPROVAL if human else ToolInvocation.Status.AUTHORISED
         ),

@@ -1,14 +1,15 @@
-"""What every step of the loop is handed: a `RunContext` holding the claimed run's lease,
-its log and folded state, the live configuration and mode (cached per catalog generation),
-and the one way to write a durable step (`commit`). The steps are functions over it
-(`model_turn(ctx, step)`, `call_tools(ctx, turn, calls)`, `compact_if_needed(ctx, ...)`,
-`finish(ctx, ...)`); none keeps state of its own."""
+"""What every action of the loop is handed: a `RunContext` holding the claimed run's
+lease, its log and folded state, the live configuration and mode (cached per catalog
+generation), and the one way to write a durable step (`commit`). The actions are
+functions over it (`model_turn(ctx, turn_index)`, `call_tools(ctx, turn, calls)`,
+`compact_if_needed(ctx, ...)`, `finish(ctx, ...)`); none keeps state of its own."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import date
 from enum import StrEnum
 from typing import Any
 
@@ -16,20 +17,19 @@ from django.db import IntegrityError
 
 from agentruns import events as ev
 from agentruns.errors import Fenced
-from agentruns.models import Run, ToolInvocation
+from agentruns.events import LogEntry
+from agentruns.models import Run
 from agentruns.runtime import faults, journal
-from agentruns.runtime.compose import thread_mode
+from agentruns.runtime.compose import LogView, log_view
 from agentruns.runtime.config import RuntimeConfig, runtime_config
-from agentruns.runtime.context import effective_events
-from agentruns.runtime.deferred import active_deferred
 from agentruns.runtime.state import (
-    Ev,
     ProposedCall,
     RunState,
     Turn,
     restore,
 )
-from agentruns.store.records import Lease
+from agentruns.store import store
+from agentruns.store.records import Claim, Lease, Signals
 from agentruns.tools.policy import (
     Mode,
     offered_tools,
@@ -72,56 +72,81 @@ class Invocation:
 
 @dataclass
 class RunContext:
-    """One claimed run as the steps see it. Only `commit`/`write` change the log, the state
-    and the invocations; the memos are caches a step may fill (tokens per event, the
-    configuration per generation, the active deferred tools per log length)."""
+    """One claimed run as the actions see it. Only `commit`/`write` change the log, the state
+    and the invocations; the memos are caches an action may fill (tokens per event, the
+    configuration per generation, the active deferred tools per log length). The lease
+    and the claim never change; what does (the catalog generation this executor knows,
+    today's usage, the forced set once composed) lives here, on the executor's thread."""
 
-    lease: Lease
-    events: list[Ev] = field(default_factory=list)
+    claim: Claim
+    events: list[LogEntry] = field(default_factory=list)
     state: RunState = field(default_factory=RunState)
     next_sequence: int = 1
     invocations: dict[str, Invocation] = field(default_factory=dict)
     token_memo: dict[int, int] = field(default_factory=dict)
     config_memo: tuple[int, RuntimeConfig] | None = None
-    active_memo: tuple[tuple[int, int], set[str]] | None = None
-    # DEF-1: a thread switches modes only between runs, so one read at load suffices.
-    mode_name: str | None = None
+    view_memo: tuple[tuple[int, int], LogView] | None = None
+    # The catalog generation this executor decided on last (CG-9, SEC-6).
+    generation: int = 0
+    # OPS-2: (UTC day, the configuration's tokens that day) as this run's last write that
+    # used tokens returned them, so the next turn's limit check needs no read of its own.
+    used_today: tuple[date, int] | None = None
+    # FS-4: the forced set, narrowed to the active sources once at the run's start.
+    forced_snippet_ids: tuple[int, ...] | None = None
+    forced_skill_ids: tuple[int, ...] | None = None
+    composed: bool = False
+    # SEC-6: sends given up in a row because the catalog moved after their composition.
+    recomposed: int = 0
 
     @classmethod
-    def load(cls, lease: Lease) -> RunContext:
+    def load(cls, claim: Claim) -> RunContext:
         """REC-1 (and PERF-4): the thread's log and the newest checkpoint, read once."""
+        lease = claim.lease
         events, checkpoint = journal.read(lease)
         mine = [event for event in events if event.run_id == lease.run_id]
         return cls(
-            lease=lease,
+            claim=claim,
             events=events,
             state=restore(checkpoint, mine),
             next_sequence=(events[-1].sequence + 1) if events else 1,
-            mode_name=thread_mode(events),
+            generation=claim.generation,
+            forced_snippet_ids=claim.forced_snippet_ids,
+            forced_skill_ids=claim.forced_skill_ids,
+            composed=claim.composed,
         )
+
+    @property
+    def lease(self) -> Lease:
+        return self.claim.lease
+
+    @property
+    def signals(self) -> Signals:
+        return self.claim.signals
 
     @property
     def config(self) -> RuntimeConfig:
         """The live configuration: reloaded whenever the catalog generation moved on."""
         memo = self.config_memo
-        if memo is None or memo[0] != self.lease.generation:
-            config = runtime_config(self.lease.configuration_id, self.lease.generation)
-            self.config_memo = memo = (self.lease.generation, config)
+        if memo is None or memo[0] != self.generation:
+            config = runtime_config(self.lease.configuration_id, self.generation)
+            self.config_memo = memo = (self.generation, config)
         return memo[1]
+
+    def view(self) -> LogView:
+        """What the log says the next send carries (`log_view`, the one recipe the dry run
+        and the inspector follow too); read again only when the log or catalog changed."""
+        key = (len(self.events), self.generation)
+        if self.view_memo is None or self.view_memo[0] != key:
+            self.view_memo = (key, log_view(self.events, self.config))
+        return self.view_memo[1]
 
     @property
     def mode(self) -> Mode:
-        return self.config.mode(self.mode_name)
+        return self.view().mode
 
-    def active_deferred(self) -> set[str]:
-        """DEF-4: derived from the log; recomputed only when the log or catalog changed."""
-        if not self.mode.deferred:
-            return set()
-        key = (len(self.events), self.lease.generation)
-        if self.active_memo is None or self.active_memo[0] != key:
-            active = active_deferred(effective_events(self.events), self.mode.deferred)
-            self.active_memo = (key, active)
-        return self.active_memo[1]
+    def active_deferred(self) -> frozenset[str]:
+        """DEF-4: derived from the log."""
+        return self.view().active
 
     def offered(self) -> list[Tool]:
         return offered_tools(self.mode, self.active_deferred())
@@ -129,13 +154,11 @@ class RunContext:
     def load_invocations(self, turn: Turn, calls: Sequence[ProposedCall]) -> None:
         missing = [call.id for call in calls if call.id not in self.invocations]
         if missing:
-            rows = ToolInvocation.objects.filter(
-                run_id=self.lease.run_id, step=turn.step, call_id__in=missing
-            ).values_list("call_id", "pk", "tool_version", "effect_sent_at")
+            rows = store().invocations(self.lease.run_id, turn.index, missing)
             for call_id, pk, version, sent in rows:
                 self.invocations[call_id] = Invocation(pk, version, sent)
 
-    def commit(self, items: Items, **writes: Any) -> list[Ev]:
+    def commit(self, items: Items, **writes: Any) -> list[LogEntry]:
         """Write one durable step and make it this executor's view of the log."""
         written = self.write(items, **writes)
         self.committed(written)
@@ -150,12 +173,13 @@ class RunContext:
         new_invocations: Sequence[dict[str, Any]] = (),
         invocation_updates: Sequence[tuple[int, dict[str, Any]]] = (),
         run_update: dict[str, Any] | Callable[[], dict[str, Any]] | None = None,
+        new_ticket: dict[str, Any] | None = None,
         durable: bool = True,
-    ) -> list[Ev]:
+    ) -> list[LogEntry]:
         """Events fenced by the lease, folded into the state, with the checkpoints taken
         on the way and the step's row changes — written as one unit (journal.write)."""
         written = [
-            Ev(self.next_sequence + offset, kind, payload, self.lease.run_id)
+            LogEntry(self.next_sequence + offset, kind, payload, self.lease.run_id)
             for offset, (kind, payload) in enumerate(items)
         ]
         snapshots = self._fold(written, checkpoints, continuation)
@@ -165,28 +189,33 @@ class RunContext:
             new_invocations=list(new_invocations),
             invocation_updates=list(invocation_updates),
             run_update=(run_update() if callable(run_update) else run_update) or {},
+            new_ticket=new_ticket,
             after=self.next_sequence - 1,
         )
         try:
-            created = journal.write(self.lease, step, durable=durable)
+            result = journal.write(self.lease, step, durable=durable)
         except IntegrityError as exc:
             # Another writer appended to this thread: this worker's view is stale.
-            self.lease.lost = True
             raise Fenced(str(exc)) from exc
+        if result.cancel_requested:
+            self.signals.request_cancel()
+        self.generation = result.generation
+        if result.used_today is not None:
+            self.used_today = result.used_today
         for row in new_invocations:
             self.invocations[row["call_id"]] = Invocation(
-                created[row["call_id"]], row["tool_version"], None
+                result.invocations[row["call_id"]], row["tool_version"], None
             )
         return written
 
-    def committed(self, written: list[Ev]) -> None:
+    def committed(self, written: list[LogEntry]) -> None:
         self.events.extend(written)
         self.next_sequence += len(written)
         faults.fault_point(faults.COMMIT)
 
     def _fold(
         self,
-        written: list[Ev],
+        written: list[LogEntry],
         checkpoints: Sequence[tuple[str, int | None]],
         continuation: Any,
     ) -> list[tuple[str, int, dict[str, Any]]]:
@@ -202,7 +231,7 @@ class RunContext:
             self._apply(event, continuation)
         return snapshots
 
-    def _apply(self, event: Ev, continuation: Any) -> None:
+    def _apply(self, event: LogEntry, continuation: Any) -> None:
         self.state.apply(event)
         if event.type == ev.ASSISTANT:
             self.state.continuation = continuation
