@@ -151,7 +151,7 @@ def test_ui7_a_cluster_says_once_that_it_started_with_workers_threads_and_databa
     assert len(started) == 1, cluster.log()[-3000:]
     assert re.search(
         r"INFO agentruns\.cluster cluster \S+ started: 2 workers x 16 executor threads "
-        r"\(database pool 4 each\), database postgresql \S+ on 127\.0\.0\.1:5432, lease 3s$",
+        r"\(database pool 4 each\), database PostgreSQL \S+ on 127\.0\.0\.1:5432, lease 3s$",
         started[0],
     ), started[0]
 

@@ -16,22 +16,24 @@ from django.dispatch import receiver
 from django_q.conf import Conf
 from django_q.signals import post_spawn
 
+from agentruns.store import on_postgres
+
 logger = logging.getLogger("agentruns.cluster")
 
 _announced = multiprocessing.Value("b", 0)
 
 
 def startup_line() -> str:
-    connection = connections["default"]
-    db = connection.settings_dict
+    db = connections["default"].settings_dict
     where = f" on {db['HOST']}:{db['PORT']}" if db.get("HOST") else ""
     # Only on PostgreSQL does each worker switch to a pool (agentruns.cluster.driver).
     pool = settings.AGENTRUNS_DB_POOL_MAX
-    pooled = f" (database pool {pool} each)" if connection.vendor == "postgresql" else ""
+    postgres = on_postgres()
+    pooled = f" (database pool {pool} each)" if postgres else ""
     return (
         f"cluster {Conf.CLUSTER_NAME} started: {Conf.WORKERS} workers x "
         f"{settings.AGENTRUNS_EXECUTOR_THREADS} executor threads{pooled}, "
-        f"database {connection.vendor} {db['NAME']}{where}, "
+        f"database {'PostgreSQL' if postgres else 'SQLite'} {db['NAME']}{where}, "
         f"lease {settings.AGENTRUNS_LEASE_SECONDS:g}s"
     )
 
