@@ -304,7 +304,8 @@ AGENTRUNS_DEFAULT_CONFIGURATION = os.environ.get(
 # Operating and integrating (README "Operating and integrating").
 # OPS-3: a bearer token for `GET /metrics` (Prometheus); without it only staff sessions.
 AGENTRUNS_METRICS_TOKEN = os.environ.get("AGENTRUNS_METRICS_TOKEN", "")
-# OPS-4: webhook sends: per-request timeout, attempts before giving up, backoff base/cap.
+# OPS-4: webhook sends: the total deadline of one attempt (connect, send and read together,
+# SEC-8), attempts before giving up, backoff base/cap.
 AGENTRUNS_WEBHOOK_TIMEOUT = env_float("AGENTRUNS_WEBHOOK_TIMEOUT", 5.0)
 # SEC-9: hosts a webhook may reach although they resolve to a loopback, private or
 # link-local address (an internal receiver); every other target must be public.
@@ -319,7 +320,8 @@ AGENTRUNS_REMINDER_SECONDS = env_float("AGENTRUNS_REMINDER_SECONDS", 3600.0)
 EMAIL_HOST = os.environ.get("EMAIL_HOST", "")
 EMAIL_BACKEND = os.environ.get(
     "EMAIL_BACKEND",
-    "django.core.mail.backends.smtp.EmailBackend"
+    # SEC-8: Django's SMTP backend with EMAIL_TIMEOUT as one deadline per send.
+    "agentruns.outbound.DeadlineEmailBackend"
     if EMAIL_HOST
     else "django.core.mail.backends.console.EmailBackend",
 )
