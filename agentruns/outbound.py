@@ -224,7 +224,7 @@ class DeadlineSMTP(smtplib.SMTP):
     _timer: threading.Timer | None = None
 
     def _get_socket(self, host: str, port: int, timeout: Any) -> socket.socket:
-        sock = super()._get_socket(host, port, timeout)
+        sock = super()._get_socket(host, port, timeout)  # type: ignore[misc]  # untyped
         if isinstance(timeout, int | float):
             self._timer = threading.Timer(timeout, _shut, args=(sock,))
             self._timer.daemon = True

@@ -1,6 +1,7 @@
 """`manage.py serve` (what `make run` starts), OPS-8: the web app under gunicorn, the
-cluster and the outbox, stopped together within 10 s by a terminal's Ctrl-C (SIGINT to the whole process
-group), a supervisor's SIGTERM, or a SIGINT to a background launch — nothing left."""
+cluster and the outbox, stopped together within 10 s by a terminal's Ctrl-C (SIGINT to the
+whole process group), a supervisor's SIGTERM, or a SIGINT to a background launch —
+nothing left."""
 
 from __future__ import annotations
 
