@@ -16,7 +16,20 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 
-class RecordAdmin(admin.ModelAdmin):
+class ReadOnly:
+    """No Add, no Save, no Delete, whatever Django permission the viewer holds."""
+
+    def has_add_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+
+class RecordAdmin(ReadOnly, admin.ModelAdmin):
     """Read-only: no Add, no Save, no Delete, no delete action (Django drops
     `delete_selected` without the delete permission). `visible` filters the changelist,
     every change page and the admin's own views by SEC-2: a row the viewer may not see is
@@ -28,27 +41,9 @@ class RecordAdmin(admin.ModelAdmin):
     def get_queryset(self, request: HttpRequest) -> QuerySet:
         return self.visible(super().get_queryset(request), request.user)
 
-    def has_add_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
 
-    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
-
-
-class RecordInline(admin.TabularInline):
+class RecordInline(ReadOnly, admin.TabularInline):
     """Rows of the record shown inside another's page, read-only like `RecordAdmin`."""
 
     extra = 0
     can_delete = False
-
-    def has_add_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
