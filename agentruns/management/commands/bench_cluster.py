@@ -362,7 +362,7 @@ class _ClusterContext:
         connections.close_all()
 
 
-SEED_THREADS = 20_000
+SEED_RUNS = 20_000
 
 
 def seed_history(slug: str) -> None:
@@ -370,29 +370,14 @@ def seed_history(slug: str) -> None:
     (20,000 finished conversations of 10 events) before measuring, once per database.
     Measured on empty tables, prepared statements keep plans made for a handful of rows
     while the benchmark itself grows them."""
-    from django.db import connection
-
+    from agentruns.bench.seed import History
+    from agentruns.bench.seed import seed_history as seed
     from agentruns.models import Configuration, Thread
 
-    if Thread.objects.count() >= SEED_THREADS:
+    if Thread.objects.count() >= SEED_RUNS:
         return
     config_id = Configuration.objects.get(slug=slug).pk
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "WITH t AS (INSERT INTO agentruns_thread (configuration_id, mode, created_at) "
-            "SELECT %s, '', now() FROM generate_series(1, %s) RETURNING id), "
-            "r AS (INSERT INTO agentruns_run (thread_id, configuration_id, input, status, "
-            "created_at, updated_at, final_reply, epoch, lease_owner, attempts, "
-            "cancel_requested, cancel_requested_by, wake_task_id, request_digest, steps, "
-            "tool_calls_used, last_sequence) SELECT id, %s, 'seed', 'completed', now(), now(), "
-            "'done', 1, '', 0, false, '', '', '', 1, 1, 10 FROM t RETURNING id, thread_id), "
-            "e AS (INSERT INTO agentruns_event (thread_id, run_id, sequence, type, payload, "
-            "created_at) SELECT r.thread_id, r.id, g, 'message.user', '{\"text\": \"seed\"}', "
-            "now() FROM r, generate_series(1, 10) g RETURNING 1) "
-            "INSERT INTO agentruns_checkpoint (run_id, kind, last_sequence, state, created_at) "
-            "SELECT r.id, 'terminal', 10, '{\"last_sequence\": 10}', now() FROM r",
-            [config_id, SEED_THREADS, config_id],
-        )
+    seed(History(runs=SEED_RUNS, active_tickets=0), configuration_ids=[config_id], user_ids=[None])
     vacuum_hot_tables()
 
 
