@@ -1,0 +1,83 @@
+"""PERF-2 counted by a test; PERF-9: `manage.py bench` runs at a tiny size on every schema.
+
+The peers (LangGraph, DBOS) take part only when `.venv-peers` is already there (a
+developer's machine after one `make bench`): a clean clone has none, and installing it
+(about 20 s here, more on a cold network) would buy CI nothing a schema change could
+break. The floor runs through the same child-process protocol everywhere, from the
+project's interpreter.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import psycopg
+import pytest
+from django.core.management import call_command
+from django.db import connection
+
+from agentruns.bench import harness, loop, workload
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+# Every statement one warm reference run sends (10 turns x 2 calls = 31 durable steps).
+REFERENCE_STATEMENTS = 44
+
+
+def test_the_reference_run_sends_exactly_the_known_number_of_statements_perf2():
+    statements = loop.reference_statements(workload.bench_user())
+    durable_steps = loop.steps(*loop.REFERENCE)
+    shapes = Counter(" ".join(sql.split())[:90] for sql in statements)
+    listing = "\n".join(f"{n:3} x {sql}" for sql, n in shapes.most_common())
+    assert len(statements) == REFERENCE_STATEMENTS, (
+        f"The reference run sent {len(statements)} statements, not {REFERENCE_STATEMENTS} "
+        f"({len(statements) / durable_steps:.2f} per durable step; PERF-2 allows 2). "
+        "More is a regression: find the new statement below. Fewer is progress: set "
+        f"REFERENCE_STATEMENTS in {__file__} to {len(statements)} in the same commit.\n"
+        + listing
+    )
+    assert len(statements) / durable_steps <= 2
+
+
+@pytest.fixture
+def peer_databases():
+    """The peers' databases are named after the test database: drop them with it."""
+    yield
+    names = [f"{connection.settings_dict['NAME']}_{peer}" for peer in ("langgraph", "dbos")]
+    with psycopg.connect(harness.database_url("postgres"), autocommit=True) as admin:
+        for name in names:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def test_bench_runs_end_to_end_at_a_tiny_size_perf9(tmp_path, peer_databases):
+    out = tmp_path / "bench.json"
+    peers = harness.peer_python(install=False) is not None
+    call_command(
+        "bench",
+        "--runs=1",
+        "--rounds=1",
+        "--floor-rounds=20",
+        "--lengths=2,3",
+        "--length-steps=1",
+        "--resume-turns=1,3",
+        "--peers=present",
+        f"--json={out}",
+        f"--plot={tmp_path / 'bench.png'}",
+        stdout=(tmp_path / "stdout.txt").open("w"),
+    )
+    result = json.loads(out.read_text())
+    printed = (tmp_path / "stdout.txt").read_text()
+    assert {"floor", "agentruns"} <= set(result["figures"])
+    assert result["ratios"]["floor"]["median"] > 0
+    assert "PERF-1 agentruns / floor" in printed
+    assert result["perf2"]["statements"] == REFERENCE_STATEMENTS
+    assert result["perf4"]["statements"][0] == result["perf4"]["statements"][1]
+    assert [p["turns"] for p in result["lengths"] if p["system"] == "agentruns"] == [2, 3]
+    assert result["machine"]["cores"]
+    assert not result["peers"]["errors"]
+    if peers:
+        assert {"langgraph", "dbos"} <= set(result["figures"])
+        assert (tmp_path / "bench.png").stat().st_size > 0
+    else:
+        assert "no plot" in printed
