@@ -34,8 +34,7 @@ def test_the_reference_run_sends_exactly_the_known_number_of_statements_perf2():
         f"The reference run sent {len(statements)} statements, not {REFERENCE_STATEMENTS} "
         f"({len(statements) / durable_steps:.2f} per durable step; PERF-2 allows 2). "
         "More is a regression: find the new statement below. Fewer is progress: set "
-        f"REFERENCE_STATEMENTS in {__file__} to {len(statements)} in the same commit.\n"
-        + listing
+        f"REFERENCE_STATEMENTS in {__file__} to {len(statements)} in the same commit.\n" + listing
     )
     assert len(statements) / durable_steps <= 2
 
@@ -81,3 +80,37 @@ def test_bench_runs_end_to_end_at_a_tiny_size_perf9(tmp_path, peer_databases):
         assert (tmp_path / "bench.png").stat().st_size > 0
     else:
         assert "no plot" in printed
+
+
+@pytest.mark.slow
+def test_bench_cluster_runs_end_to_end_at_a_tiny_size_perf9(tmp_path, peer_databases):
+    out = tmp_path / "bench_cluster.json"
+    call_command(
+        "bench_cluster",
+        "--sizes=3",
+        "--latency-ms=20",
+        "--turns=1",
+        "--perf5-samples=2",
+        "--parked=2",
+        "--seed-runs=20",
+        "--workers=1",
+        "--threads=8",
+        "--pool-max=3",
+        "--peers=present",
+        f"--json={out}",
+        f"--plot={tmp_path / 'bench_cluster.png'}",
+        stdout=(tmp_path / "stdout.txt").open("w"),
+    )
+    result = json.loads(out.read_text())
+    printed = (tmp_path / "stdout.txt").read_text()
+    assert result["perf5"]["samples"] == 2
+    [batch] = result["perf6"]
+    assert batch["completed"] == 3
+    assert batch["kb_per_in_flight"] is not None
+    assert result["perf7"]["parked"]["runs"] == 2
+    assert result["perf7"]["parked"]["db_bytes_per_parked"] > 0
+    assert "PERF-6 3 in flight" in printed
+    assert not result["peers"]["errors"]
+    if harness.peer_python(install=False) is not None:
+        assert result["peer_concurrency"][0]["in_flight"] == 3
+        assert (tmp_path / "bench_cluster.png").stat().st_size > 0
