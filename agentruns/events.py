@@ -39,6 +39,10 @@ EVENT_TYPES = (
     RUN_CANCELLED,
 )
 
+# OPS-5: the events the audit export carries (beside the gate's rows). The log indexes them
+# by time, and only them (models/runs.py `event_audit_time`).
+AUDITED = (TICKET_DECIDED, SECRET_REDACTED, RUN_CANCELLED)
+
 TERMINAL_EVENTS = {RUN_COMPLETED: "completed", RUN_FAILED: "failed", RUN_CANCELLED: "cancelled"}
 
 # tool.result statuses

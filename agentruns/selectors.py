@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from typing import Any
 
+from django.db import connection
 from django.db.models import QuerySet
 
 from agentruns.gate.audit import current_enforcement
@@ -65,6 +67,23 @@ def visible_runs(user: Any) -> QuerySet[Run]:
     if not user.is_authenticated:
         return runs.none()
     return runs.filter(created_by=user)
+
+
+EXACT_COUNT_UP_TO = 10_000
+
+
+def bounded_count(rows: QuerySet) -> tuple[int, bool]:
+    """(how many rows a list has, whether that is exact) for its pagination: exact up to
+    EXACT_COUNT_UP_TO, the planner's estimate beyond (PERF-8: counting a year's million
+    runs costs more than showing a page of them)."""
+    rows = rows.order_by()
+    exact = rows[: EXACT_COUNT_UP_TO + 1].count()
+    if exact <= EXACT_COUNT_UP_TO:
+        return exact, True
+    if connection.vendor != "postgresql":
+        return rows.count(), True
+    plan = json.loads(rows.explain(format="json"))
+    return max(exact, int(plan[0]["Plan"]["Plan Rows"])), False
 
 
 def can_act_on_thread(user: Any, thread: Thread) -> bool:

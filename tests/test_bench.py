@@ -114,3 +114,38 @@ def test_bench_cluster_runs_end_to_end_at_a_tiny_size_perf9(tmp_path, peer_datab
     if harness.peer_python(install=False) is not None:
         assert result["peer_concurrency"][0]["in_flight"] == 3
         assert (tmp_path / "bench_cluster.png").stat().st_size > 0
+
+
+def test_bench_scale_seeds_and_probes_every_page_at_a_tiny_size_perf8_perf9(tmp_path):
+    out = tmp_path / "bench_scale.json"
+    call_command(
+        "bench_scale",
+        "--runs=300",
+        "--active-tickets=3",
+        "--samples=2",
+        "--peers=present",
+        f"--json={out}",
+        f"--plot={tmp_path / 'bench_scale.png'}",
+        stdout=(tmp_path / "stdout.txt").open("w"),
+    )
+    result = json.loads(out.read_text())
+    printed = (tmp_path / "stdout.txt").read_text()
+    probes = {row["probe"]: row for row in result["probes"]}
+    assert {"inbox page", "API run events", "audit export, one day, jsonl"} <= set(probes)
+    assert all(row["statuses"] == [200] for row in probes.values()), probes
+    assert probes["API run events"]["bytes"] > 100  # a seeded run's events, not an empty page
+    assert probes["inbox page"]["bytes"] > probes["inbox count (every page's badge)"]["bytes"]
+    assert "-- API run events" in printed  # its slowest statement's plan
+    assert "Execution Time" in printed
+    # A second run measures what is there rather than seeding again.
+    call_command(
+        "bench_scale",
+        "--runs=300",
+        "--samples=1",
+        "--only=inbox count",
+        "--peers=skip",
+        f"--json={out}",
+        "--plot=",
+        stdout=(tmp_path / "again.txt").open("w"),
+    )
+    assert "reusing the 300 seeded runs" in (tmp_path / "again.txt").read_text()

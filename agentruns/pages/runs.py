@@ -14,6 +14,7 @@ from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
+from django.utils.functional import cached_property
 from django.views.decorators.http import require_POST
 from django_htmx.http import HttpResponseStopPolling
 from django_htmx.middleware import HtmxDetails
@@ -23,7 +24,7 @@ from agentruns.errors import AgentrunsError
 from agentruns.models import Configuration, Event, Run, Ticket
 from agentruns.pages import timeline
 from agentruns.pages.words import failure_sentence, field_errors, sentence
-from agentruns.selectors import run_readout, visible_runs
+from agentruns.selectors import bounded_count, run_readout, visible_runs
 from agentruns.services.runs import Submission, run_submit
 from agentruns.services.usage import run_usage
 
@@ -32,6 +33,22 @@ PAGE_SIZE = 25
 
 class HtmxHttpRequest(HttpRequest):
     htmx: HtmxDetails
+
+
+class RunPaginator(Paginator):
+    """Counted exactly up to a bound, estimated beyond it (PERF-8); `exact` says which."""
+
+    @cached_property
+    def _counted(self) -> tuple[int, bool]:
+        return bounded_count(self.object_list)
+
+    @cached_property
+    def count(self) -> int:
+        return self._counted[0]
+
+    @property
+    def exact(self) -> bool:
+        return self._counted[1]
 
 
 @login_required
@@ -43,7 +60,7 @@ def run_list(request: HttpRequest) -> HttpResponse:
     configuration = request.GET.get("configuration", "")
     if configuration:
         runs = runs.filter(configuration__slug=configuration)
-    page = Paginator(runs, PAGE_SIZE).get_page(request.GET.get("page"))
+    page = RunPaginator(runs, PAGE_SIZE).get_page(request.GET.get("page"))
     query = request.GET.copy()
     query.pop("page", None)
     return render(

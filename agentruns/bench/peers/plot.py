@@ -77,11 +77,27 @@ def cluster(result: dict[str, Any], fig: Any) -> None:
         ax.legend()
 
 
+def scale(result: dict[str, Any], fig: Any) -> None:
+    ax = fig.subplots(1, 1)
+    rows = result["probes"]
+    names = [row["probe"] for row in rows]
+    ax.barh(names, [row["p95_ms"] for row in rows], color="tab:blue", label="p95")
+    ax.scatter([row["p50_ms"] for row in rows], names, color="black", zorder=3, label="p50")
+    ax.axvline(result["target_ms"], color="grey", linestyle="--", label="PERF-8 target")
+    ax.invert_yaxis()
+    runs = result["rows"]
+    ax.set(xlabel="ms per request (test client, the real views)")
+    ax.set_title(f"{runs['runs']:,} runs, {runs['events']:,} events (PERF-8)")
+    ax.grid(True, axis="x", alpha=0.3)
+    ax.legend()
+
+
 def main(source: str, target: str) -> None:
     with open(source) as f:
         result = json.load(f)
     fig = plt.figure(figsize=(12, 4.8), layout="constrained")
-    {"bench": bench, "bench_cluster": cluster}[result["benchmark"]](result, fig)
+    draw = {"bench": bench, "bench_cluster": cluster, "bench_scale": scale}
+    draw[result["benchmark"]](result, fig)
     machine = result.get("machine", {})
     fig.suptitle(
         f"{result['benchmark']} {machine.get('date', '')}: {machine.get('cores', '?')} cores "
