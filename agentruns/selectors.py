@@ -123,7 +123,8 @@ def actionable_tickets(user: Any) -> QuerySet[Ticket]:
         return Ticket.objects.none()
     tickets = (
         Ticket.objects.filter(status=Ticket.Status.ACTIVE, run__in=visible_runs(user))
-        .select_related("run", "run__configuration", "run__created_by")
+        # The provider too: each card's readout names it (PERF-8: a query per card).
+        .select_related("run", "run__configuration__provider", "run__created_by")
         .order_by("deadline", "id")
     )
     if user.has_perm("agentruns.approve_run"):

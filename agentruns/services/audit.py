@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import heapq
+import itertools
 import json
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -26,7 +27,23 @@ from agentruns.models import Event, GateAudit
 GATE_PREFIX = "gate."
 EVENT_KINDS = ev.AUDITED
 COLUMNS = ("time", "kind", "run", "configuration", "actor", "decision", "reason")
-CHUNK = 2000
+# Small enough that the first lines go out at once, large enough that a year's export is
+# few statements (PERF-8).
+CHUNK = 500
+GATE_FIELDS = (
+    "id",
+    "created_at",
+    "verdict",
+    "enforcement",
+    "configuration",
+    "run_id",
+    "zone",
+    "ceiling",
+    "source_kind",
+    "source_name",
+    "data_class",
+    "forced",
+)
 
 
 @dataclass(frozen=True)
@@ -77,19 +94,21 @@ def _gate_records(flt: AuditFilter) -> Iterator[dict[str, Any]]:
         rows = rows.filter(configuration=flt.configuration)
     if flt.kinds:
         rows = rows.filter(verdict__in=[k.removeprefix(GATE_PREFIX) for k in flt.kinds])
-    for row in in_time_order(rows, key=lambda row: (row.created_at, row.id)):
-        what = f"{row.source_kind} {row.source_name}".strip() or "system prompt"
+    values = rows.values(*GATE_FIELDS)  # dicts: a third of a model instance's cost
+    for row in in_time_order(values, key=lambda row: (row["created_at"], row["id"])):
+        what = f"{row['source_kind']} {row['source_name']}".strip() or "system prompt"
         reason = (
-            f"{what} (class {row.data_class or 'undeclared'}) to zone {row.zone or '-'}, "
-            f"ceiling {row.ceiling or '-'}, {row.enforcement}{', forced' if row.forced else ''}"
+            f"{what} (class {row['data_class'] or 'undeclared'}) to zone {row['zone'] or '-'}, "
+            f"ceiling {row['ceiling'] or '-'}, {row['enforcement']}"
+            f"{', forced' if row['forced'] else ''}"
         )
         yield {
-            "time": row.created_at,
-            "kind": GATE_PREFIX + row.verdict,
-            "run": row.run_id,
-            "configuration": row.configuration,
+            "time": row["created_at"],
+            "kind": GATE_PREFIX + row["verdict"],
+            "run": row["run_id"],
+            "configuration": row["configuration"],
             "actor": None,
-            "decision": row.verdict,
+            "decision": row["verdict"],
             "reason": reason,
         }
 
@@ -158,8 +177,19 @@ def audit_csv(flt: AuditFilter) -> Iterator[str]:
 CONTENT_TYPES = {"csv": "text/csv", "jsonl": "application/x-ndjson"}
 
 
+LINES_PER_WRITE = 100
+
+
+def _batched(lines: Iterator[str]) -> Iterator[str]:
+    """A hundred lines per write: the response's per-item cost, not the lines, dominated a
+    day's export (PERF-8)."""
+    while batch := list(itertools.islice(lines, LINES_PER_WRITE)):
+        yield "".join(batch)
+
+
 def audit_export(flt: AuditFilter, fmt: str) -> tuple[Iterator[str], str, str]:
-    """(lines, content type, file name) of the export in `fmt` (csv or jsonl)."""
-    lines = audit_csv(flt) if fmt == "csv" else audit_jsonl(flt)
+    """(lines, content type, file name) of the export in `fmt` (csv or jsonl), written a
+    hundred lines at a time."""
+    lines = _batched(audit_csv(flt) if fmt == "csv" else audit_jsonl(flt))
     stamp = timezone.now().strftime("%Y%m%d-%H%M%S")
     return lines, f"{CONTENT_TYPES[fmt]}; charset=utf-8", f"agentruns-audit-{stamp}.{fmt}"
