@@ -69,7 +69,8 @@ def test_bench_runs_end_to_end_at_a_tiny_size_perf9(tmp_path, peer_databases):
     printed = (tmp_path / "stdout.txt").read_text()
     assert {"floor", "agentruns"} <= set(result["figures"])
     assert result["ratios"]["floor"]["median"] > 0
-    assert "PERF-1 agentruns / floor" in printed
+    assert "PERF-1 agentruns / durable commit" in printed
+    assert result["ratios"]["floor_no_wal"]["median"] > 0
     assert result["perf2"]["statements"] == REFERENCE_STATEMENTS
     assert result["perf4"]["statements"][0] == result["perf4"]["statements"][1]
     assert [p["turns"] for p in result["lengths"] if p["system"] == "agentruns"] == [2, 3]
@@ -131,7 +132,7 @@ def test_bench_scale_seeds_and_probes_every_page_at_a_tiny_size_perf8_perf9(tmp_
     result = json.loads(out.read_text())
     printed = (tmp_path / "stdout.txt").read_text()
     probes = {row["probe"]: row for row in result["probes"]}
-    assert {"inbox page", "API run events", "audit export, one day, jsonl"} <= set(probes)
+    assert {"inbox page", "API run events", "audit export, one day, whole download"} <= set(probes)
     assert all(row["statuses"] == [200] for row in probes.values()), probes
     assert probes["API run events"]["bytes"] > 100  # a seeded run's events, not an empty page
     assert probes["inbox page"]["bytes"] > probes["inbox count (every page's badge)"]["bytes"]

@@ -34,6 +34,7 @@ from agentruns.pages.words import decided_sentence, field_errors, sentence, tick
 from agentruns.selectors import (
     actionable_tickets,
     run_readout,
+    run_readouts,
     uncertain_invocations,
     visible_runs,
 )
@@ -171,19 +172,11 @@ def _partial(request: HttpRequest, context: dict[str, Any]) -> HttpResponse:
 
 
 def _with_cards(request: HttpRequest, context: dict[str, Any]) -> dict[str, Any]:
-    readouts: dict[tuple, dict[str, Any]] = {}  # PERF-8: one per configuration on the page
-    context.setdefault(
-        "cards", [_card(request, ticket, readouts=readouts) for ticket in context["tickets"]]
-    )
+    if "cards" not in context:
+        tickets = list(context["tickets"])
+        readouts = run_readouts(ticket.run for ticket in tickets)  # PERF-8: not one per card
+        context["cards"] = [_card(request, t, readout=readouts[t.run_id]) for t in tickets]
     return context
-
-
-def _readout(run: Any, readouts: dict[tuple, dict[str, Any]]) -> dict[str, Any]:
-    """A run's readout depends only on its configuration and forced set (RG-2)."""
-    key = (run.configuration_id, str(run.forced_snippet_ids), str(run.forced_skill_ids))
-    if key not in readouts:
-        readouts[key] = run_readout(run)
-    return readouts[key]
 
 
 def _card(
@@ -192,7 +185,7 @@ def _card(
     *,
     typed: dict[str, str] | None = None,
     errors: dict[str, list[str]] | None = None,
-    readouts: dict[tuple, dict[str, Any]] | None = None,
+    readout: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """What a card shows (UI-3, UI-6). Text goes through the template's autoescape."""
     run, user = ticket.run, request.user
@@ -207,7 +200,7 @@ def _card(
         "identity": identity_fields(ticket),
         "initiator": initiator.get_username() if initiator else "",
         "arguments": json.dumps(ticket.arguments or {}, indent=2, ensure_ascii=False),
-        "readout": _readout(run, {} if readouts is None else readouts),
+        "readout": run_readout(run) if readout is None else readout,
         "four_eyes": four_eyes,
         "own_run": run.created_by_id == user.pk,
         "may_allow": not (four_eyes and run.created_by_id == user.pk),

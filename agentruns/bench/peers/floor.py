@@ -1,5 +1,10 @@
-"""The floor of PERF-1: one small INSERT and COMMIT per round trip on the same PostgreSQL,
-with the project's own driver settings left at psycopg's defaults (durable commits)."""
+"""The floor of PERF-1: one small INSERT and COMMIT per round trip on the same PostgreSQL.
+
+Two of them: into an ordinary table with psycopg's defaults, so the commit waits for the
+WAL flush (what one durable write costs: PERF-1's floor), and into a temporary table, as
+SPEC §14's reference script `bare_commit.py` does (PostgreSQL writes no WAL for it, so
+its commit waits for nothing; shown for comparison with figures taken that way).
+"""
 
 from __future__ import annotations
 
@@ -11,23 +16,30 @@ import psycopg
 from agentruns.bench.peers.common import emit
 
 
-def main() -> None:
-    rounds = int(os.environ.get("ROUNDS", 2000))
-    with psycopg.connect(os.environ["PEER_DB"]) as conn:
+def commits(conn: psycopg.Connection, table: str, rounds: int) -> float:
+    started = time.perf_counter()
+    for i in range(rounds):
         conn.execute(
-            "CREATE TEMP TABLE floor_events (id bigserial PRIMARY KEY, run uuid, seq int, "
-            "body jsonb)"
+            f"INSERT INTO {table} (run, seq, body) VALUES (gen_random_uuid(), %s, %s)",
+            (i, '{"k": 1}'),
         )
         conn.commit()
-        started = time.perf_counter()
-        for i in range(rounds):
-            conn.execute(
-                "INSERT INTO floor_events (run, seq, body) VALUES (gen_random_uuid(), %s, %s)",
-                (i, '{"k": 1}'),
-            )
-            conn.commit()
-        elapsed = time.perf_counter() - started
-    emit("floor", rounds=rounds, ms_per_commit=1000 * elapsed / rounds)
+    return 1000 * (time.perf_counter() - started) / rounds
+
+
+def main() -> None:
+    rounds = int(os.environ.get("ROUNDS", 2000))
+    columns = "(id bigserial PRIMARY KEY, run uuid, seq int, body jsonb)"
+    with psycopg.connect(os.environ["PEER_DB"]) as conn:
+        conn.execute(f"CREATE TABLE IF NOT EXISTS bench_floor {columns}")
+        conn.execute("TRUNCATE bench_floor")
+        conn.execute(f"CREATE TEMP TABLE floor_events {columns}")
+        conn.commit()
+        durable = commits(conn, "bench_floor", rounds)
+        no_wal = commits(conn, "floor_events", rounds)
+        conn.execute("TRUNCATE bench_floor")
+        conn.commit()
+    emit("floor", rounds=rounds, ms_per_commit=durable, ms_per_commit_no_wal=no_wal)
 
 
 if __name__ == "__main__":

@@ -43,9 +43,11 @@ def bench(result: dict[str, Any], fig: Any) -> None:
     time_ax, bytes_ax = fig.subplots(1, 2)
     rows = result["lengths"]
     lines(time_ax, rows, "steps", "ms_per_step")
-    floor = result["figures"].get("floor")
-    if floor:
-        time_ax.axhline(floor["median"], color="grey", linestyle="--", label="bare commit")
+    floors = {"floor": ("--", "durable commit"), "floor_no_wal": (":", "temp-table commit")}
+    for name, (style, label) in floors.items():
+        if name in result["figures"]:
+            median = result["figures"][name]["median"]
+            time_ax.axhline(median, color="grey", linestyle=style, label=label)
     time_ax.set(xscale="log", xlabel="durable steps per run", ylabel="ms per durable step")
     time_ax.set_title("Loop overhead per durable step (PERF-1)")
     lines(bytes_ax, rows, "steps", "bytes_per_run", 1 / 1024)

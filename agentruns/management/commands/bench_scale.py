@@ -80,6 +80,8 @@ class Command(BaseCommand):
             row = scale.measure(probe, clients[probe.who], opts["samples"], seed=index)
             rows.append(row)
             verdict = "ok" if row["p95_ms"] <= scale.TARGET_MS else "MISSED"
+            if not row["judged"]:
+                verdict = f"({row['bytes'] // 1024} KB: not judged)"
             self.say(
                 f"{probe.name:<44} {row['p50_ms']:>7.1f} {row['p95_ms']:>7.1f} "
                 f"{row['max_ms']:>7.1f} {row['statements']:>4}  {verdict}"
