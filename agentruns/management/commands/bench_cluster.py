@@ -159,14 +159,16 @@ class Command(BaseCommand):
         )
         seed_history(self.configuration("seed", latency_ms=0, turns=1), opts["seed_runs"])
         with self.cluster(shape, external=opts["external"]) as cluster:
-            if not opts["skip_perf7"] and opts["parked"]:
-                result["perf7"] = {"parked": self.parked(cluster, opts["parked"])}
             if not opts["skip_perf5"]:
                 result["perf5"] = self.perf5(opts["perf5_samples"])
             if not opts["skip_perf6"]:
-                for n in csv_ints(opts["sizes"]):
+                # Smallest first: each batch's peak memory, less the idle cluster's, is then
+                # what that many runs in flight cost (a heap, once grown, stays grown).
+                for n in sorted(csv_ints(opts["sizes"])):
                     result["perf6"].append(self.perf6(shape, n, cluster))
                     result["peer_concurrency"].extend(self.peer_concurrency(n))
+            if not opts["skip_perf7"] and opts["parked"]:
+                result["perf7"] = {"parked": self.parked(cluster, opts["parked"])}
         if opts["alternatives"]:
             for alt in ALTERNATIVES:
                 with self.cluster(alt, external=False) as cluster:
@@ -331,8 +333,8 @@ class Command(BaseCommand):
     def parked(self, cluster: _ClusterContext, n: int) -> dict[str, Any]:
         """PERF-7: what n parked runs hold in the cluster's memory, and on PostgreSQL's disk.
         Two batches park and are cancelled unmeasured first: the workers' heaps grow to
-        their peak concurrency once (measured here: +15 MB, then +47 MB for 1000 runs,
-        then nothing), which is no cost of parking."""
+        their peak concurrency once (measured on a fresh cluster: +15 MB, then +47 MB for
+        1000 runs, then nothing), which is no cost of parking."""
         from agentruns.bench.loop import stored_bytes
         from agentruns.services.runs import run_cancel
 
