@@ -19,6 +19,7 @@ from typing import Any
 from urllib.parse import quote
 
 from django.conf import settings
+from django.core.management.base import CommandParser
 from django.db import connection
 
 PEERS = Path(__file__).parent / "peers"
@@ -61,6 +62,29 @@ def peer_python(*, install: bool, say: Callable[[str], None] = print) -> Path | 
     stamp.write_text(_requirements_digest() + "\n")
     say(f"peers installed in {time.monotonic() - started:.0f} s")
     return python
+
+
+def csv_ints(raw: str) -> list[int]:
+    return [int(item) for item in raw.split(",") if item.strip()]
+
+
+def add_options(parser: CommandParser, name: str, *, peers: str) -> None:
+    """The options every benchmark shares: where its peers come from, where it writes."""
+    parser.add_argument(
+        "--peers",
+        choices=["install", "present", "skip"],
+        default=peers,
+        help="install: make .venv-peers when missing; present: use it only if it is there "
+        "(the peers and the plot's matplotlib run from it); skip: ours alone, no plot.",
+    )
+    out = Path(settings.VAR_DIR) / "bench"
+    parser.add_argument("--json", default=str(out / f"{name}.json"))
+    parser.add_argument("--plot", default=str(out / f"{name}.png"), help="'' for none.")
+
+
+def peers_chosen(choice: str, say: Callable[[str], None]) -> Path | None:
+    """The peers' interpreter as `--peers` asks for it (None: no peers, no plot)."""
+    return None if choice == "skip" else peer_python(install=choice == "install", say=say)
 
 
 def peer_versions(python: Path | None) -> dict[str, str]:

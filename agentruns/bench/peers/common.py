@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import time
+import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -63,3 +66,29 @@ def rss_kb() -> int:
 
 def emit(peer: str, **result: Any) -> None:
     print(json.dumps({"peer": peer, **result}), flush=True)
+
+
+def measure(
+    peer: str,
+    run: Callable[[str], None],
+    turns: int,
+    calls: int,
+    runs: int,
+    stored: Callable[[list[str]], int],
+) -> None:
+    """Time `runs` runs (each named by a fresh id) after a warm-up run; emit ms per durable
+    step and the bytes `stored` finds for those ids, per run."""
+    run(str(uuid.uuid4()))
+    ids = [str(uuid.uuid4()) for _ in range(runs)]
+    started = time.perf_counter()
+    for key in ids:
+        run(key)
+    elapsed = time.perf_counter() - started
+    emit(
+        peer,
+        turns=turns,
+        calls=calls,
+        runs=runs,
+        ms_per_step=1000 * elapsed / (runs * steps(turns, calls)),
+        bytes_per_run=stored(ids) / runs,
+    )

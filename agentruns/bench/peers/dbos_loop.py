@@ -7,12 +7,9 @@ system tables keyed by the run's workflow id).
 
 from __future__ import annotations
 
-import time
-import uuid
-
 from dbos import DBOS, SetWorkflowID
 
-from agentruns.bench.peers.common import database, emit, shapes, steps, stored_bytes
+from agentruns.bench.peers.common import database, measure, shapes, stored_bytes
 
 SHAPE = {"turns": 10, "calls": 2}
 
@@ -53,19 +50,13 @@ def main() -> None:
     try:
         for turns, calls, runs in shapes():
             SHAPE.update(turns=turns, calls=calls)
-            run(str(uuid.uuid4()))  # warm-up
-            ids = [str(uuid.uuid4()) for _ in range(runs)]
-            started = time.perf_counter()
-            for workflow_id in ids:
-                run(workflow_id)
-            elapsed = time.perf_counter() - started
-            emit(
+            measure(
                 "dbos",
-                turns=turns,
-                calls=calls,
-                runs=runs,
-                ms_per_step=1000 * elapsed / (runs * steps(turns, calls)),
-                bytes_per_run=stored_bytes(url, "dbos", "workflow_uuid", ids) / runs,
+                run,
+                turns,
+                calls,
+                runs,
+                lambda ids: stored_bytes(url, "dbos", "workflow_uuid", ids),
             )
     finally:
         DBOS.destroy()

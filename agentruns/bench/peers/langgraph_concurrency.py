@@ -12,55 +12,28 @@ import asyncio
 import os
 import time
 import uuid
-from typing import Annotated, Any, TypedDict
+from typing import Any
 
 from langchain_core.messages import AIMessage, HumanMessage
-from langchain_core.tools import tool
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
-from langgraph.graph import END, START, StateGraph
-from langgraph.graph.message import add_messages
-from langgraph.prebuilt import ToolNode
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from agentruns.bench.peers.common import database, emit, rss_kb
+from agentruns.bench.peers.langgraph_graph import State, graph, turns_done
 
 TURNS = int(os.environ.get("TURNS", 3))
 LATENCY = float(os.environ.get("LATENCY", 1.0))
 POOL = int(os.environ.get("POOL", 20))
 
 
-@tool
-def noop(x: int) -> str:
-    """Return x."""
-    return str(x)
-
-
-class State(TypedDict):
-    messages: Annotated[list, add_messages]
-
-
 async def model(state: State) -> dict[str, Any]:
     await asyncio.sleep(LATENCY)
-    done = sum(1 for m in state["messages"] if isinstance(m, AIMessage))
+    done = turns_done(state)
     if done >= TURNS:
         return {"messages": [AIMessage(content="done")]}
     call = {"name": "noop", "args": {"x": done}, "id": f"c{done}", "type": "tool_call"}
     return {"messages": [AIMessage(content="", tool_calls=[call])]}
-
-
-def route(state: State) -> str:
-    return "tools" if getattr(state["messages"][-1], "tool_calls", None) else END
-
-
-def graph() -> StateGraph:
-    g = StateGraph(State)
-    g.add_node("model", model)
-    g.add_node("tools", ToolNode([noop]))
-    g.add_edge(START, "model")
-    g.add_conditional_edges("model", route, ["tools", END])
-    g.add_edge("tools", "model")
-    return g
 
 
 async def batch(app: Any, n: int) -> dict[str, Any]:
@@ -105,7 +78,7 @@ async def main() -> None:
     async with AsyncConnectionPool(database(), max_size=POOL, kwargs=kwargs) as pool:
         saver = AsyncPostgresSaver(pool)
         await saver.setup()
-        app = graph().compile(checkpointer=saver)
+        app = graph(model).compile(checkpointer=saver)
         await batch(app, 1)  # warm-up: imports, pool, prepared plans
         for n in sizes:
             emit("langgraph_async", **await batch(app, n))

@@ -7,33 +7,19 @@ blob and write row of the run's thread).
 
 from __future__ import annotations
 
-import time
-import uuid
-from typing import Annotated, Any, TypedDict
+from typing import Any
 
 from langchain_core.messages import AIMessage, HumanMessage
-from langchain_core.tools import tool
 from langgraph.checkpoint.postgres import PostgresSaver
-from langgraph.graph import END, START, StateGraph
-from langgraph.graph.message import add_messages
-from langgraph.prebuilt import ToolNode
+from langgraph.graph import StateGraph
 
-from agentruns.bench.peers.common import database, emit, shapes, steps, stored_bytes
-
-
-@tool
-def noop(x: int) -> str:
-    """Return x."""
-    return str(x)
+from agentruns.bench.peers.common import database, measure, shapes, stored_bytes
+from agentruns.bench.peers.langgraph_graph import State, graph, turns_done
 
 
-class State(TypedDict):
-    messages: Annotated[list, add_messages]
-
-
-def graph(turns: int, calls: int) -> StateGraph:
+def reference(turns: int, calls: int) -> StateGraph:
     def model(state: State) -> dict[str, Any]:
-        done = sum(1 for m in state["messages"] if isinstance(m, AIMessage))
+        done = turns_done(state)
         if done >= turns:
             return {"messages": [AIMessage(content="done")]}
         proposed = [
@@ -42,16 +28,7 @@ def graph(turns: int, calls: int) -> StateGraph:
         ]
         return {"messages": [AIMessage(content="", tool_calls=proposed)]}
 
-    def route(state: State) -> str:
-        return "tools" if getattr(state["messages"][-1], "tool_calls", None) else END
-
-    g = StateGraph(State)
-    g.add_node("model", model)
-    g.add_node("tools", ToolNode([noop]))
-    g.add_edge(START, "model")
-    g.add_conditional_edges("model", route, ["tools", END])
-    g.add_edge("tools", "model")
-    return g
+    return graph(model)
 
 
 def main() -> None:
@@ -59,26 +36,20 @@ def main() -> None:
     with PostgresSaver.from_conn_string(url) as saver:
         saver.setup()
         for turns, calls, runs in shapes():
-            app = graph(turns, calls).compile(checkpointer=saver)
+            app = reference(turns, calls).compile(checkpointer=saver)
 
             def run(thread: str, app: Any = app) -> None:
                 config = {"configurable": {"thread_id": thread}, "recursion_limit": 100_000}
                 out = app.invoke({"messages": [HumanMessage("go")]}, config)
                 assert out["messages"][-1].content == "done"
 
-            run(str(uuid.uuid4()))  # warm-up
-            threads = [str(uuid.uuid4()) for _ in range(runs)]
-            started = time.perf_counter()
-            for thread in threads:
-                run(thread)
-            elapsed = time.perf_counter() - started
-            emit(
+            measure(
                 "langgraph",
-                turns=turns,
-                calls=calls,
-                runs=runs,
-                ms_per_step=1000 * elapsed / (runs * steps(turns, calls)),
-                bytes_per_run=stored_bytes(url, "public", "thread_id", threads) / runs,
+                run,
+                turns,
+                calls,
+                runs,
+                lambda threads: stored_bytes(url, "public", "thread_id", threads),
             )
 
 

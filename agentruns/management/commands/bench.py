@@ -25,10 +25,6 @@ FLOORS = ("floor", "floor_no_wal")
 PERF2_TARGET, PERF3_TARGET = 2.0, 1.2
 
 
-def csv_ints(raw: str) -> list[int]:
-    return [int(item) for item in raw.split(",") if item.strip()]
-
-
 class Command(BaseCommand):
     help = "Measure loop overhead, statements per step, storage growth and resume reads."
 
@@ -48,14 +44,7 @@ class Command(BaseCommand):
             help="Durable steps measured per length (runs = this / steps per run).",
         )
         parser.add_argument("--resume-turns", default="5,50", help="PERF-4's history lengths.")
-        parser.add_argument(
-            "--peers",
-            choices=["install", "present", "skip"],
-            default="install",
-            help="install: make .venv-peers when missing; present: use it if it is there.",
-        )
-        parser.add_argument("--json", default=str(Path(settings.VAR_DIR) / "bench" / "bench.json"))
-        parser.add_argument("--plot", default=str(Path(settings.VAR_DIR) / "bench" / "bench.png"))
+        harness.add_options(parser, "bench", peers="install")
         parser.add_argument(
             "--daily-limit",
             type=int,
@@ -70,11 +59,7 @@ class Command(BaseCommand):
         settings.AGENTRUNS_MAX_TURNS = 10_000  # the sweep runs 200 turns
         self.user = workload.bench_user()
         self.opts = opts
-        self.python = (
-            None
-            if opts["peers"] == "skip"
-            else harness.peer_python(install=opts["peers"] == "install", say=self.say)
-        )
+        self.python = harness.peers_chosen(opts["peers"], self.say)
         self.errors: list[str] = []
         result: dict[str, Any] = {
             "benchmark": "bench",
@@ -164,7 +149,7 @@ class Command(BaseCommand):
     def lengths(self) -> list[dict[str, Any]]:
         """Ours at every length, then each peer in one process for all of them."""
         shapes = []
-        for turns in csv_ints(self.opts["lengths"]):
+        for turns in harness.csv_ints(self.opts["lengths"]):
             per_run = loop.steps(turns, 1)
             runs = max(1, self.opts["length_steps"] // per_run)
             shapes.append({"turns": turns, "calls": 1, "steps": per_run, "runs": runs})
@@ -206,7 +191,7 @@ class Command(BaseCommand):
         return out
 
     def perf4(self) -> dict[str, Any]:
-        lengths = csv_ints(self.opts["resume_turns"])
+        lengths = harness.csv_ints(self.opts["resume_turns"])
         return {
             "turns": lengths,
             "statements": [loop.resume_statements(self.user, n) for n in lengths],

@@ -74,10 +74,6 @@ ALTERNATIVES = (
 )
 
 
-def csv_ints(raw: str) -> list[int]:
-    return [int(item) for item in raw.split(",") if item.strip()]
-
-
 class Command(BaseCommand):
     help = "Measure PERF-5..PERF-7 on a real django-q2 cluster (PostgreSQL), beside LangGraph."
 
@@ -114,16 +110,8 @@ class Command(BaseCommand):
             action="store_true",
             help="Use a cluster that is already running instead of starting one.",
         )
-        parser.add_argument(
-            "--peers",
-            choices=["install", "present", "skip"],
-            default="install",
-            help="install: make .venv-peers when missing; present: use it if it is there.",
-        )
         parser.add_argument("--peer-pool", type=int, default=20, help="LangGraph's pool size.")
-        var = Path(settings.VAR_DIR) / "bench"
-        parser.add_argument("--json", default=str(var / "bench_cluster.json"))
-        parser.add_argument("--plot", default=str(var / "bench_cluster.png"))
+        harness.add_options(parser, "bench_cluster", peers="install")
 
     # ---- orchestration ------------------------------------------------------------------
 
@@ -134,11 +122,7 @@ class Command(BaseCommand):
         call_command("migrate", interactive=False, verbosity=0)
         self.opts, self.stamp = opts, int(time.time())
         self.user, self.provider = bench_user(), bench_provider()
-        self.python = (
-            None
-            if opts["peers"] == "skip"
-            else harness.peer_python(install=opts["peers"] == "install", say=self.say)
-        )
+        self.python = harness.peers_chosen(opts["peers"], self.say)
         shape = Shape("default", opts["workers"], opts["threads"], opts["pool_max"])
         result: dict[str, Any] = {
             "benchmark": "bench_cluster",
@@ -164,7 +148,7 @@ class Command(BaseCommand):
             if not opts["skip_perf6"]:
                 # Smallest first: each batch's peak memory, less the idle cluster's, is then
                 # what that many runs in flight cost (a heap, once grown, stays grown).
-                for n in sorted(csv_ints(opts["sizes"])):
+                for n in sorted(harness.csv_ints(opts["sizes"])):
                     result["perf6"].append(self.perf6(shape, n, cluster))
                     result["peer_concurrency"].extend(self.peer_concurrency(n))
             if not opts["skip_perf7"] and opts["parked"]:
@@ -172,7 +156,7 @@ class Command(BaseCommand):
         if opts["alternatives"]:
             for alt in ALTERNATIVES:
                 with self.cluster(alt, external=False) as cluster:
-                    for n in csv_ints(opts["alternative_sizes"]):
+                    for n in harness.csv_ints(opts["alternative_sizes"]):
                         result["perf6"].append(self.perf6(alt, n, cluster))
         self.report(result)
         plot = Path(opts["plot"]) if opts["plot"] else None

@@ -11,7 +11,6 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connection
 
@@ -33,15 +32,7 @@ class Command(BaseCommand):
             action="store_true",
             help="Seed a database whose name says neither bench nor test.",
         )
-        parser.add_argument(
-            "--peers",
-            choices=["install", "present", "skip"],
-            default="present",
-            help="The plot is drawn with the peers' matplotlib (.venv-peers).",
-        )
-        var = Path(settings.VAR_DIR) / "bench"
-        parser.add_argument("--json", default=str(var / "bench_scale.json"))
-        parser.add_argument("--plot", default=str(var / "bench_scale.png"))
+        harness.add_options(parser, "bench_scale", peers="present")
 
     def handle(self, *args: Any, **opts: Any) -> None:
         if connection.vendor != "postgresql":
@@ -54,11 +45,7 @@ class Command(BaseCommand):
                 f"bench_scale seeds millions of rows into {name!r}: give it a database of its "
                 "own (make bench-scale uses BENCH_SCALE_URL), or pass --force."
             )
-        python = (
-            None
-            if opts["peers"] == "skip"
-            else harness.peer_python(install=opts["peers"] == "install", say=self.say)
-        )
+        python = harness.peers_chosen(opts["peers"], self.say)
         history = History(
             runs=opts["runs"],
             events_per_run=opts["events_per_run"],
