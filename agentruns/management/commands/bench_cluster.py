@@ -142,6 +142,18 @@ class Command(BaseCommand):
             f"LangGraph peer: {'yes' if self.python else 'not installed'}"
         )
         seed_history(self.configuration("seed", latency_ms=0, turns=1), opts["seed_runs"])
+        try:
+            self.measure(shape, result)
+        except Exception as failed:  # what was measured before it is still worth keeping
+            result["failed"] = repr(failed)
+            raise
+        finally:
+            self.report(result)
+            plot = Path(opts["plot"]) if opts["plot"] else None
+            self.say(harness.write_result(result, Path(opts["json"]), plot, self.python))
+
+    def measure(self, shape: Shape, result: dict[str, Any]) -> None:
+        opts = self.opts
         with self.cluster(shape, external=opts["external"]) as cluster:
             if not opts["skip_perf5"]:
                 result["perf5"] = self.perf5(opts["perf5_samples"])
@@ -158,9 +170,6 @@ class Command(BaseCommand):
                 with self.cluster(alt, external=False) as cluster:
                     for n in harness.csv_ints(opts["alternative_sizes"]):
                         result["perf6"].append(self.perf6(alt, n, cluster))
-        self.report(result)
-        plot = Path(opts["plot"]) if opts["plot"] else None
-        self.say(harness.write_result(result, Path(opts["json"]), plot, self.python))
 
     def say(self, line: str) -> None:
         self.stdout.write(line)
