@@ -41,7 +41,7 @@ class SeedError(RuntimeError):
     pass
 
 
-def column_default(field: models.Field) -> tuple[str, list[Any]]:
+def column_default(field: Any) -> tuple[str, list[Any]]:
     """SQL (and its parameters) for a column the seed gives no value."""
     if getattr(field, "auto_now", False) or getattr(field, "auto_now_add", False):
         return "now()", []
@@ -65,8 +65,10 @@ def insert_select(
     expressions over the source (alone, or with their parameters); every other column (the
     primary key aside) gets its field's default. A literal % in the SQL is written %%.
     Returns the number of rows inserted."""
-    columns, expressions, arguments = [], [], []
-    fields = {field.column: field for field in model._meta.concrete_fields}
+    columns: list[str] = []
+    expressions: list[str] = []
+    arguments: list[Any] = []
+    fields = {str(field.column): field for field in model._meta.concrete_fields}
     unknown = set(values) - set(fields)
     if unknown:
         raise SeedError(f"{model._meta.db_table} has no column {sorted(unknown)}")

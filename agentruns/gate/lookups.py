@@ -79,18 +79,19 @@ def config_views(
     snippets: dict[int, list[Source]] = {pk: [] for pk in by_id}
     skills: dict[int, list[Source]] = {pk: [] for pk in by_id}
     fallbacks: dict[int, list[Hop]] = {pk: [] for pk in by_id}
-    for row in ConfigurationSnippet.objects.filter(
-        configuration__in=list(by_id), snippet__active=True
+    ids = list(by_id)
+    for snippet in ConfigurationSnippet.objects.filter(
+        configuration__in=ids, snippet__active=True
     ).select_related("snippet"):
-        snippets[row.configuration_id].append(snippet_source(row.snippet))
-    for row in ConfigurationSkill.objects.filter(
-        configuration__in=list(by_id), skill__active=True
+        snippets[snippet.configuration_id].append(snippet_source(snippet.snippet))
+    for skill in ConfigurationSkill.objects.filter(
+        configuration__in=ids, skill__active=True
     ).select_related("skill"):
-        skills[row.configuration_id].append(skill_source(row.skill))
-    for row in ConfigurationFallback.objects.filter(configuration__in=list(by_id)).select_related(
+        skills[skill.configuration_id].append(skill_source(skill.skill))
+    for fallback in ConfigurationFallback.objects.filter(configuration__in=ids).select_related(
         "fallback__provider"
     ):
-        fallbacks[row.configuration_id].append(hop(row.fallback))
+        fallbacks[fallback.configuration_id].append(hop(fallback.fallback))
     return {
         pk: ConfigView(
             id=pk,

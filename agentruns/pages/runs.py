@@ -40,7 +40,7 @@ class RunPaginator(Paginator):
 
     @cached_property
     def _counted(self) -> tuple[int, bool]:
-        return bounded_count(self.object_list)
+        return bounded_count(self.object_list)  # type: ignore[arg-type]  # a QuerySet here
 
     @cached_property
     def count(self) -> int:

@@ -141,7 +141,11 @@ class Command(BaseCommand):
     def ratios(self, rounds: list[dict[str, float | None]]) -> dict[str, Any]:
         out = {}
         for name in (*FLOORS, *PEERS):
-            within = [r["agentruns"] / r[name] for r in rounds if r.get(name) and r["agentruns"]]
+            within = [
+                ours / peer
+                for r in rounds
+                if (ours := r["agentruns"]) is not None and (peer := r.get(name))
+            ]
             if within:
                 out[name] = {**harness.spread(within), "target": TARGETS.get(name)}
         return out
