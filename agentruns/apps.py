@@ -11,6 +11,7 @@ class AgentrunsConfig(AppConfig):
         from django.conf import settings
 
         from agentruns import signals  # noqa: F401  (connects the catalog generation bump)
+        from agentruns.cluster import admin  # noqa: F401  (the cluster's page in the admin)
         from agentruns.tools import builtin  # noqa: F401  (registers the built-in tools)
 
         # Tools that are not the product's (the test suite's) register on import.

@@ -6,7 +6,7 @@ Stored values are parsed here and nowhere else, so an unknown class is *undeclar
 
 from __future__ import annotations
 
-from enum import IntEnum
+from enum import IntEnum, StrEnum
 
 
 class DataClass(IntEnum):
@@ -73,3 +73,22 @@ def parse_zone(raw: str | None) -> Zone:
 
 def least_trusted(zones: list[Zone]) -> Zone:
     return max(zones)
+
+
+class Enforcement(StrEnum):
+    """CG-5: what the gate does with a refusal, by the setting's word (the readout shows
+    it); an audit row records it as `recorded` (`enforced`, `observed`)."""
+
+    ENFORCE = "enforce"
+    OBSERVE = "observe"
+
+    @property
+    def recorded(self) -> str:
+        return f"{self.value}d"
+
+
+def parse_enforcement(raw: object) -> Enforcement:
+    """CG-5: fail closed; only the exact word `observe` observes."""
+    if isinstance(raw, str) and raw.strip().lower() == "observe":
+        return Enforcement.OBSERVE
+    return Enforcement.ENFORCE

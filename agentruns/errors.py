@@ -32,6 +32,12 @@ class Conflict(AgentrunsError):
     code = "conflict"
 
 
+class NotPermitted(AgentrunsError):
+    """The user may not do this (SEC-2, FS-5, HITL-9): cancel, steer, answer, force."""
+
+    code = "not_permitted"
+
+
 class ContextRefused(AgentrunsError):
     """CG-7, CG-8: the structured fields travel with the message."""
 
@@ -51,13 +57,9 @@ class Fenced(AgentrunsError):
     code = "fenced"
 
 
-# HITL-3, in the order the resume service checks them.
+# HITL-3, in the order the resume service checks them (after who may answer: NotPermitted).
 class ResumeError(AgentrunsError):
     pass
-
-
-class NotPermitted(ResumeError):
-    code = "not_permitted"
 
 
 class NotAwaiting(ResumeError):

@@ -1,8 +1,11 @@
-"""Event and result vocabularies: part of the API contract (§11)."""
+"""Event and result vocabularies: part of the API contract (§11); and `LogEntry`, one
+event of a thread's log as the loop and the store hold it in memory (the table's row is
+`models.Event`; this module is imported as `ev` for its vocabulary)."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 SUMMARY_CHARS = 160
@@ -42,6 +45,15 @@ EVENT_TYPES = (
 # OPS-5: the events the audit export carries (beside the gate's rows). The log indexes them
 # by time, and only them (models/runs.py `event_audit_time`).
 AUDITED = (TICKET_DECIDED, SECRET_REDACTED, RUN_CANCELLED)
+
+
+@dataclass(frozen=True)
+class LogEntry:
+    sequence: int
+    type: str
+    payload: dict[str, Any]
+    run_id: int | None = None
+
 
 TERMINAL_EVENTS = {RUN_COMPLETED: "completed", RUN_FAILED: "failed", RUN_CANCELLED: "cancelled"}
 

@@ -1,14 +1,16 @@
-"""Read-side queries shared by the admin, the pages and the API."""
+"""Read-side queries shared by the admin, the pages and the API. Reads only: who may see
+what is `agentruns.policy`'s, and nothing here writes or commits."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from django.db import connection
 from django.db.models import QuerySet
 
+from agentruns.events import LogEntry
 from agentruns.gate.audit import current_enforcement
 from agentruns.gate.core import ConfigView, Source, compose_sources
 from agentruns.gate.lookups import (
@@ -18,8 +20,12 @@ from agentruns.gate.lookups import (
     forced_for_resume,
 )
 from agentruns.gate.readout import readout
-from agentruns.models import Configuration, Event, Run, Thread, Ticket, ToolInvocation
-from agentruns.store import store
+from agentruns.models import Configuration, Event, Run, ToolInvocation
+from agentruns.policy import is_approver, visible_runs
+from agentruns.providers.base import Message
+from agentruns.runtime.compose import log_view, next_request
+from agentruns.runtime.config import build_runtime_config
+from agentruns.store import on_postgres
 
 
 def configuration_readout(
@@ -65,31 +71,6 @@ def run_readouts(runs: Iterable[Run]) -> dict[int, dict[str, Any]]:
     return out
 
 
-def may_use_playground(user: Any) -> bool:
-    """FS-5: the playground, and what it does anywhere (forcing sources, dry runs), is for
-    staff holding `agentruns.use_playground`."""
-    return bool(
-        user.is_authenticated and user.is_staff and user.has_perm("agentruns.use_playground")
-    )
-
-
-def sees_all_runs(user: Any) -> bool:
-    return bool(
-        user.is_authenticated
-        and (user.has_perm("agentruns.view_all_runs") or user.has_perm("agentruns.approve_run"))
-    )
-
-
-def visible_runs(user: Any) -> QuerySet[Run]:
-    """SEC-2: a user sees the runs they started, unless they may see all."""
-    runs = Run.objects.select_related("configuration", "thread", "created_by")
-    if sees_all_runs(user):
-        return runs
-    if not user.is_authenticated:
-        return runs.none()
-    return runs.filter(created_by=user)
-
-
 EXACT_COUNT_UP_TO = 10_000
 
 
@@ -101,61 +82,50 @@ def bounded_count(rows: QuerySet) -> tuple[int, bool]:
     exact = rows[: EXACT_COUNT_UP_TO + 1].count()
     if exact <= EXACT_COUNT_UP_TO:
         return exact, True
-    if connection.vendor != "postgresql":
+    if not on_postgres():
         return rows.count(), True
     plan = json.loads(rows.explain(format="json"))
     return max(exact, int(plan[0]["Plan"]["Plan Rows"])), False
 
 
-def can_act_on_thread(user: Any, thread: Thread) -> bool:
-    """The thread's initiator, or an approver, may steer it (switch its mode)."""
-    return bool(
-        user.is_authenticated
-        and (thread.created_by_id == user.pk or user.has_perm("agentruns.approve_run"))
-    )
+def mode_names(configuration: Configuration) -> list[str]:
+    """DEF-1: the configuration's modes by name, its default first."""
+    return [mode.name for mode in build_runtime_config(configuration).modes]
 
 
-def can_act_on_run(user: Any, run: Run) -> bool:
-    """The initiator, or an approver, may cancel or answer a run."""
-    return bool(
-        user.is_authenticated
-        and (run.created_by_id == user.pk or user.has_perm("agentruns.approve_run"))
-    )
+@dataclass(frozen=True)
+class TurnRequest:
+    """What one model turn was sent, as the loop composed it."""
+
+    mode: str
+    system: tuple[str, ...]
+    messages: tuple[Message, ...]
+    tools: tuple[str, ...]
 
 
-def durable_events(*, run: Run, after: int, limit: int) -> list[Event]:
-    """The run's events after the cursor, made durable before a client may advance it.
-
-    A step may commit with `synchronous_commit=off` (runtime/journal.py): a database crash
-    can then lose a tail a client has already read, and the lost sequence numbers are
-    reused for different events, which an `?after=` cursor would skip.
-    """
-    rows = list(Event.objects.filter(run=run, sequence__gt=after).order_by("sequence")[:limit])
-    if rows:
-        store().make_durable()
-    return rows
-
-
-def actionable_tickets(user: Any) -> QuerySet[Ticket]:
-    """HITL-9: the active tickets this user may answer, soonest deadline first. The query
-    form of `services.resume.may_answer`: an approver answers every ticket of the runs
-    they see; anyone else only the questions (not the permissions) of their own runs."""
-    if not user.is_authenticated:
-        return Ticket.objects.none()
-    tickets = (
-        Ticket.objects.filter(status=Ticket.Status.ACTIVE, run__in=visible_runs(user))
-        # The provider too: each card's readout names it (PERF-8: a query per card).
-        .select_related("run", "run__configuration__provider", "run__created_by")
-        .order_by("deadline", "id")
-    )
-    if user.has_perm("agentruns.approve_run"):
-        return tickets
-    return tickets.filter(run__created_by=user, kind=Ticket.Kind.REMOTE_INPUT)
+def turn_requests(run: Run, sequences: Sequence[int]) -> list[TurnRequest]:
+    """For each model turn (by its event's sequence in the thread's log), the request the
+    loop composed from the log before it, with the live configuration's sources, as a
+    resumed run would use (RG-2)."""
+    if not sequences:
+        return []
+    config = build_runtime_config(run.configuration)
+    _, sources = run_sources(run)
+    rows = Event.objects.filter(thread=run.thread_id, sequence__lt=max(sequences))
+    fields = ("sequence", "type", "payload", "run_id")
+    log = [LogEntry(*row) for row in rows.order_by("sequence").values_list(*fields)]
+    found = []
+    for sequence in sequences:
+        view = log_view([e for e in log if e.sequence < sequence], config)
+        composed = next_request(view, sources=sources)  # the loop's own recipe (FS-3)
+        tools = tuple(t.name for t in composed.tools)
+        found.append(TurnRequest(view.mode.name, composed.system, composed.messages, tools))
+    return found
 
 
 def uncertain_invocations(user: Any) -> QuerySet[ToolInvocation]:
     """TOOL-4: writes whose outcome is unknown, shown to approvers and never re-run."""
-    if not (user.is_authenticated and user.has_perm("agentruns.approve_run")):
+    if not is_approver(user):
         return ToolInvocation.objects.none()
     return (
         ToolInvocation.objects.filter(

@@ -51,7 +51,7 @@ SECRET_KEY = os.environ.get("SECRET_KEY") or persisted_secret_key()
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver")
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS")
 # UI-5: a forged post is refused on a page that says why, in the site's own style.
-CSRF_FAILURE_VIEW = "agentruns.pages.csrf.csrf_failure"
+CSRF_FAILURE_VIEW = "playground.csrf.csrf_failure"
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -66,6 +66,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "django_q",
     "agentruns",
+    "playground",
 ]
 
 MIDDLEWARE = [
@@ -80,7 +81,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
-    # request.htmx: pages answer htmx's polls with a fragment (agentruns.pages).
+    # request.htmx: pages answer htmx's polls with a fragment (playground).
     "django_htmx.middleware.HtmxMiddleware",
 ]
 
@@ -97,7 +98,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
-                "agentruns.pages.context.navigation",
+                "playground.context.navigation",
             ],
         },
     },
@@ -226,6 +227,10 @@ SPECTACULAR_SETTINGS = {
 # CG-5: read raw; the gate parses it fail-closed on every decision.
 AGENTRUNS_DATA_CLASS_ENFORCEMENT = os.environ.get("AGENTRUNS_DATA_CLASS_ENFORCEMENT")
 AGENTRUNS_HTTP_ALLOWED_HOSTS = env_list("AGENTRUNS_HTTP_ALLOWED_HOSTS")
+# SEC-11: the only environment variables a provider's `api_key_env` may name.
+AGENTRUNS_PROVIDER_KEY_VARS = env_list(
+    "AGENTRUNS_PROVIDER_KEY_VARS", "OPENAI_API_KEY,ANTHROPIC_API_KEY"
+)
 AGENTRUNS_LEASE_SECONDS = env_float("AGENTRUNS_LEASE_SECONDS", 30.0)
 AGENTRUNS_MAX_ATTEMPTS = env_int("AGENTRUNS_MAX_ATTEMPTS", 3)
 AGENTRUNS_MAX_TURNS = env_int("AGENTRUNS_MAX_TURNS", 50)
@@ -256,6 +261,9 @@ AGENTRUNS_Q_TIMEOUT = env_int("AGENTRUNS_Q_TIMEOUT", 60)
 AGENTRUNS_METRICS_TOKEN = os.environ.get("AGENTRUNS_METRICS_TOKEN", "")
 # OPS-4: webhook sends: per-request timeout, attempts before giving up, backoff base/cap.
 AGENTRUNS_WEBHOOK_TIMEOUT = env_float("AGENTRUNS_WEBHOOK_TIMEOUT", 5.0)
+# SEC-9: hosts a webhook may reach although they resolve to a loopback, private or
+# link-local address (an internal receiver); every other target must be public.
+AGENTRUNS_WEBHOOK_ALLOWED_HOSTS = env_list("AGENTRUNS_WEBHOOK_ALLOWED_HOSTS")
 AGENTRUNS_WEBHOOK_MAX_ATTEMPTS = env_int("AGENTRUNS_WEBHOOK_MAX_ATTEMPTS", 8)
 AGENTRUNS_WEBHOOK_BACKOFF_SECONDS = env_float("AGENTRUNS_WEBHOOK_BACKOFF_SECONDS", 10.0)
 AGENTRUNS_WEBHOOK_BACKOFF_MAX_SECONDS = env_float("AGENTRUNS_WEBHOOK_BACKOFF_MAX_SECONDS", 3600.0)

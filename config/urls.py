@@ -3,7 +3,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
 from agentruns.api.metrics import metrics_view
-from agentruns.pages.views import SignIn
+from playground.views import SignIn
 
 urlpatterns = [
     path("admin/", admin.site.urls),
@@ -14,5 +14,5 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("api/redoc/", SpectacularRedocView.as_view(url_name="schema"), name="api-redoc"),
     path("api/", include("agentruns.api.urls")),
-    path("", include("agentruns.pages.urls")),
+    path("", include("playground.urls")),
 ]

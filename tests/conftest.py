@@ -40,6 +40,23 @@ def grant(user, *codenames: str):
 # import; child processes get them through AGENTRUNS_EXTRA_TOOL_MODULES.
 import tests.support.tools  # noqa: E402, F401
 
+# SEC-11: the variables the suite's providers name, allowed as a deployer would list them
+# (tests/support/crash.child_env hands the list to child processes).
+TEST_KEY_VARS = [
+    "HITL_TEST_KEY",
+    "TEST_PROVIDER_KEY",
+    "UNIT_TEST_PROVIDER_KEY",
+    "OPENISH_API_KEY",
+    "I3_FAKE_OPENAI_KEY",
+    "PLANTED_OPENAI_KEY",
+    "HF_TOKEN",
+]
+
+
+@pytest.fixture(autouse=True)
+def _test_key_vars(settings):
+    settings.AGENTRUNS_PROVIDER_KEY_VARS = [*settings.AGENTRUNS_PROVIDER_KEY_VARS, *TEST_KEY_VARS]
+
 
 @pytest.fixture(autouse=True)
 def _fast_password_hashing(settings):

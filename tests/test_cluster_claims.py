@@ -4,6 +4,7 @@ operator sees (`cluster_status`, the admin page)."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import random
@@ -114,10 +115,10 @@ def test_clu2_batch_claims_take_queued_runs_oldest_first_and_never_a_live_lease(
     assert running and expired
     expire(runs[1])
     first = claim_queued(2, owner="batch")
-    assert [lease.run_id for lease in first] == [runs[2].pk, runs[3].pk]
-    assert all(lease.epoch == 1 and not lease.reclaimed for lease in first)
+    assert [c.lease.run_id for c in first] == [runs[2].pk, runs[3].pk]
+    assert all(c.lease.epoch == 1 and not c.reclaimed for c in first)
     rest = claim_queued(10, owner="batch")
-    assert [lease.run_id for lease in rest] == [runs[4].pk]
+    assert [c.lease.run_id for c in rest] == [runs[4].pk]
     assert claim_queued(10) == []
     owners = dict(Run.objects.filter(pk__in=[r.pk for r in runs]).values_list("pk", "lease_owner"))
     assert [owners[r.pk] for r in runs[2:]] == ["batch"] * 3
@@ -126,8 +127,8 @@ def test_clu2_batch_claims_take_queued_runs_oldest_first_and_never_a_live_lease(
 
 def test_clu2_heartbeat_renews_held_leases_and_marks_lost_ones():
     runs = submit_batch(quick_config(), 3)
-    leases = [claim(run.pk) for run in runs]
-    kept, taken, cancelled = (lease for lease in leases if lease is not None)
+    claims = [claim(run.pk) for run in runs]
+    kept, taken, cancelled = (c for c in claims if c is not None)
     expire(runs[1])
     assert claim(runs[1].pk) is not None  # another worker reclaims: epoch moves on
     Run.objects.filter(pk=runs[2].pk).update(cancel_requested=True)
@@ -135,11 +136,32 @@ def test_clu2_heartbeat_renews_held_leases_and_marks_lost_ones():
     before = timezone.now() - timedelta(seconds=5)
     Run.objects.filter(pk=runs[0].pk).update(lease_expires_at=before)
     renew_many([kept, taken, cancelled])
-    assert not kept.lost and not kept.cancel_requested
+    assert not kept.signals.lost and not kept.signals.cancel_requested
     after = Run.objects.get(pk=runs[0].pk).lease_expires_at
     assert after is not None and after > before
-    assert taken.lost
-    assert cancelled.cancel_requested and not cancelled.lost
+    assert taken.signals.lost
+    assert cancelled.signals.cancel_requested and not cancelled.signals.lost
+
+
+def test_clu2_a_claims_lease_never_changes_and_its_signals_cross_threads():
+    """CLU-2: what fences a worker's writes is fixed at the claim; what other threads tell
+    its executor (the heartbeat: lost, cancel; the driver: stop) arrives through the
+    claim's signals, which only ever go from clear to set."""
+    (run,) = submit_batch(quick_config())
+    claimed = claim(run.pk)
+    assert claimed is not None
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        claimed.lease.epoch += 1
+    signals = claimed.signals
+    assert not (signals.lost or signals.cancel_requested or signals.stop_requested)
+    heartbeat = threading.Thread(target=lambda: (signals.request_stop(), signals.lose()))
+    heartbeat.start()
+    heartbeat.join()
+    assert signals.stop_requested and signals.lost and not signals.cancel_requested
+    expire(run)
+    assert claim(run.pk) is not None
+    renew_many([claimed])  # a renewal of a lost lease does not clear anything
+    assert signals.lost and signals.stop_requested
 
 
 def test_clu3_sweeper_reenqueues_expired_leases_once():
@@ -153,8 +175,8 @@ def test_clu3_sweeper_reenqueues_expired_leases_once():
     run.refresh_from_db()
     assert run.wake_task_id in queued_task_ids()
     assert sweeper.sweep().expired_leases == []  # its wake-up is live now: not twice
-    lease = claim(run.pk)
-    assert lease is not None and lease.reclaimed and lease.attempts == 1
+    claimed = claim(run.pk)
+    assert claimed is not None and claimed.reclaimed and claimed.attempts == 1
 
 
 def test_clu3_sweeper_finds_lost_wakeups_and_leaves_live_ones():

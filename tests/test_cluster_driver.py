@@ -15,7 +15,7 @@ from django_q.models import OrmQ
 from agentruns.cluster.driver import Driver, DriverConfig
 from agentruns.models import Run
 from agentruns.runtime import loop as executor_module
-from agentruns.store.records import Lease
+from agentruns.store.records import Claim
 from agentruns.store.transitions import claim
 from tests.support.clusters import configuration, submit_batch, wait_for
 
@@ -42,11 +42,11 @@ def driver() -> Iterator[Driver]:
 class FakeExecutor:
     behaviour: Any = None
 
-    def __init__(self, lease: Lease) -> None:
-        self.lease = lease
+    def __init__(self, claim: Claim) -> None:
+        self.claim = claim
 
     def drive(self) -> str:
-        return str(type(self).behaviour(self.lease))
+        return str(type(self).behaviour(self.claim))
 
 
 @pytest.fixture
@@ -58,9 +58,9 @@ def fake_executor(monkeypatch: pytest.MonkeyPatch) -> type[FakeExecutor]:
 def drive_one(driver: Driver) -> Run:
     (run,) = submit_batch(configuration("driven", [{"text": "done"}]))
     assert driver.reserve(timeout=1)
-    lease = claim(run.pk)
-    assert lease is not None
-    driver.submit(lease)
+    claimed = claim(run.pk)
+    assert claimed is not None
+    driver.submit(claimed)
     wait_for(lambda: driver.busy == 0, timeout=10, what="the driver to finish")
     run.refresh_from_db()
     return run
@@ -82,7 +82,7 @@ def test_driver_reserve_blocks_when_every_thread_is_busy(driver):
 def test_driver_hands_back_a_run_on_database_trouble_without_spending_an_attempt(
     driver, fake_executor
 ):
-    def fail(lease: Lease) -> str:
+    def fail(claimed: Claim) -> str:
         raise OperationalError("server closed the connection unexpectedly")
 
     fake_executor.behaviour = fail
@@ -94,7 +94,7 @@ def test_driver_hands_back_a_run_on_database_trouble_without_spending_an_attempt
 def test_driver_abandons_a_run_whose_executor_breaks_so_a_reclaim_spends_an_attempt(
     driver, fake_executor
 ):
-    def fail(lease: Lease) -> str:
+    def fail(claimed: Claim) -> str:
         raise RuntimeError("a bug")
 
     fake_executor.behaviour = fail
@@ -102,24 +102,24 @@ def test_driver_abandons_a_run_whose_executor_breaks_so_a_reclaim_spends_an_atte
     assert run.status == Run.Status.RUNNING
     assert run.lease_expires_at is not None and run.lease_expires_at <= timezone.now()
     assert wake_queued(run)
-    lease = claim(run.pk)
-    assert lease is not None and lease.reclaimed and lease.attempts == 1
+    claimed = claim(run.pk)
+    assert claimed is not None and claimed.reclaimed and claimed.attempts == 1
 
 
 def test_driver_shutdown_asks_executors_to_release_and_waits(driver, fake_executor):
     seen = threading.Event()
 
-    def wait_for_stop(lease: Lease) -> str:
+    def wait_for_stop(claimed: Claim) -> str:
         seen.set()
-        wait_for(lambda: lease.stop_requested, timeout=10, what="the stop request")
+        wait_for(lambda: claimed.signals.stop_requested, timeout=10, what="the stop request")
         return "released"
 
     fake_executor.behaviour = wait_for_stop
     (run,) = submit_batch(configuration("stopping", [{"text": "done"}]))
     assert driver.reserve(timeout=1)
-    lease = claim(run.pk)
-    assert lease is not None
-    driver.submit(lease)
+    claimed = claim(run.pk)
+    assert claimed is not None
+    driver.submit(claimed)
     assert seen.wait(timeout=10)
     assert driver.shutdown(timeout=5) == 0
     assert driver.busy == 0
@@ -131,7 +131,7 @@ def test_clu1_the_heartbeat_claims_queued_and_expired_runs_without_a_wakeup(driv
     heartbeat claims a queued run and a run whose lease expired (a crash reclaim, which
     spends an attempt), and never a run under a live lease."""
     driven: list[tuple[int, int]] = []
-    fake_executor.behaviour = lambda lease: driven.append((lease.run_id, lease.attempts))
+    fake_executor.behaviour = lambda c: driven.append((c.lease.run_id, c.attempts))
     config = configuration("beaten", [{"text": "done"}])
     queued, crashed, live = submit_batch(config, 3)
     OrmQ.objects.all().delete()  # no wake-up will ever arrive
@@ -166,7 +166,7 @@ def test_clu3_a_hand_back_refused_by_a_restarting_database_is_retried_not_abando
 
     monkeypatch.setattr(driver_module, "enqueue_wake", restarting)
 
-    def fail(lease: Lease) -> str:
+    def fail(claimed: Claim) -> str:
         raise OperationalError("server closed the connection unexpectedly")
 
     fake_executor.behaviour = fail

@@ -14,7 +14,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agentruns import events as ev
-from agentruns.models import Event
+from agentruns.events import LogEntry
+from agentruns.models import Event, GateAudit
 from agentruns.providers.base import (
     AssistantMessage,
     Message,
@@ -25,14 +26,15 @@ from agentruns.providers.base import (
 )
 from agentruns.providers.tokens import fixed_tokens, message_tokens
 from agentruns.runtime import compaction
+from agentruns.runtime.actions.compact import SUMMARY_INSTRUCTION
 from agentruns.runtime.context import SUMMARY_PREFIX, effective_events, pairing_problems
 from agentruns.runtime.deferred import active_deferred
 from agentruns.runtime.loop import execute_run
-from agentruns.runtime.state import Ev
-from agentruns.runtime.steps.compact import SUMMARY_INSTRUCTION
 from tests.support.deferred import (
+    Script,
     call,
     fake_server,
+    is_summary,
     modes,
     offered,
     prompt,
@@ -44,6 +46,7 @@ from tests.support.deferred import (
     turn_requests,
 )
 from tests.support.factories import make_configuration, make_openai_configuration, make_provider
+from tests.support.fake_provider import FakeProvider
 
 SUMMARY = "SUMMARY-TEXT"
 
@@ -52,6 +55,17 @@ SUMMARY = "SUMMARY-TEXT"
 def staff(django_user_model):
     # No password: hashing one costs more than the test.
     return django_user_model.objects.create(username="staff", is_staff=True)
+
+
+def clock_configuration(fake: Any, *, budget: int) -> None:
+    """`cfg`: one core tool (`clock.now`) and a tight context budget."""
+    make_openai_configuration(
+        "cfg",
+        fake,
+        allowed_tools=["clock.now"],
+        modes=modes(agent=(["clock.now"], [])),
+        context_budget_tokens=budget,
+    )
 
 
 def words(n: int, word: str = "hello") -> str:
@@ -187,13 +201,7 @@ def test_def6_compaction_mid_prompt_never_splits_a_call_from_its_result(staff, w
 @pytest.mark.django_db
 def test_def6_a_context_that_cannot_fit_even_after_compaction_fails(staff):
     with fake_server(summary=SUMMARY) as (fake, _script):
-        make_openai_configuration(
-            "cfg",
-            fake,
-            allowed_tools=["clock.now"],
-            modes=modes(agent=(["clock.now"], [])),
-            context_budget_tokens=300,
-        )
+        clock_configuration(fake, budget=300)
         first = prompt(staff, "cfg", words(100))
         before = len(fake.requests)
         second = prompt(staff, "cfg", words(400), thread=first.thread_id, expect="failed")
@@ -208,13 +216,7 @@ def test_def6_a_context_that_cannot_fit_even_after_compaction_fails(staff):
 @pytest.mark.django_db
 def test_def6_a_first_prompt_over_budget_fails_instead_of_being_sent(staff):
     with fake_server() as (fake, _script):
-        make_openai_configuration(
-            "cfg",
-            fake,
-            allowed_tools=["clock.now"],
-            modes=modes(agent=(["clock.now"], [])),
-            context_budget_tokens=300,
-        )
+        clock_configuration(fake, budget=300)
         run = submit(staff, "cfg", words(400))
         outcome = execute_run(run.pk)
     sent = [request_tokens(r.body) for r in turn_requests(fake)]
@@ -246,27 +248,75 @@ def test_def6_the_request_after_compaction_is_within_budget_to_the_token(staff):
     assert (run.failure or {}).get("code") == "context_budget_exceeded"
 
 
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("answer", "failure"),
+    [
+        ({"choices": []}, {"code": "provider_malformed_reply", "retryable": False}),
+        ({"status": 400, "message": "no"}, {"code": "provider_error", "status": 400}),
+    ],
+)
+def test_def6_a_failed_summary_call_fails_the_run_with_the_providers_code(staff, answer, failure):
+    """A compaction's summary call fails the run as a turn's call would (one mapping, in
+    `send`): with the provider error's own code and its status, never a generic
+    `provider_error` that hides a malformed reply. Nothing over budget is sent."""
+    script = Script(summary=SUMMARY)
+
+    def answering(body: dict[str, Any], path: str) -> dict[str, Any]:
+        return answer if is_summary(body) else script(body, path)
+
+    with FakeProvider(default=answering) as fake:
+        clock_configuration(fake, budget=300)
+        first = prompt(staff, "cfg", words(150))
+        before = len(fake.requests)
+        second = prompt(staff, "cfg", words(120), thread=first.thread_id, expect="failed")
+    assert {key: second.failure[key] for key in failure} == failure, second.failure
+    assert second.failure["detail"].startswith("Compaction failed:")
+    [only] = fake.requests[before:]
+    assert is_summary(only.body)
+    types = [e.type for e in thread_events(first.thread_id) if e.run_id == second.pk]
+    assert ev.COMPACTION not in types and types[-1] == ev.RUN_FAILED
+
+
+@pytest.mark.django_db
+def test_cg9_every_provider_call_of_a_compacting_turn_is_gated_once(staff):
+    """CG-9: the summary call and the turn's call each go through `send`, so each
+    has its own audit row, decided before it was sent."""
+    with fake_server(summary=SUMMARY) as (fake, _script):
+        clock_configuration(fake, budget=300)
+        first = prompt(staff, "cfg", words(150))
+        before = len(fake.requests)
+        second = prompt(staff, "cfg", words(120), thread=first.thread_id)
+    assert compactions(first.thread_id)
+    sent = fake.requests[before:]
+    assert [is_summary(r.body) for r in sent] == [True, False]
+    audits = GateAudit.objects.filter(run_id=second.pk)
+    assert audits.count() == len(sent)
+
+
 # ---------------------------------------------------------------- DEF-6 evidence, pure
 
 
-def _result(seq: int, tool: str, **extra: Any) -> Ev:
+def _result(seq: int, tool: str, **extra: Any) -> LogEntry:
     payload = {"call_id": f"c{seq}", "tool": tool, "status": ev.OK, "content": "x", **extra}
-    return Ev(seq, ev.TOOL_RESULT, payload)
+    return LogEntry(seq, ev.TOOL_RESULT, payload)
 
 
-def _compaction(seq: int, kept_from: int, *carried: str) -> Ev:
+def _compaction(seq: int, kept_from: int, *carried: str) -> LogEntry:
     payload = {"summary": "s", "kept_from": kept_from, "active_deferred": list(carried)}
-    return Ev(seq, ev.COMPACTION, payload)
+    return LogEntry(seq, ev.COMPACTION, payload)
 
 
 CATALOG = ("http.get", "deftest.weather", "deftest.publish")
 HISTORY = [
-    Ev(1, ev.USER, {"text": "go"}),
-    Ev(2, ev.ASSISTANT, {"text": "", "tool_calls": [{"id": "c3", "name": "tool_search"}]}),
+    LogEntry(1, ev.USER, {"text": "go"}),
+    LogEntry(2, ev.ASSISTANT, {"text": "", "tool_calls": [{"id": "c3", "name": "tool_search"}]}),
     _result(3, "tool_search", added_tool_names=["http.get", "deftest.weather"]),
-    Ev(4, ev.ASSISTANT, {"text": "", "tool_calls": [{"id": "c5", "name": "deftest.publish"}]}),
+    LogEntry(
+        4, ev.ASSISTANT, {"text": "", "tool_calls": [{"id": "c5", "name": "deftest.publish"}]}
+    ),
     _result(5, "deftest.publish"),
-    Ev(6, ev.USER, {"text": "again"}),
+    LogEntry(6, ev.USER, {"text": "again"}),
 ]
 
 
@@ -281,42 +331,45 @@ def test_def6_evidence_compacted_away_counts_only_if_the_compaction_carried_it()
 
 
 def test_def6_only_the_newest_compaction_speaks_for_the_past():
-    history = [*HISTORY, _compaction(7, 6, "http.get"), Ev(8, ev.USER, {"text": "b"})]
+    history = [*HISTORY, _compaction(7, 6, "http.get"), LogEntry(8, ev.USER, {"text": "b"})]
     assert active_deferred(effective_events(history), CATALOG) == {"http.get"}
-    later = [*history, _compaction(9, 8), Ev(10, ev.USER, {"text": "c"})]
+    later = [*history, _compaction(9, 8), LogEntry(10, ev.USER, {"text": "c"})]
     assert active_deferred(effective_events(later), CATALOG) == set()
     assert [e.sequence for e in effective_events(later)] == [9, 8, 10]
 
 
 def test_def6_a_carried_name_outside_the_current_catalog_is_dropped():
-    history = [_compaction(7, 6, "http.get", "deftest.weather"), Ev(6, ev.USER, {"text": "x"})]
+    history = [
+        _compaction(7, 6, "http.get", "deftest.weather"),
+        LogEntry(6, ev.USER, {"text": "x"}),
+    ]
     assert active_deferred(effective_events(history), ("deftest.weather",)) == {"deftest.weather"}
 
 
 # ---------------------------------------------------------------- planning, pure
 
 
-def _assistant(seq: int, *call_ids: str) -> Ev:
+def _assistant(seq: int, *call_ids: str) -> LogEntry:
     calls = [{"id": c, "name": "test.echo", "arguments": {}} for c in call_ids]
-    return Ev(seq, ev.ASSISTANT, {"text": "", "tool_calls": calls})
+    return LogEntry(seq, ev.ASSISTANT, {"text": "", "tool_calls": calls})
 
 
-def _res(seq: int, call_id: str) -> Ev:
-    return Ev(seq, ev.TOOL_RESULT, {"call_id": call_id, "tool": "test.echo", "status": ev.OK})
+def _res(seq: int, call_id: str) -> LogEntry:
+    return LogEntry(seq, ev.TOOL_RESULT, {"call_id": call_id, "tool": "test.echo", "status": ev.OK})
 
 
 PARKED_TURN = [
-    Ev(1, ev.MODE_SWITCHED, {"mode": "agent"}),
-    Ev(2, ev.USER, {"text": "go"}),
+    LogEntry(1, ev.MODE_SWITCHED, {"mode": "agent"}),
+    LogEntry(2, ev.USER, {"text": "go"}),
     _assistant(3, "a", "b"),
     _res(4, "a"),
-    Ev(5, ev.TICKET_OPENED, {"call_id": "b"}),
-    Ev(6, ev.TICKET_DECIDED, {"call_id": "b"}),
+    LogEntry(5, ev.TICKET_OPENED, {"call_id": "b"}),
+    LogEntry(6, ev.TICKET_DECIDED, {"call_id": "b"}),
     _res(7, "b"),
     _assistant(8),
-    Ev(9, ev.RUN_COMPLETED, {}),
-    Ev(10, ev.MODE_SWITCHED, {"mode": "chat"}),
-    Ev(11, ev.USER, {"text": "next"}),
+    LogEntry(9, ev.RUN_COMPLETED, {}),
+    LogEntry(10, ev.MODE_SWITCHED, {"mode": "chat"}),
+    LogEntry(11, ev.USER, {"text": "next"}),
     _assistant(12, "c"),
     _res(13, "c"),
 ]
@@ -362,7 +415,8 @@ def test_plan_keeps_at_least_the_newest_unit_when_nothing_else_helps():
 
 def test_plan_summarises_the_fewest_oldest_units_that_reach_the_target():
     units = [
-        compaction.Unit((Ev(i, ev.USER, {}),), tokens) for i, tokens in enumerate([300] * 5, 1)
+        compaction.Unit((LogEntry(i, ev.USER, {}),), tokens)
+        for i, tokens in enumerate([300] * 5, 1)
     ]
     # budget 1000: target 600, allowance 125 -> keep 1 unit (425), 2 units would be 725.
     plan = compaction.plan(units, fixed=0, budget=1000)
@@ -382,7 +436,7 @@ def test_plan_summarises_the_fewest_oldest_units_that_reach_the_target():
     budget=st.integers(min_value=1, max_value=20000),
 )
 def test_plan_properties(tokens, fixed, budget):
-    units = [compaction.Unit((Ev(i, ev.USER, {}),), t) for i, t in enumerate(tokens, 1)]
+    units = [compaction.Unit((LogEntry(i, ev.USER, {}),), t) for i, t in enumerate(tokens, 1)]
     plan = compaction.plan(units, fixed=fixed, budget=budget)
     if fixed + sum(tokens) <= budget or len(units) < 2:
         assert plan is None
@@ -404,9 +458,9 @@ def test_plan_properties(tokens, fixed, budget):
 
 def test_the_transcript_for_the_summariser_is_plain_text():
     events = [
-        Ev(1, ev.COMPACTION, {"summary": "old"}),
-        Ev(2, ev.USER, {"text": "hi"}),
-        Ev(
+        LogEntry(1, ev.COMPACTION, {"summary": "old"}),
+        LogEntry(2, ev.USER, {"text": "hi"}),
+        LogEntry(
             3,
             ev.ASSISTANT,
             {
@@ -414,7 +468,7 @@ def test_the_transcript_for_the_summariser_is_plain_text():
                 "tool_calls": [{"id": "a", "name": "http.get", "arguments": {"url": "u"}}],
             },
         ),
-        Ev(
+        LogEntry(
             4,
             ev.TOOL_RESULT,
             {"call_id": "a", "tool": "http.get", "status": "ok", "content": "page"},

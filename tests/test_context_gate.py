@@ -7,6 +7,7 @@ import logging
 
 import pytest
 
+from agentruns.classes import Enforcement, parse_enforcement
 from agentruns.errors import ContextRefused
 from agentruns.gate import core
 from agentruns.gate.audit import context_assert, current_enforcement
@@ -14,12 +15,10 @@ from agentruns.gate.core import (
     SKILL,
     SNIPPET,
     SYSTEM_PROMPT,
-    Enforcement,
     Verdict,
     compose_sources,
     decide,
     effective_source,
-    parse_enforcement,
     refusal_fields,
     refusal_message,
 )
@@ -242,7 +241,7 @@ def test_cg4_audit_row_has_the_decision_fields_and_no_text(settings):
         context_assert(config=config, sources=sources, run_id=99)
     row = GateAudit.objects.get()
     assert row.verdict == "refused"
-    assert row.enforcement == GateAudit.Enforcement.ENFORCED
+    assert row.enforcement == Enforcement.ENFORCE.recorded == "enforced"
     assert row.configuration == "cfg-audit"
     assert row.run_id == 99
     assert row.zone == "external_eu"

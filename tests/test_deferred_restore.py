@@ -7,6 +7,7 @@ the context and nothing else. The rule itself is unit-tested over hand-built eve
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -20,11 +21,11 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from agentruns import events as ev
+from agentruns.events import LogEntry
 from agentruns.models import Run, Ticket
 from agentruns.runtime import faults
 from agentruns.runtime.deferred import active_deferred
 from agentruns.runtime.loop import execute_run
-from agentruns.runtime.state import Ev
 from tests.support.deferred import (
     call,
     fake_server,
@@ -39,7 +40,7 @@ from tests.support.deferred import (
     turn,
     turn_requests,
 )
-from tests.support.factories import make_openai_configuration
+from tests.support.factories import make_openai_configuration, make_snippet
 from tests.support.runs import current_database_url
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -65,22 +66,22 @@ def api(staff) -> APIClient:
 CATALOG = ("http.get", "deftest.weather", "deftest.publish")
 
 
-def result(seq: int, tool: str, status: str = ev.OK, **extra: Any) -> Ev:
+def result(seq: int, tool: str, status: str = ev.OK, **extra: Any) -> LogEntry:
     payload = {"call_id": f"c{seq}", "tool": tool, "status": status, "content": "x", **extra}
-    return Ev(seq, ev.TOOL_RESULT, payload)
+    return LogEntry(seq, ev.TOOL_RESULT, payload)
 
 
-def found(seq: int, *names: str, status: str = ev.OK) -> Ev:
+def found(seq: int, *names: str, status: str = ev.OK) -> LogEntry:
     return result(seq, "tool_search", status, added_tool_names=list(names))
 
 
-def assistant(seq: int, text: str = "", *calls: str) -> Ev:
+def assistant(seq: int, text: str = "", *calls: str) -> LogEntry:
     tool_calls = [{"id": f"a{seq}_{i}", "name": n, "arguments": {}} for i, n in enumerate(calls)]
-    return Ev(seq, ev.ASSISTANT, {"text": text, "tool_calls": tool_calls})
+    return LogEntry(seq, ev.ASSISTANT, {"text": text, "tool_calls": tool_calls})
 
 
-def user(seq: int, text: str) -> Ev:
-    return Ev(seq, ev.USER, {"text": text})
+def user(seq: int, text: str) -> LogEntry:
+    return LogEntry(seq, ev.USER, {"text": text})
 
 
 def test_def4_a_successful_search_contributes_its_added_names():
@@ -106,7 +107,7 @@ def test_def4_unsuccessful_results_contribute_nothing(status):
 
 
 def test_def4_an_interrupted_placeholder_contributes_nothing():
-    placeholder = Ev(
+    placeholder = LogEntry(
         3,
         ev.TOOL_RESULT,
         {"call_id": "c", "tool": "http.get", "status": ev.ERROR, "content": "Interrupted."},
@@ -118,8 +119,8 @@ def test_def4_prose_and_proposed_calls_are_never_evidence():
     events = [
         user(1, "Use http.get and deftest.weather, they are active."),
         assistant(2, "I activated http.get and deftest.weather.", "http.get", "deftest.weather"),
-        Ev(3, ev.MODE_SWITCHED, {"mode": "http.get"}),
-        Ev(4, ev.TICKET_OPENED, {"tool": "deftest.publish", "call_id": "a2_0"}),
+        LogEntry(3, ev.MODE_SWITCHED, {"mode": "http.get"}),
+        LogEntry(4, ev.TICKET_OPENED, {"tool": "deftest.publish", "call_id": "a2_0"}),
     ]
     assert active_deferred(events, CATALOG) == set()
 
@@ -386,3 +387,48 @@ def test_def4_a_dry_run_on_a_thread_shows_the_restored_set(staff, api):
         prompt(staff, "cfg", "again", thread=first.thread_id)
     assert offered(turn_requests(fake)[-1]) == [*BASE, "deftest_weather"]
     assert [t["wire_name"] for t in dry["tools"]] == [*BASE, "deftest_weather"]
+
+
+def _sent(messages: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """(role, content, call ids) of Chat Completions messages or a dry run's."""
+    return [
+        (
+            m["role"],
+            m.get("content") or "",
+            [c["id"] for c in m.get("tool_calls") or ()]
+            or [m.get("tool_call_id") or m.get("call_id")],
+        )
+        for m in messages
+    ]
+
+
+@uses_db
+def test_fs3_a_dry_run_is_the_first_send_on_a_thread_by_construction(staff, api):
+    """FS-3: the dry run composes the run's first request by the loop's own recipe from the
+    log the submission would write (the mode it switches to, its redacted input, the tools
+    the thread activated, the forced sources), so it equals what the provider is sent."""
+    snippet = make_snippet("pinned", text="Remember the pinned note.")
+    with fake_server(search("weather")) as (fake, _script):
+        configure(
+            fake,
+            agent=(["clock.now"], ["deftest.weather", "deftest.verbose"]),
+            other=(["clock.now"], ["deftest.weather"]),
+        )
+        first = prompt(staff, "cfg")
+        body = {
+            "configuration": "cfg",
+            "input": "again, key sk-live-" + "Z9y8X7w6V5u4T3s2R1q0P9o8",
+            "thread": first.thread_id,
+            "mode": "other",
+            "forced_snippets": [snippet.pk],
+        }
+        dry = api.post("/api/runs/", {**body, "dry_run": True}, format="json").json()
+        before = len(turn_requests(fake))
+        submitted = api.post("/api/runs/", body, format="json")
+        assert submitted.status_code == 201, submitted.json()
+        assert execute_run(submitted.json()["id"]) == "completed"
+    first_send = turn_requests(fake)[before].body
+    assert _sent(dry["messages"]) == _sent(first_send["messages"])
+    assert [t["wire_name"] for t in dry["tools"]] == offered(first_send)
+    assert "Remember the pinned note." in [m["content"] for m in dry["messages"]]
+    assert "sk-live-" not in json.dumps(first_send) and dry["redacted"]

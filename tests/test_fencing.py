@@ -14,9 +14,9 @@ from django.utils import timezone
 
 from agentruns import events as ev
 from agentruns.models import Event, Note, Run, ToolInvocation
+from agentruns.runtime.actions.model_turn import idempotency_key
 from agentruns.runtime.loop import Executor, Outcome, execute_run
 from agentruns.runtime.state import ProposedCall
-from agentruns.runtime.steps.model_turn import idempotency_key
 from agentruns.store.transitions import claim
 from agentruns.tools.registry import REGISTRY
 from tests.support.crash import (
@@ -51,7 +51,7 @@ def taken_over(run_id: int):
     expire_lease(run_id)
     new = claim(run_id, owner="new-worker")
     assert new is not None
-    assert new.epoch == old.epoch + 1
+    assert new.lease.epoch == old.lease.epoch + 1
     return old, new
 
 
@@ -75,10 +75,10 @@ def test_a_taken_over_worker_stops_without_writing_an_event(staff, fake):
 
     assert Executor(old).drive() == Outcome.FENCED
 
-    assert old.lost
+    assert old.signals.lost
     assert list(Event.objects.values_list("pk", flat=True)) == events_before
     run.refresh_from_db()
-    assert (run.epoch, run.lease_owner, run.status) == (new.epoch, "new-worker", "running")
+    assert (run.epoch, run.lease_owner, run.status) == (new.lease.epoch, "new-worker", "running")
     # The new holder is unaffected and finishes the run.
     assert Executor(new).drive() == Run.Status.COMPLETED
 
@@ -149,7 +149,11 @@ def test_a_live_lease_cannot_be_claimed_and_an_expired_one_spends_an_attempt(sta
     Run.objects.filter(pk=run.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
     second = claim(run.pk, owner="b")
     assert second is not None
-    assert (second.epoch, second.reclaimed, second.attempts) == (first.epoch + 1, True, 1)
+    assert (second.lease.epoch, second.reclaimed, second.attempts) == (
+        first.lease.epoch + 1,
+        True,
+        1,
+    )
 
 
 @pytest.mark.django_db(transaction=True)
@@ -258,10 +262,10 @@ def test_no_transaction_is_open_across_a_provider_call_or_an_external_tool(
     """LOOP-5: the worker holds no database transaction while it waits on the model or on
     a tool with an external effect (only the transactional `notes.write` runs inside the
     transaction that records it, by design: TOOL-4)."""
-    from agentruns.runtime.steps import model_turn, tool_calls
+    from agentruns.runtime.actions import send, tool_calls
 
     seen: list[tuple[str, bool]] = []
-    real_dispatch, real_run_tool = model_turn.dispatch, tool_calls.run_tool
+    real_dispatch, real_run_tool = send.dispatch, tool_calls.run_tool
 
     def dispatch(*args, **kwargs):
         seen.append(("provider", connection.in_atomic_block))
@@ -272,7 +276,7 @@ def test_no_transaction_is_open_across_a_provider_call_or_an_external_tool(
             seen.append((tool.name, connection.in_atomic_block))
         return real_run_tool(tool, call, context, savepoint=savepoint)
 
-    monkeypatch.setattr(model_turn, "dispatch", dispatch)
+    monkeypatch.setattr(send, "dispatch", dispatch)
     monkeypatch.setattr(tool_calls, "run_tool", run_tool)
     two_tool_configuration(fake)
     run = submit(staff, "two-tool")

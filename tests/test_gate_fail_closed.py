@@ -299,6 +299,32 @@ def test_cg4_a_permitted_decision_is_committed_durably_before_its_send(staff, fa
     assert GateAudit.objects.filter(run_id=run.pk, verdict="permitted").count() == 1
 
 
+def test_sec6_a_catalog_that_moves_after_every_composition_fails_the_run_closed(
+    staff, fake, monkeypatch
+):
+    """SEC-6: a request composed on a view the gate then finds outdated is composed again,
+    as often as a decision is taken again; a catalog that moves after every composition
+    fails the run `context_unstable` and nothing is sent."""
+    from agentruns.runtime.actions import model_turn
+
+    gated(fake, "public")
+    compose = model_turn._composed
+
+    def composed_then_moved(ctx):
+        composed = compose(ctx)
+        CatalogGeneration.bump()  # an operator's change lands right after composition
+        return composed
+
+    monkeypatch.setattr(model_turn, "_composed", composed_then_moved)
+    run = submit(staff, "gated")
+
+    assert execute_run(run.pk) == Run.Status.FAILED
+
+    run.refresh_from_db()
+    assert run.failure["code"] == "context_unstable"
+    assert fake.requests == []
+
+
 def test_sec6_a_catalog_change_during_compaction_never_mixes_two_views_in_one_send(staff):
     """SEC-6, CG-9, DEF-6: while a turn compacts its context (the summary request is in
     flight), an operator re-points the configuration: a secret snippet, a local provider,

@@ -1,6 +1,6 @@
 """The admin acts too (UI-5, HITL-3, HITL-8, HITL-11): the ticket's change page decides
 through `run_resume` and the run's change page cancels through `run_cancel`, with refusals
-shown as admin messages in the words of `pages/words.py`."""
+shown as admin messages in the words of `agentruns/words.py`."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from django.test import Client
 
 from agentruns.models import Run, Ticket
-from agentruns.pages.words import WORDS
+from agentruns.words import WORDS
 from tests.conftest import grant
 from tests.support.hitl import (
     active_ticket,

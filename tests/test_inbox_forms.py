@@ -4,7 +4,7 @@ the property's name, and the posted fields read back into the value the schema c
 from __future__ import annotations
 
 from agentruns.answers import answer_errors
-from agentruns.pages.inbox_forms import controls, typed_fields, unplaced_errors, value_from_post
+from agentruns.forms.questions import controls, typed_fields, unplaced_errors, value_from_post
 
 SCHEMA = {
     "type": "object",

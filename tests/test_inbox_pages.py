@@ -1,7 +1,7 @@
 """The approval inbox with Django's test client, as a browser without JavaScript would use
 it (UI-2, UI-3, UI-5, UI-6, HITL-3, HITL-4, HITL-8, HITL-9, OPS-6): every card is a plain
 POST with CSRF that goes through `run_resume`, and a refused post changes nothing and
-says why in the words of `pages/words.py`."""
+says why in the words of `agentruns/words.py`."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from django.test import Client
 from django.utils import timezone
 
 from agentruns.models import Event, Run, Ticket, ToolInvocation
-from agentruns.pages.words import WORDS
 from agentruns.runtime.loop import execute_run
+from agentruns.words import WORDS
 from tests.conftest import grant
 from tests.support.hitl import (
     active_ticket,
@@ -340,7 +340,7 @@ def test_ui5_a_post_without_csrf_is_refused_on_a_worded_page(approver, approval)
     )
     assert response.status_code == 403
     assert WORDS["csrf_failed"] in text(response)
-    assert b"/static/pages/app.css" in response.content  # the site's own styled page
+    assert b"/static/playground/app.css" in response.content  # the site's own styled page
     assert 'href="/inbox/">Back to the page you came from' in response.content.decode()
     assert picture(approval.pk) == before
     forged = {**form(ticket, decision="allow"), "next": "//evil.example/"}

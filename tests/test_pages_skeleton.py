@@ -7,7 +7,7 @@ import pytest
 
 from agentruns.demo import load_demo_data, load_demo_users
 from agentruns.demo_accounts import DEMO_PASSWORD
-from agentruns.selectors import actionable_tickets
+from agentruns.policy import answerable_tickets
 from tests.conftest import grant
 from tests.support.hitl import park
 
@@ -26,7 +26,7 @@ def test_ui4_anonymous_visitors_are_sent_to_sign_in(client, path):
 def test_ui4_a_plain_user_signs_in_on_the_styled_page(client, member):
     page = client.get("/accounts/login/")
     assert page.status_code == 200
-    assert b"/static/pages/app.css" in page.content
+    assert b"/static/playground/app.css" in page.content
     response = client.post("/accounts/login/", {"username": "member", "password": "pw"})
     assert response.status_code == 302 and response["Location"] == "/"
     home = client.get("/")
@@ -61,7 +61,7 @@ def test_navigation_shows_playground_and_admin_only_to_staff_with_the_permission
 ):
     client.force_login(member)
     page = client.get("/").content.decode()
-    assert "/playground/" not in page and "/admin/" not in page
+    assert 'href="/playground/"' not in page and 'href="/admin/"' not in page
     assert 'href="/runs/"' in page and 'href="/inbox/"' in page
     grant(staff, "use_playground")
     client.force_login(staff)
@@ -74,8 +74,8 @@ def test_hitl9_inbox_count_is_what_the_viewer_may_act_on(client, staff, member):
     park(member, "approval-demo")  # a tool permission: approvers only
     park(member, "question-demo")  # a question: its initiator too
     grant(staff, "approve_run")
-    assert actionable_tickets(member).count() == 1
-    assert actionable_tickets(staff).count() == 2
+    assert answerable_tickets(member).count() == 1
+    assert answerable_tickets(staff).count() == 2
     client.force_login(member)
     assert client.get("/inbox/count/").content == b"1"
     client.force_login(staff)

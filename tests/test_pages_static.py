@@ -10,7 +10,7 @@ import pytest
 from django.core.management import call_command
 from django.test import Client, override_settings
 
-BASE = Path(__file__).parent.parent / "templates" / "pages" / "base.html"
+BASE = Path(__file__).parent.parent / "playground" / "templates" / "playground" / "base.html"
 
 
 @pytest.fixture(scope="module")
@@ -48,4 +48,4 @@ def test_ui4_every_asset_a_page_names_is_served_without_debug(production, page):
 
 def test_ui4_the_pages_load_their_scripts_from_their_own_static_files():
     sources = re.findall(r'<script src="([^"]+)"', BASE.read_text())
-    assert sources == ["{% static 'pages/htmx.min.js' %}", "{% static 'pages/app.js' %}"]
+    assert sources == ["{% static 'playground/htmx.min.js' %}", "{% static 'playground/app.js' %}"]

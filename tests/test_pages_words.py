@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from agentruns import errors
-from agentruns.pages.words import WORDS, failure_sentence, sentence
+from agentruns.words import WORDS, failure_sentence, sentence
 
 
 def codes() -> set[str]:

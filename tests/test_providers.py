@@ -26,7 +26,7 @@ from agentruns.providers.base import (
 )
 from agentruns.providers.dispatch import adapter_for, dispatch
 from agentruns.providers.openai_adapter import OpenAIAdapter
-from agentruns.providers.scripted import FINISHED, ScriptedAdapter
+from agentruns.providers.scripted import DERIVED_ID, FINISHED, ScriptedAdapter
 from tests.support.fake_provider import ANTHROPIC_PATH, OPENAI_PATH, FakeProvider
 
 KEY = "sk-test-9f8e7d6c5b4a39281706"
@@ -480,19 +480,32 @@ def scripted(*messages, **fields):
 def test_scripted_first_turn_uses_wire_names_and_derived_ids():
     reply = scripted(UserMessage("go"))
     assert reply.text == "first"
-    assert reply.tool_calls == (ToolCall("call_1_0_0", "notes_write", {"title": "a"}),)
+    [call] = reply.tool_calls
+    assert (call.name, call.arguments) == ("notes_write", {"title": "a"})
+    derived = DERIVED_ID.match(call.id)
+    assert derived and derived["turn"] == "0"
+    assert scripted(UserMessage("go")).tool_calls == reply.tool_calls  # deterministic
 
 
-def test_scripted_turn_counts_assistant_messages_after_the_last_prompt():
-    one = scripted(
-        UserMessage("go"), AssistantMessage("first", ()), ToolResultMessage("c", "x", "r")
-    )
+def test_scripted_turn_follows_the_newest_turns_call_ids_then_counts():
+    first = scripted(UserMessage("go"))
+    (first_call,) = first.tool_calls
+    result = ToolResultMessage(first_call.id, "notes_write", "saved")
+    one = scripted(UserMessage("go"), AssistantMessage("first", first.tool_calls), result)
     assert one.text == "second"
-    assert [(c.id, c.name) for c in one.tool_calls] == [("call_1_1_0", "clock_now"), ("mine", "x")]
+    ids = [c.id for c in one.tool_calls]
+    assert ids == [first_call.id.replace("_0_0", "_1_0"), "mine"]
+
+    # A compaction summarised the earlier turns away: the ids still carry the turn.
+    compacted = scripted(UserMessage("Summary: ..."), AssistantMessage("first", first.tool_calls))
+    assert compacted.text == "second"
+    # Without derived ids the assistant turns since the prompt are counted.
+    counted = scripted(UserMessage("go"), AssistantMessage("first", ()), result)
+    assert counted.text == "second"
 
     # A second prompt in the thread replays from the start, with fresh ids.
     again = scripted(UserMessage("go"), AssistantMessage("done"), UserMessage("again"))
-    assert again.text == "first" and again.tool_calls[0].id == "call_2_0_0"
+    assert again.text == "first" and again.tool_calls[0].id != first_call.id
 
 
 def test_scripted_past_the_end_finishes():

@@ -127,11 +127,12 @@ def test_a_secret_redacted_from_a_snippet_is_an_event_on_the_run(staff, fake):
 def test_a_secret_in_a_tool_result_is_redacted_in_the_log_and_on_the_wire(staff, fake):
     """CG-11: a tool's output is redacted before it is recorded, so the model, the log and
     the checkpoints only ever see the marker."""
-    Note.objects.create(title="creds", body=f"api_key={LIVE_KEY}\nrotate monthly")
     make_openai_configuration("reader", fake, allowed_tools=["notes.read"])
     read = {"id": "r1", "name": "notes_read", "arguments": {"title": "creds"}}
     fake.queue({"tool_calls": [read]}, {"text": "Read it."})
     run = submit(staff, "reader", "What do the creds say?")
+    # The user's own note (SEC-10: a tool reads only what the run's initiator may see).
+    Note.objects.create(title="creds", body=f"api_key={LIVE_KEY}\nrotate monthly", run=run)
 
     assert execute_run(run.pk) == Run.Status.COMPLETED
 

@@ -126,7 +126,7 @@ def test_a_planted_provider_key_is_stored_sent_and_logged_nowhere(api, staff, mo
         failed = submit(staff, "planted", "first")
         assert execute_run(failed.pk) == Run.Status.FAILED
         # 2. A tool result holds it, then the model repeats it.
-        Note.objects.create(title="creds", body=f"OPENAI_API_KEY={PLANTED}")
+        Note.objects.create(title="creds", body=f"OPENAI_API_KEY={PLANTED}", run=failed)
         read = {"id": "r1", "name": "notes_read", "arguments": {"title": "creds"}}
         fake.queue({"tool_calls": [read]}, {"text": f"The key is {PLANTED}."})
         done = submit(staff, "planted", "second")

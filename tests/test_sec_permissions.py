@@ -1,4 +1,4 @@
-"""SEC-2, HITL-9: one table of every API endpoint x every kind of caller, with object-level
+"""SEC-2, SEC-10, HITL-9: one table of every API endpoint x every kind of caller, with object-level
 visibility. A run belongs to `initiator`; everyone else sees it only through a permission
 (view_all_runs to look, approve_run to look and act).
 
@@ -40,7 +40,8 @@ SEE_RUN = (401, 404, 404, 200, 200, 200, 200, 404)
 ACT_ON_RUN = (401, 404, 404, 403, 200, 200, 200, 404)
 ANY_USER = (401, 200, 200, 200, 200, 200, 200, 200)
 RESUME = (401, 404, 404, 403, 409, 409, 403, 404)  # no ticket: who may answer: not_awaiting
-SWITCH_MODE = (401, 404, 404, 403, 409, 409, 409, 404)  # the run is queued: conflict
+# SEC-10: only the initiator steers (and finds the run queued: conflict); seeing is not steering.
+SWITCH_MODE = (401, 404, 404, 403, 403, 403, 409, 404)
 # Pages: anonymous visitors are sent to sign in.
 PAGE_ANY_USER = (302, 200, 200, 200, 200, 200, 200, 200)
 PAGE_PLAYGROUND = (302, 403, 403, 403, 403, 403, 403, 200)  # FS-5

@@ -1,4 +1,6 @@
-"""`manage.py serve` (what `make run` starts): web server and cluster stop together."""
+"""`manage.py serve` (what `make run` starts), OPS-8: the web app under gunicorn and the
+cluster, stopped together within 10 s by a terminal's Ctrl-C (SIGINT to the whole process
+group), a supervisor's SIGTERM, or a SIGINT to a background launch — nothing left."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
 
@@ -15,6 +18,7 @@ import pytest
 from agentruns.cluster.process import group_pids, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
+STOP_SECONDS = 10  # OPS-8
 
 
 def _free_port() -> int:
@@ -23,24 +27,47 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def _answers(port: int) -> bool:
+def _server_header(port: int) -> str | None:
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/accounts/login/", timeout=2):
-            return True
+        url = f"http://127.0.0.1:{port}/accounts/login/"
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return response.headers.get("Server") or "?"
     except OSError:
-        return False
+        return None
+
+
+def _cluster_running(pgid: int) -> bool:
+    """The q2 sentinel, pusher, monitor and workers are up (more than the two mains)."""
+    commands = []
+    for pid in group_pids(pgid):
+        try:
+            commands.append(Path(f"/proc/{pid}/cmdline").read_bytes())
+        except OSError:
+            continue
+    return sum(b"qcluster" in command for command in commands) >= 4
+
+
+def _sigint(disposition):
+    return lambda: signal.signal(signal.SIGINT, disposition)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
-def test_serve_stops_web_and_cluster_on_sigterm_and_sigint_even_when_started_in_background(
-    tmp_path, stop
+@pytest.mark.parametrize(
+    ("how", "stop", "at_launch"),
+    [
+        pytest.param("group", signal.SIGINT, signal.SIG_DFL, id="ctrl-c-to-the-group"),
+        pytest.param("serve", signal.SIGTERM, signal.SIG_DFL, id="sigterm-to-serve"),
+        # What `cmd &` in a non-interactive shell does to a job's SIGINT.
+        pytest.param("serve", signal.SIGINT, signal.SIG_IGN, id="sigint-to-a-background-serve"),
+    ],
+)
+def test_ops8_serve_runs_gunicorn_and_stops_everything_within_10_seconds(
+    tmp_path, how, stop, at_launch
 ):
-    """A supervisor stops with SIGTERM; a shell's background job ignores SIGINT. Either
-    way no web server or cluster process is left behind."""
     port = _free_port()
     env = {**os.environ, "AGENTRUNS_VAR_DIR": str(tmp_path), "PORT": str(port)}
     env.pop("DATABASE_URL", None)
+    env["AGENTRUNS_WEB_WORKERS"] = "2"
     manage = [sys.executable, "manage.py"]
     subprocess.run([*manage, "migrate", "-v0"], cwd=ROOT, env=env, check=True, timeout=120)
     serve = subprocess.Popen(
@@ -49,15 +76,26 @@ def test_serve_stops_web_and_cluster_on_sigterm_and_sigint_even_when_started_in_
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
-        start_new_session=True,
-        # What `cmd &` in a non-interactive shell does to a job's SIGINT.
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+        start_new_session=True,  # its own process group, as a terminal's foreground job
+        preexec_fn=_sigint(at_launch),
     )
     try:
-        wait_for(lambda: _answers(port), timeout=60, what="the web server to answer")
-        serve.send_signal(stop)
-        serve.wait(timeout=60)
-        wait_for(lambda: not group_pids(serve.pid), timeout=60, what="every child to stop")
+        server = wait_for(lambda: _server_header(port), timeout=90, what="the web server")
+        assert server.startswith("gunicorn")
+        wait_for(lambda: _cluster_running(serve.pid), timeout=90, what="the cluster")
+        started = time.monotonic()
+        if how == "group":
+            os.killpg(serve.pid, stop)  # exactly what a terminal's Ctrl-C does
+        else:
+            serve.send_signal(stop)
+        wait_for(
+            lambda: not group_pids(serve.pid),
+            timeout=STOP_SECONDS,
+            what="every process of the group to stop",
+        )
+        assert time.monotonic() - started < STOP_SECONDS
+        assert serve.wait(timeout=5) is not None
     finally:
         for pid in group_pids(serve.pid):
             os.kill(pid, signal.SIGKILL)
+        serve.wait(timeout=30)

@@ -16,13 +16,13 @@ from rest_framework.request import Request
 from rest_framework.views import APIView
 
 from agentruns.errors import InvalidRequest
-from agentruns.services.audit import CONTENT_TYPES, AuditFilter, audit_export
+from agentruns.policy import may_export_audit
+from agentruns.services.audit import CONTENT_TYPES, AuditFilter, audit_response
 
 
 class CanExportAudit(BasePermission):
     def has_permission(self, request: Request, view: Any) -> bool:
-        user = request.user
-        return bool(user and user.is_staff and user.has_perm("agentruns.view_audit"))
+        return may_export_audit(request.user)
 
 
 class JSONLinesRenderer(renderers.JSONRenderer):
@@ -62,13 +62,6 @@ def audit_filter(params: Any) -> AuditFilter:
         configuration=params.get("configuration") or None,
         kinds=tuple(kinds),
     )
-
-
-def audit_response(flt: AuditFilter, fmt: str) -> StreamingHttpResponse:
-    lines, content_type, filename = audit_export(flt, fmt)
-    response = StreamingHttpResponse(lines, content_type=content_type)
-    response["Content-Disposition"] = f'attachment; filename="{filename}"'
-    return response
 
 
 class AuditExportView(APIView):

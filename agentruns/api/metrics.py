@@ -27,6 +27,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
 from agentruns.models import GateAudit, Run, Ticket, WebhookDelivery
+from agentruns.policy import may_see_metrics
 from agentruns.services.usage import usage_totals
 
 # Ticket wait time (opened → answered or expired), in seconds: a minute to a week.
@@ -148,7 +149,7 @@ def _denied(request: HttpRequest) -> HttpResponse | None:
         return HttpResponse("Wrong token.\n", status=403, content_type="text/plain")
     user = request.user
     if user.is_authenticated:
-        if user.is_staff:
+        if may_see_metrics(user):
             return None
         return HttpResponse("Staff only.\n", status=403, content_type="text/plain")
     response = HttpResponse("Authentication required.\n", status=401, content_type="text/plain")

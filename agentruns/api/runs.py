@@ -17,15 +17,11 @@ from rest_framework.response import Response
 from agentruns import events as ev
 from agentruns.api.limits import MAX_ID
 from agentruns.api.shapes import EventsOut, RunDetailOut, RunOut, ThreadOut, TicketsOut
-from agentruns.models import Event, Note, Run, Thread, Ticket
-from agentruns.selectors import (
-    actionable_tickets,
-    durable_events,
-    run_readout,
-    uncertain_invocations,
-    visible_runs,
-)
-from agentruns.services.resume import INPUT, PERMISSION, ResumeCommand, run_resume
+from agentruns.models import Event, Note, Run, Thread, Ticket, TicketIdentity
+from agentruns.policy import answerable_tickets, visible_notes, visible_runs, visible_threads
+from agentruns.selectors import run_readout, uncertain_invocations
+from agentruns.services.log import events_read
+from agentruns.services.resume import ResumeCommand, run_resume
 from agentruns.services.runs import (
     MAX_INPUT_CHARS,
     Submission,
@@ -79,23 +75,24 @@ def query(serializer: type[serializers.Serializer], request: Request) -> dict[st
 
 
 class ResultSerializer(serializers.Serializer):
-    kind = serializers.ChoiceField(choices=[PERMISSION, INPUT])
+    kind = serializers.ChoiceField(choices=Ticket.Answer.values)
     decision = serializers.ChoiceField(choices=[ev.ALLOW, ev.DENY], required=False)
     note = serializers.CharField(required=False, allow_blank=True, max_length=2000, default="")
     value = serializers.JSONField(required=False, allow_null=True)
 
     def validate(self, data: dict) -> dict:
-        if data["kind"] == PERMISSION and "decision" not in data:
+        if data["kind"] == Ticket.Answer.PERMISSION and "decision" not in data:
             raise serializers.ValidationError(
                 {"decision": ["A permission answer needs a decision."]}
             )
-        if data["kind"] == INPUT and "value" not in data:
+        if data["kind"] == Ticket.Answer.INPUT and "value" not in data:
             raise serializers.ValidationError({"value": ["An input answer needs a value."]})
         return data
 
 
 class ResumeSerializer(serializers.Serializer):
-    """HITL-3: the ticket's identity fields, copied verbatim, and the answer."""
+    """HITL-3: the ticket's identity fields (`TicketIdentity`), copied verbatim, and the
+    answer."""
 
     correlation_id = serializers.CharField(max_length=64)
     run = serializers.IntegerField()
@@ -229,7 +226,7 @@ class RunViewSet(viewsets.GenericViewSet):
     def events(self, request: Request, pk: str | None = None) -> Response:
         """The run's events after the `after` cursor; what is answered is durable."""
         run = self.get_object()
-        rows = durable_events(run=run, **query(EventsQuery, request))
+        rows = events_read(run=run, **query(EventsQuery, request))
         return Response({"run": run.pk, "events": [event_dict(e) for e in rows]})
 
     @extend_schema(request=ResumeSerializer, responses={200: RunDetailOut})
@@ -240,12 +237,8 @@ class RunViewSet(viewsets.GenericViewSet):
         body.is_valid(raise_exception=True)
         data, result = body.validated_data, body.validated_data["result"]
         command = ResumeCommand(
-            correlation_id=data["correlation_id"],
-            run=data["run"],
-            snapshot_id=data["snapshot_id"],
-            catalog_fingerprint=data["catalog_fingerprint"],
-            call_id=data["call_id"],
-            kind=result["kind"],
+            identity=TicketIdentity.from_fields(data),
+            answer=result["kind"],
             decision=result.get("decision"),
             note=result.get("note", ""),
             value=result.get("value"),
@@ -271,7 +264,7 @@ class NoteViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gen
 
     def get_queryset(self) -> Any:
         """SEC-2: a note is visible iff its run is; being staff shows no more."""
-        notes = Note.objects.filter(run__in=visible_runs(self.request.user))
+        notes = visible_notes(self.request.user)
         if getattr(self, "action", None) == "list":
             notes = notes.filter(
                 **{f"{k}_id": v for k, v in query(NoteFilter, self.request).items()}
@@ -300,7 +293,7 @@ class TicketViewSet(viewsets.GenericViewSet):
                     ticket.run.created_by.get_username() if ticket.run.created_by else None
                 ),
             }
-            for ticket in actionable_tickets(request.user)
+            for ticket in answerable_tickets(request.user)
         ]
         return Response(
             {"count": len(rows), "results": rows, "uncertain": uncertain_calls(request.user)}
@@ -339,11 +332,7 @@ class ThreadViewSet(viewsets.GenericViewSet):
     serializer_class = ModeSerializer
 
     def get_queryset(self) -> Any:
-        return (
-            Thread.objects.filter(runs__in=visible_runs(self.request.user))
-            .select_related("configuration")
-            .distinct()
-        )
+        return visible_threads(self.request.user)
 
     @extend_schema(responses={200: ThreadOut})
     def retrieve(self, request: Request, pk: str | None = None) -> Response:

@@ -12,6 +12,7 @@ from rest_framework.response import Response
 
 from agentruns.events import EVENT_TYPES
 from agentruns.models import Webhook, WebhookAttempt, WebhookDelivery
+from agentruns.outbound import url_problem
 
 RECENT_DELIVERIES = 50
 
@@ -44,6 +45,12 @@ class WebhookSerializer(serializers.ModelSerializer):
 
     def validate_events(self, value: list[str]) -> list[str]:
         return list(dict.fromkeys(value))
+
+    def validate_url(self, value: str) -> str:
+        problem = url_problem(value)  # SEC-9, the rule the admin's form runs too
+        if problem:
+            raise serializers.ValidationError(problem)
+        return value
 
     def get_fields(self) -> dict:
         fields = super().get_fields()

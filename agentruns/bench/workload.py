@@ -12,7 +12,7 @@ from agentruns import events as ev
 from agentruns.classes import DataClass
 from agentruns.models import Configuration, Provider, Run, Ticket
 from agentruns.runtime.loop import execute_run
-from agentruns.services.resume import PERMISSION, ResumeCommand
+from agentruns.services.resume import ResumeCommand
 from agentruns.services.runs import Submission, run_submit
 from agentruns.tools.registry import REGISTRY, Effect, Tool, ToolContext, ToolOutput
 
@@ -106,11 +106,5 @@ def run_to_end(run_id: int) -> None:
 def allow_as_shown(ticket: Ticket) -> ResumeCommand:
     """An approver's allow for exactly the call the ticket shows."""
     return ResumeCommand(
-        correlation_id=str(ticket.correlation_id),
-        run=ticket.run_id,
-        snapshot_id=ticket.snapshot_id,
-        catalog_fingerprint=ticket.catalog_fingerprint,
-        call_id=ticket.call_id,
-        kind=PERMISSION,
-        decision=ev.ALLOW,
+        identity=ticket.identity, answer=Ticket.Answer.PERMISSION, decision=ev.ALLOW
     )

@@ -3,7 +3,7 @@
 A django-q2 worker process runs one wake-up at a time. Runs are I/O-bound (they wait on a
 provider for about a second per turn), so one run per process would need hundreds of
 processes and hundreds of database connections. Instead a wake-up only claims the run (a
-short transaction) and hands `Executor(lease).drive()` to this process's DRIVER:
+short transaction) and hands `Executor(claim).drive()` to this process's DRIVER:
 
 - a pool of up to `AGENTRUNS_EXECUTOR_THREADS` daemon threads, one run each at a time;
 - Django's native psycopg pool for this process (`AGENTRUNS_DB_POOL_MAX` connections, shared
@@ -32,21 +32,23 @@ import threading
 import time
 from dataclasses import dataclass, field
 from multiprocessing import util as mp_util
-from typing import Any
 
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connections, transaction
 from psycopg_pool import PoolTimeout
 
-from agentruns.store.records import Lease
+from agentruns.cluster.outbox import kick
+from agentruns.cluster.sweeper import sweep
+from agentruns.store.connection import (
+    close_thread_connections,
+    detach_inherited_connections,
+    use_pool,
+)
+from agentruns.store.records import Claim, Lease
 from agentruns.store.transitions import claim_runnable, lease_lapse, renew_many, run_hand_back
 from agentruns.store.wakeups import enqueue_wake
 
 logger = logging.getLogger(__name__)
-
-# Objects inherited across fork that belong to the parent: never closed, never collected
-# (closing a psycopg connection or pool would send a Terminate on the parent's sockets).
-_INHERITED: list[Any] = []
 
 # Errors that say "not now" rather than "this run is broken".
 TRANSIENT = (OperationalError, InterfaceError, PoolTimeout)
@@ -58,10 +60,6 @@ CLAIM_BATCH = 16
 
 # Finalisers run in descending priority; ours runs before multiprocessing's own (0).
 SHUTDOWN_PRIORITY = 100
-
-
-def is_postgres() -> bool:
-    return bool(settings.DATABASES["default"]["ENGINE"].endswith("postgresql"))
 
 
 @dataclass(frozen=True)
@@ -87,43 +85,6 @@ class DriverConfig:
         )
 
 
-def detach_inherited_connections() -> None:
-    """After a fork: forget (without closing) every connection and pool the parent opened."""
-    from django.db.backends.postgresql.base import DatabaseWrapper
-
-    pools: dict[str, Any] = DatabaseWrapper._connection_pools  # type: ignore[attr-defined]
-    if pools:
-        _INHERITED.extend(pools.values())
-        pools.clear()
-    for alias in connections:
-        wrapper = connections[alias]
-        if wrapper.connection is not None:
-            _INHERITED.append(wrapper.connection)
-            wrapper.connection = None
-
-
-def use_pool(config: DriverConfig) -> None:
-    """Switch THIS process to Django's psycopg pool before it opens its first connection.
-    The settings dict is shared by every thread's connection wrapper, so mutating it in
-    place switches them all. Health checks are the pool's job (a broken connection is
-    discarded when it is returned); Django's per-checkout ping would cost a round trip per
-    step."""
-    db = connections.settings["default"]
-    if not db["ENGINE"].endswith("postgresql"):
-        return
-    options = db.setdefault("OPTIONS", {})
-    options["pool"] = {
-        # Fixed size: opened once at spawn, never grown in the middle of a burst, and a
-        # machine's footprint is exactly q2 workers x DB_POOL_MAX connections.
-        "min_size": config.pool_max,
-        "max_size": config.pool_max,
-        "timeout": config.pool_timeout,
-        "name": f"agentruns-{os.getpid()}",
-    }
-    db["CONN_MAX_AGE"] = 0
-    db["CONN_HEALTH_CHECKS"] = False
-
-
 def warm_up() -> None:
     """Pay a process's one-time costs before it takes work: otherwise the first runs pay
     them on their critical path, and racing threads pay them several times over (the
@@ -140,25 +101,16 @@ def warm_up() -> None:
         close_thread_connections()
 
 
-def close_thread_connections() -> None:
-    """Give this thread's connections back (to the pool, or really close them)."""
-    for alias in connections:
-        try:
-            connections[alias].close()
-        except Exception:  # a broken connection is discarded either way
-            logger.debug("closing a connection failed", exc_info=True)
-
-
 @dataclass
 class Driver:
     config: DriverConfig
     pid: int = field(default_factory=os.getpid)
     # By (run, epoch): a run this process lost and then reclaimed is two leases.
-    held: dict[tuple[int, int], Lease] = field(default_factory=dict)
+    held: dict[tuple[int, int], Claim] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._slots = threading.BoundedSemaphore(self.config.threads)
-        self._jobs: queue.SimpleQueue[Lease | None] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[Claim | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._released = threading.Condition(self._lock)
         self._threads: list[threading.Thread] = []
@@ -187,10 +139,10 @@ class Driver:
     def unreserve(self) -> None:
         self._slots.release()
 
-    def submit(self, lease: Lease) -> None:
+    def submit(self, claim: Claim) -> None:
         """Drive a claimed run on a thread reserved with `reserve()`."""
         with self._lock:
-            self.held[(lease.run_id, lease.epoch)] = lease
+            self.held[(claim.lease.run_id, claim.lease.epoch)] = claim
             if self._idle == 0 and len(self._threads) < self.config.threads:
                 thread = threading.Thread(
                     target=self._work, name=f"agentruns-executor-{len(self._threads)}", daemon=True
@@ -199,7 +151,7 @@ class Driver:
                 self._idle += 1
                 thread.start()
             self._idle -= 1
-        self._jobs.put(lease)
+        self._jobs.put(claim)
 
     def claim_free(self, limit: int = CLAIM_BATCH) -> int:
         """Claim up to `limit` runnable runs straight from the database, one per free
@@ -208,15 +160,15 @@ class Driver:
         reserved = 0
         while reserved < limit and self.try_reserve():
             reserved += 1
-        leases: list[Lease] = []
+        claims: list[Claim] = []
         try:
-            leases = claim_runnable(reserved)
+            claims = claim_runnable(reserved)
         finally:
-            for lease in leases:
-                self.submit(lease)
-            for _ in range(reserved - len(leases)):
+            for claim in claims:
+                self.submit(claim)
+            for _ in range(reserved - len(claims)):
                 self.unreserve()
-        return len(leases)
+        return len(claims)
 
     @property
     def busy(self) -> int:
@@ -229,11 +181,12 @@ class Driver:
         from agentruns.runtime.loop import Executor, Outcome
 
         while True:
-            lease = self._jobs.get()
-            if lease is None:
+            claim = self._jobs.get()
+            if claim is None:
                 return
+            lease = claim.lease
             try:
-                outcome = Executor(lease).drive()
+                outcome = Executor(claim).drive()
                 if outcome == Outcome.FENCED:
                     logger.info("run %s: lease taken over; stopped without writing", lease.run_id)
                 else:
@@ -305,9 +258,9 @@ class Driver:
     def beat(self) -> None:
         try:
             with self._lock:
-                leases = list(self.held.values())
-            renew_many(leases)
-            lost = [lease.run_id for lease in leases if lease.lost]
+                claims = list(self.held.values())
+            renew_many(claims)
+            lost = [claim.lease.run_id for claim in claims if claim.signals.lost]
             if lost:
                 logger.warning("leases lost for runs %s; their executors stop", lost)
             # CLU-1: a worker whose q2 side stalled (a sibling SIGKILLed holding the task
@@ -318,9 +271,6 @@ class Driver:
             now = time.monotonic()
             if not self._shutting_down and now - self._last_sweep >= self.config.sweep_seconds:
                 self._last_sweep = now
-                from agentruns.cluster.outbox import kick
-                from agentruns.cluster.sweeper import sweep
-
                 sweep()
                 kick()  # webhooks and mails, on a thread of their own (OPS-4, OPS-6)
         except Exception:
@@ -338,8 +288,8 @@ class Driver:
         self._shutting_down = True
         deadline = time.monotonic() + timeout
         with self._lock:
-            for lease in self.held.values():
-                lease.stop_requested = True
+            for claim in self.held.values():
+                claim.signals.request_stop()
             while self.held and time.monotonic() < deadline:
                 self._released.wait(timeout=min(0.2, max(0.0, deadline - time.monotonic())))
             left = len(self.held)
@@ -362,8 +312,8 @@ def get_driver() -> Driver:
         if _driver is None or _driver.pid != os.getpid():
             config = DriverConfig.from_settings()
             detach_inherited_connections()
-            if is_postgres():
-                use_pool(config)
+            pool = f"agentruns-{os.getpid()}"
+            use_pool(size=config.pool_max, timeout=config.pool_timeout, name=pool)
             _driver = Driver(config)
             warm_up()
             mp_util.Finalize(None, _shutdown_on_exit, exitpriority=SHUTDOWN_PRIORITY)

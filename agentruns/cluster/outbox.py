@@ -15,6 +15,7 @@ from typing import Any
 
 from agentruns.services.notifications import tickets_notify_due, tickets_remind_due
 from agentruns.services.webhooks import webhook_deliver_due
+from agentruns.store.connection import close_thread_connections
 
 logger = logging.getLogger(__name__)
 
@@ -23,13 +24,13 @@ _busy = threading.Lock()
 
 def run_outbox() -> dict[str, Any]:
     report: dict[str, Any] = {}
-    for name, step in (
+    for name, part in (
         ("webhook_attempts", webhook_deliver_due),
         ("tickets_notified", tickets_notify_due),
         ("tickets_reminded", tickets_remind_due),
     ):
         try:
-            report[name] = step()
+            report[name] = part()
         except Exception:  # one failing part never stops the others
             logger.exception("outbox: %s failed", name)
     return report
@@ -44,8 +45,6 @@ def kick() -> bool:
 
 
 def _pass() -> None:
-    from agentruns.cluster.driver import close_thread_connections
-
     try:
         run_outbox()
     finally:
@@ -54,10 +53,8 @@ def _pass() -> None:
 
 
 def scheduled() -> dict[str, Any]:
-    """The django-q2 schedule's entry."""
-    from agentruns.cluster.driver import close_thread_connections, get_driver
-
-    get_driver()
+    """The django-q2 schedule's entry. It runs in a q2 worker, whose driver (and pool)
+    `post_spawn` already started (cluster/broker.py)."""
     try:
         return run_outbox()
     finally:

@@ -6,6 +6,7 @@ main process, like a deploy)."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import subprocess
@@ -18,14 +19,16 @@ from typing import TypeVar
 
 from django.conf import settings
 
+PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
+
 
 def manage_py() -> Path:
     return Path(settings.BASE_DIR) / "manage.py"
 
 
-def group_pids(pgid: int) -> list[int]:
-    """Every live process of a process group (Linux /proc)."""
-    pids = []
+def _processes() -> dict[int, tuple[int, int]]:
+    """pid -> (parent, process group) of every live process (Linux /proc)."""
+    found = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -35,9 +38,37 @@ def group_pids(pgid: int) -> list[int]:
             continue
         # pid (comm) state ppid pgrp ...; comm may contain spaces and parentheses.
         fields = stat.rsplit(")", 1)[1].split()
-        if fields[0] != "Z" and int(fields[2]) == pgid:
-            pids.append(int(entry.name))
-    return sorted(pids)
+        if fields[0] != "Z":
+            found[int(entry.name)] = (int(fields[1]), int(fields[2]))
+    return found
+
+
+def group_pids(pgid: int) -> list[int]:
+    """Every live process of a process group."""
+    return sorted(pid for pid, (_, group) in _processes().items() if group == pgid)
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process below `pid`: its children, theirs, and so on."""
+    children: dict[int, list[int]] = {}
+    for child, (parent, _) in _processes().items():
+        children.setdefault(parent, []).append(child)
+    found, todo = [], list(children.get(pid, ()))
+    while todo:
+        child = todo.pop()
+        found.append(child)
+        todo.extend(children.get(child, ()))
+    return sorted(found)
+
+
+def adopt_orphans() -> bool:
+    """Make this process the parent of every descendant whose own parent dies (Linux's
+    child subreaper), so `descendants` still finds them; False where unsupported."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
 
 
 @dataclass

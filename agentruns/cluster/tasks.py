@@ -12,10 +12,11 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
-from agentruns.cluster.driver import CLAIM_BATCH, close_thread_connections, get_driver
+from agentruns.cluster.driver import CLAIM_BATCH, get_driver
 from agentruns.cluster.sweeper import sweep as run_sweeper
 from agentruns.models import Run
 from agentruns.store.base import claimable
+from agentruns.store.connection import close_thread_connections
 from agentruns.store.transitions import claim
 from agentruns.store.wakeups import enqueue_wake
 
@@ -45,16 +46,16 @@ def wake(run_id: int) -> str:
         if not driver.reserve(block_seconds()):
             return _defer(run_id)
         try:
-            lease = claim(run_id)
+            claimed = claim(run_id)
         except BaseException:
             driver.unreserve()
             raise
-        if lease is None:
+        if claimed is None:
             driver.unreserve()
             outcome = _not_claimed(run_id)
         else:
-            driver.submit(lease)
-            logger.debug("run %s claimed (epoch %s)", run_id, lease.epoch)
+            driver.submit(claimed)
+            logger.debug("run %s claimed (epoch %s)", run_id, claimed.lease.epoch)
             outcome = CLAIMED
         # PERF-6: with threads to spare, a burst of queued runs in one statement instead
         # of one wake-up round trip each.

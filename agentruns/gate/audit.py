@@ -8,14 +8,13 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
+from agentruns.classes import Enforcement, parse_enforcement
 from agentruns.errors import ContextRefused
 from agentruns.gate.core import (
     ConfigView,
     Decision,
-    Enforcement,
     Source,
     decide,
-    parse_enforcement,
     refusal_fields,
     refusal_message,
 )
@@ -46,11 +45,7 @@ def audit_row(decision: Decision, enforcement: Enforcement, run_id: int | None) 
     source = decision.source
     return GateAudit(
         verdict=decision.verdict.value,
-        enforcement=(
-            GateAudit.Enforcement.OBSERVED
-            if enforcement is Enforcement.OBSERVE
-            else GateAudit.Enforcement.ENFORCED
-        ),
+        enforcement=enforcement.recorded,
         configuration=decision.configuration,
         run_id=run_id,
         zone=decision.zone.label if decision.zone else "",

@@ -121,18 +121,6 @@ class Verdict(StrEnum):
     REFUSED = "refused"
 
 
-class Enforcement(StrEnum):
-    OBSERVE = "observe"
-    ENFORCE = "enforce"
-
-
-def parse_enforcement(raw: object) -> Enforcement:
-    """CG-5: fail closed; only the exact word `observe` observes."""
-    if isinstance(raw, str) and raw.strip().lower() == "observe":
-        return Enforcement.OBSERVE
-    return Enforcement.ENFORCE
-
-
 @dataclass(frozen=True)
 class Decision:
     verdict: Verdict

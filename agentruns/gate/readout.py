@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from agentruns.classes import Enforcement
 from agentruns.gate.core import (
     ConfigView,
-    Enforcement,
     Source,
     Verdict,
     decide,

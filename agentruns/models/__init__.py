@@ -16,7 +16,16 @@ from agentruns.models.ops import (
     WebhookAttempt,
     WebhookDelivery,
 )
-from agentruns.models.runs import Checkpoint, Event, Note, Run, Thread, Ticket, ToolInvocation
+from agentruns.models.runs import (
+    Checkpoint,
+    Event,
+    Note,
+    Run,
+    Thread,
+    Ticket,
+    TicketIdentity,
+    ToolInvocation,
+)
 
 __all__ = [
     "AuditRecord",
@@ -36,6 +45,7 @@ __all__ = [
     "Snippet",
     "Thread",
     "Ticket",
+    "TicketIdentity",
     "ToolInvocation",
     "Webhook",
     "WebhookAttempt",

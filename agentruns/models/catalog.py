@@ -8,7 +8,7 @@ from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
 from django.db import models
 
-from agentruns.classes import DATA_CLASS_CHOICES, ZONE_CHOICES, Zone
+from agentruns.classes import DATA_CLASS_CHOICES, ZONE_CHOICES, Enforcement, Zone
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 KEY_ENV_SUFFIXES = ("_KEY", "_TOKEN")
@@ -19,13 +19,25 @@ SERVER_ENV_NAMES = frozenset({"SECRET_KEY", "DATABASE_URL", "TEST_DATABASE_NAME"
 
 
 def key_env_problem(name: str) -> str | None:
-    """SEC-1, SEC-5: why `name` may not hold a provider's key, or None if it may. Checked
-    when a provider is saved and again whenever a key is read."""
+    """SEC-1, SEC-5, SEC-11: why `name` may not hold a provider's key, or None if it may.
+    Checked when a provider is saved and again whenever a key is read, so a row written
+    before the deployer narrowed the list can never send an unlisted variable."""
     if not ENV_NAME.match(name):
         return (
             "Enter the name of an environment variable (letters, digits, underscores), "
             "never the key itself."
         )
+    from django.conf import settings
+
+    # SEC-11: the deployer's allow-list decides; a deny-list would let staff point a
+    # provider of their own at any other secret of the worker (AWS_SECRET_ACCESS_KEY).
+    allowed = settings.AGENTRUNS_PROVIDER_KEY_VARS
+    if name not in allowed:
+        return (
+            f"{name} is not a variable the deployer allows for provider keys "
+            f"(AGENTRUNS_PROVIDER_KEY_VARS: {', '.join(allowed) or 'none'})."
+        )
+    # SEC-5 stays a floor under the list: not even the deployer can name a server secret.
     upper = name.upper()
     if not upper.endswith(KEY_ENV_SUFFIXES):
         return f"{name} does not end in _KEY or _TOKEN, as a key's variable must (OPENAI_API_KEY)."
@@ -279,13 +291,11 @@ class CatalogGeneration(models.Model):
 class GateAudit(models.Model):
     """One row per asserted gate decision (CG-4). Holds names and classes, never text."""
 
-    class Enforcement(models.TextChoices):
-        ENFORCED = "enforced"
-        OBSERVED = "observed"
-
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     verdict = models.CharField(max_length=16)
-    enforcement = models.CharField(max_length=16, choices=Enforcement.choices)
+    enforcement = models.CharField(
+        max_length=16, choices=[(e.recorded, e.recorded.capitalize()) for e in Enforcement]
+    )
     configuration = models.CharField(max_length=50, db_index=True)
     run_id = models.BigIntegerField(null=True, blank=True, db_index=True)
     zone = models.CharField(max_length=32, blank=True)

@@ -9,11 +9,13 @@ from datetime import UTC, date
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils import timezone
 
 from agentruns import events as ev
 from agentruns.models.catalog import Configuration, GateAudit
+from agentruns.outbound import url_problem
 
 USAGE_EVENTS = (ev.ASSISTANT, ev.COMPACTION)
 
@@ -39,10 +41,6 @@ class DailyUsage(models.Model):
 
     def __str__(self) -> str:
         return f"{self.configuration_id} on {self.day}"
-
-    @property
-    def total_tokens(self) -> int:
-        return self.input_tokens + self.output_tokens
 
     @staticmethod
     def today() -> date:
@@ -130,6 +128,12 @@ class Webhook(models.Model):
 
     def __str__(self) -> str:
         return self.url
+
+    def clean(self) -> None:
+        """SEC-9 on save (the admin's form runs it; the API's serializer too)."""
+        problem = url_problem(self.url)
+        if problem:
+            raise ValidationError({"url": problem})
 
     # The matching rule, twice in one place: in Python for the portable path and as the SQL
     # predicate of WebhookDelivery.insert_sql (PostgreSQL), given the event type as the

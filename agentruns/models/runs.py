@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import uuid
+from dataclasses import asdict, dataclass
+from typing import Any
 
 from django.conf import settings
 from django.db import models
@@ -10,6 +12,45 @@ from django.utils import timezone
 
 from agentruns import events as ev
 from agentruns.models.catalog import Configuration
+
+
+# SEC-2: who sees a run. The rule lives here, below the tools that read application data
+# (SEC-10: `notes.read` reads only what its run's initiator may see); `agentruns.policy`
+# names it for everything above.
+def sees_all_runs(user: Any) -> bool:
+    """Holders of `view_all_runs` or `approve_run` see every run."""
+    return bool(
+        user is not None
+        and user.is_authenticated
+        and (user.has_perm("agentruns.view_all_runs") or user.has_perm("agentruns.approve_run"))
+    )
+
+
+def sees_own(user: Any, created_by_id: int | None) -> bool:
+    return bool(user is not None and user.is_authenticated and created_by_id == user.pk)
+
+
+class RunQuerySet(models.QuerySet["Run"]):
+    def visible_to(self, user: Any) -> RunQuerySet:
+        """The runs `user` started, or every run for those who see all; none for an
+        anonymous visitor or a missing initiator (None)."""
+        if sees_all_runs(user):
+            return self
+        if user is None or not user.is_authenticated:
+            return self.none()
+        return self.filter(created_by=user)
+
+
+class ThreadQuerySet(models.QuerySet["Thread"]):
+    def visible_to(self, user: Any) -> ThreadQuerySet:
+        """A thread is visible iff one of its runs is."""
+        return self.filter(runs__in=Run.objects.visible_to(user)).distinct()
+
+
+class NoteQuerySet(models.QuerySet["Note"]):
+    def visible_to(self, user: Any) -> NoteQuerySet:
+        """A note is visible iff its run is (a note without a run is nobody's)."""
+        return self.filter(run__in=Run.objects.visible_to(user))
 
 
 class Thread(models.Model):
@@ -20,6 +61,8 @@ class Thread(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
     )
     created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = ThreadQuerySet.as_manager()
 
     def __str__(self) -> str:
         return f"thread {self.pk}"
@@ -75,6 +118,8 @@ class Run(models.Model):
     tool_calls_used = models.PositiveIntegerField(default=0)
     last_sequence = models.PositiveIntegerField(default=0)
 
+    objects = RunQuerySet.as_manager()
+
     class Meta:
         ordering = ["-id"]
         constraints = [
@@ -106,6 +151,10 @@ class Run(models.Model):
     @property
     def is_terminal(self) -> bool:
         return self.status in self.TERMINAL
+
+    def is_visible_to(self, user: Any) -> bool:
+        """SEC-2 for one run: the predicate of `RunQuerySet.visible_to`."""
+        return sees_all_runs(user) or sees_own(user, self.created_by_id)
 
 
 class Event(models.Model):
@@ -239,12 +288,49 @@ class ToolInvocation(models.Model):
         return f"{self.tool} {self.call_id} ({self.status})"
 
 
+@dataclass(frozen=True)
+class TicketIdentity:
+    """HITL-2, HITL-3: the fields that name one wait of one run, shown with a ticket and
+    copied verbatim into every answer (the API's body, a page's hidden inputs)."""
+
+    correlation_id: str
+    run: int
+    snapshot_id: str
+    catalog_fingerprint: str
+    call_id: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_fields(cls, data: Any) -> TicketIdentity:
+        """Read from posted or parsed fields, as given: the resume service judges them. A
+        run id that is not a number names no run (`run_mismatch`)."""
+        try:
+            run = int(str(data.get("run")))
+        except ValueError:
+            run = -1
+        text = {name: str(data.get(name, "")) for name in _TEXT_FIELDS}
+        return cls(run=run, **text)
+
+
+_TEXT_FIELDS = ("correlation_id", "snapshot_id", "catalog_fingerprint", "call_id")
+
+
 class Ticket(models.Model):
     """HITL-2: what a parked run waits for. Never holds a credential."""
 
     class Kind(models.TextChoices):
+        """The ticket's target (HITL-2)."""
+
         TOOL_PERMISSION = "tool_permission"
         REMOTE_INPUT = "remote_input"
+
+    class Answer(models.TextChoices):
+        """The kind of answer a target takes (HITL-3): a decision or a typed value."""
+
+        PERMISSION = "permission"
+        INPUT = "input"
 
     class Status(models.TextChoices):
         ACTIVE = "active"
@@ -290,6 +376,23 @@ class Ticket(models.Model):
     def __str__(self) -> str:
         return f"ticket {self.correlation_id} ({self.kind}, {self.status})"
 
+    @property
+    def answer(self) -> str:
+        """The answer this ticket takes: input for a question, else a decision."""
+        if self.kind == Ticket.Kind.REMOTE_INPUT:
+            return Ticket.Answer.INPUT
+        return Ticket.Answer.PERMISSION
+
+    @property
+    def identity(self) -> TicketIdentity:
+        return TicketIdentity(
+            correlation_id=str(self.correlation_id),
+            run=self.run_id,
+            snapshot_id=self.snapshot_id,
+            catalog_fingerprint=self.catalog_fingerprint,
+            call_id=self.call_id,
+        )
+
 
 class Note(models.Model):
     """Written by the `notes.write` tool in the transaction that records its result."""
@@ -299,6 +402,8 @@ class Note(models.Model):
     run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL)
     call_id = models.CharField(max_length=200, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = NoteQuerySet.as_manager()
 
     class Meta:
         ordering = ["-id"]

@@ -168,7 +168,7 @@ class AnthropicAdapter:
         except anthropic.AnthropicError as error:
             # Not chained: the SDK error's text may quote the request or the key.
             raise provider_error(link, error, api_key) from None
-        except ValueError:  # a complete HTTP reply whose JSON body is not (SEC-3)
+        except (ValueError, RecursionError):  # a reply whose body is no usable JSON (SEC-3)
             raise MalformedReply(
                 f"Provider {link.provider_slug or link.slug!r} sent a reply that is not JSON."
             ) from None

@@ -101,10 +101,6 @@ class ProviderRequest:
     # "turn" asks for the next assistant turn; "summary" asks to summarise the messages
     # for compaction (DEF-6), which the scripted provider answers deterministically.
     purpose: str = "turn"
-    # Where the loop is: the run and its model turn. Only the scripted provider reads
-    # them, so a script follows the run even after compaction rewrote the history.
-    run: int | None = None
-    step: int | None = None
 
 
 @dataclass(frozen=True)
@@ -157,6 +153,8 @@ class KeyEnvRefused(ProviderError):
 
 class MalformedReply(ProviderError):
     """The provider answered, but not with a usable turn (e.g. no choices)."""
+
+    code = "provider_malformed_reply"
 
     def __init__(self, message: str) -> None:
         super().__init__(message, retryable=False)

@@ -48,7 +48,7 @@ def decode_arguments(raw: str) -> tuple[dict[str, Any] | None, str | None]:
     """The model's text is kept verbatim when it is not a JSON object (SEC-3 decides later)."""
     try:
         value = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # nested past the parser's limit: not usable
         return None, raw
     return (value, None) if isinstance(value, dict) else (None, raw)
 
@@ -154,7 +154,7 @@ class OpenAIAdapter:
         except openai.OpenAIError as error:
             # Not chained: the SDK error's text may quote the request or the key.
             raise provider_error(link, error, api_key) from None
-        except ValueError:  # a complete HTTP reply whose JSON body is not (SEC-3)
+        except (ValueError, RecursionError):  # a reply whose body is no usable JSON (SEC-3)
             raise MalformedReply(
                 f"Provider {link.provider_slug or link.slug!r} sent a reply that is not JSON."
             ) from None

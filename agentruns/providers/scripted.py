@@ -7,6 +7,9 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+import re
 import time
 from typing import Any
 
@@ -28,26 +31,39 @@ from agentruns.tools.names import wire_name
 FINISHED = "(script finished)"
 
 
-def position(request: ProviderRequest) -> tuple[int, int]:
-    """(user messages, assistant turns since the last one): every prompt replays the script."""
-    users = turn = 0
+# A derived call id: the prompt's prefix, the turn, the call's place in it.
+DERIVED_ID = re.compile(r"^call_(?P<prefix>[0-9a-f]+)_(?P<turn>\d+)_\d+$")
+
+
+def position(request: ProviderRequest) -> tuple[str, int]:
+    """(id prefix, turn): where in the script this request is, read from the request alone,
+    as a real provider would. The turn is one after the newest assistant turn's, which its
+    derived call ids carry, so the count survives a compaction that summarised the
+    earlier turns away; failing that, the assistant turns since the last prompt. A
+    prompt's first turn takes a prefix from a digest of the history, so ids stay unique
+    within a thread."""
+    turns, newest = 0, None
     for message in request.messages:
         if isinstance(message, UserMessage):
-            users, turn = users + 1, 0
+            turns, newest = 0, None
         elif isinstance(message, AssistantMessage):
-            turn += 1
-    return users, turn
+            turns, newest = turns + 1, message
+    for call in newest.tool_calls if newest else ():
+        derived = DERIVED_ID.match(call.id)
+        if derived:
+            return derived["prefix"], int(derived["turn"]) + 1
+    history = [[type(m).__name__, _wire_text(m)] for m in request.messages]
+    return hashlib.sha256(json.dumps(history).encode()).hexdigest()[:8], turns
 
 
-def _calls(step: dict[str, Any], prefix: str, turn: int) -> tuple[ToolCall, ...]:
-    """Ids unique within a thread: per run (or per prompt) and turn."""
+def _calls(item: dict[str, Any], prefix: str, turn: int) -> tuple[ToolCall, ...]:
     return tuple(
         ToolCall(
             id=call.get("id") or f"call_{prefix}_{turn}_{i}",
             name=wire_name(call["name"]),
             arguments=dict(call.get("arguments") or {}),
         )
-        for i, call in enumerate(step.get("tool_calls") or ())
+        for i, call in enumerate(item.get("tool_calls") or ())
     )
 
 
@@ -90,17 +106,14 @@ class ScriptedAdapter:
         if request.purpose == "summary":
             text = script.get("summary") or f"Summary of {len(request.messages)} earlier messages."
             return self._reply(link, request, text)
-        users, turn = position(request)
-        if request.step is not None:
-            turn = request.step
+        prefix, turn = position(request)
         turns = script.get("turns") or []
         if turn >= len(turns):
             return self._reply(link, request, FINISHED)
-        step = turns[turn]
-        if "error" in step:
-            _raise(link, step["error"])
-        prefix = f"r{request.run}" if request.run is not None else str(users)
-        return self._reply(link, request, step.get("text") or "", _calls(step, prefix, turn))
+        item = turns[turn]
+        if "error" in item:
+            _raise(link, item["error"])
+        return self._reply(link, request, item.get("text") or "", _calls(item, prefix, turn))
 
     @staticmethod
     def _reply(

@@ -1,10 +1,12 @@
 """Closing a run's open calls when it ends early (a failure, a cancel, HITL-11): a thread
 stays usable (every call has a result, as the providers demand) and no invocation looks
-in flight. One rule for the loop's endings and for cancelling a parked run."""
+in flight. One function for the loop's endings and for cancelling a parked run
+(services/runs.py); each writes what it returns its own way (a fenced step, an append)."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from agentruns import events as ev
@@ -19,18 +21,19 @@ INTERRUPTED = "Interrupted: the run ended before this call ran."
 
 
 def close_open_calls(
-    calls: Sequence[ProposedCall], sent: Collection[str]
-) -> list[tuple[str, dict[str, Any]]]:
-    """A result for each open call: uncertain if its effect may have happened (its call id
-    is in `sent`), else an interruption."""
-    return [
-        ev.result_item(call.id, call.name, ev.UNCERTAIN, UNKNOWN)
-        if call.id in sent
-        else ev.result_item(call.id, call.name, ev.ERROR, INTERRUPTED)
-        for call in calls
-    ]
-
-
-def closed_status(sent: bool) -> str:
-    """The final status of a closed call's invocation row."""
-    return ToolInvocation.Status.UNCERTAIN if sent else ToolInvocation.Status.INTERRUPTED
+    calls: Sequence[ProposedCall], invocations: Mapping[str, tuple[int, bool]], now: datetime
+) -> tuple[list[tuple[str, dict[str, Any]]], list[tuple[int, dict[str, Any]]]]:
+    """A result for each open call, uncertain if its effect may have happened, else an
+    interruption; and the final status of each one's invocation row, by row id.
+    `invocations` maps a call id to (its row id, whether its effect was sent)."""
+    items, updates = [], []
+    for call in calls:
+        row, sent = invocations.get(call.id, (None, False))
+        if sent:
+            items.append(ev.result_item(call.id, call.name, ev.UNCERTAIN, UNKNOWN))
+        else:
+            items.append(ev.result_item(call.id, call.name, ev.ERROR, INTERRUPTED))
+        if row is not None:
+            status = ToolInvocation.Status.UNCERTAIN if sent else ToolInvocation.Status.INTERRUPTED
+            updates.append((row, {"status": status, "completed_at": now}))
+    return items, updates

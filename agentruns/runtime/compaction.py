@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from agentruns import events as ev
-from agentruns.runtime.state import Ev
+from agentruns.events import LogEntry
 
 STARTS_UNIT = {ev.USER, ev.ASSISTANT, ev.COMPACTION}
 SUMMARY_OVERHEAD = 16
@@ -21,7 +21,7 @@ TARGET_SHARE = 0.6
 
 @dataclass(frozen=True)
 class Unit:
-    events: tuple[Ev, ...]
+    events: tuple[LogEntry, ...]
     tokens: int
 
     @property
@@ -29,8 +29,10 @@ class Unit:
         return self.events[0].sequence
 
 
-def units_of(effective: Sequence[Ev], tokens_of: Callable[[Sequence[Ev]], int]) -> list[Unit]:
-    groups: list[list[Ev]] = []
+def units_of(
+    effective: Sequence[LogEntry], tokens_of: Callable[[Sequence[LogEntry]], int]
+) -> list[Unit]:
+    groups: list[list[LogEntry]] = []
     for event in effective:
         # An event that is no message (a mode switch, a redaction note) joins a unit rather
         # than forming an empty one of its own.
@@ -71,7 +73,7 @@ def plan(units: Sequence[Unit], *, fixed: int, budget: int) -> Plan | None:
     return Plan(tuple(units[:cut]), tuple(units[cut:]), allowance)
 
 
-def transcript(events: Sequence[Ev]) -> str:
+def transcript(events: Sequence[LogEntry]) -> str:
     """What the summariser reads: plain text, so the request carries no tool blocks."""
     lines = []
     for event in events:

@@ -1,21 +1,30 @@
-"""FS-3: what a model turn sends, composed by ONE pure function, so the dry run and the
-loop agree by construction: the redacted system context (CG-1, CG-11), the mode's offered
-tools and deferred catalog (DEF-1..DEF-4), and the log as provider messages (LOOP-7)."""
+"""FS-3: the request a thread's log would send next, by ONE recipe that the loop, the dry
+run and the inspector all follow, so they agree by construction: `log_view` reads from the
+log what the send carries besides the sources (the effective events after compaction,
+DEF-6; the mode the thread last switched to, DEF-1; the deferred tools the log activated,
+DEF-4), and `next_request` composes it with the sources: the redacted system context
+(CG-1, CG-11), the mode's offered tools and deferred catalog, and the log as provider
+messages (LOOP-7). Pure functions over plain values."""
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from agentruns import events as ev
+from agentruns.events import LogEntry
 from agentruns.gate.core import Source
 from agentruns.providers.base import Message, ToolSpec
-from agentruns.runtime.context import project, system_texts
+from agentruns.runtime.context import effective_events, project, system_texts
+from agentruns.runtime.deferred import active_deferred
 from agentruns.runtime.redaction import redact
-from agentruns.runtime.state import Ev
 from agentruns.tools.policy import Mode, deferred_catalog, offered_tools
 from agentruns.tools.registry import Tool
+
+if TYPE_CHECKING:
+    from agentruns.runtime.config import RuntimeConfig
 
 
 @dataclass(frozen=True)
@@ -29,7 +38,7 @@ class Composed:
 
 
 def compose_request(
-    *, sources: Sequence[Source], mode: Mode, active: Iterable[str], events: Sequence[Ev]
+    *, sources: Sequence[Source], mode: Mode, active: Iterable[str], events: Sequence[LogEntry]
 ) -> Composed:
     """`events` are the effective events (after compaction); `active` the deferred tools
     the log activated."""
@@ -48,10 +57,32 @@ def compose_request(
     )
 
 
-def thread_mode(events: Iterable[Ev]) -> str | None:
+def thread_mode(events: Iterable[LogEntry]) -> str | None:
     """DEF-1: the mode the thread's log last switched to; None is the default mode."""
     named = None
     for event in events:
         if event.type == ev.MODE_SWITCHED:
             named = event.payload.get("mode")
     return named
+
+
+@dataclass(frozen=True)
+class LogView:
+    """What a thread's log says its next send carries, besides the sources."""
+
+    effective: tuple[LogEntry, ...]
+    mode: Mode
+    active: frozenset[str]
+
+
+def log_view(log: Sequence[LogEntry], config: RuntimeConfig) -> LogView:
+    effective = tuple(effective_events(log))
+    mode = config.mode(thread_mode(log))
+    active = active_deferred(effective, mode.deferred) if mode.deferred else set()
+    return LogView(effective, mode, frozenset(active))
+
+
+def next_request(view: LogView, *, sources: Sequence[Source]) -> Composed:
+    return compose_request(
+        sources=sources, mode=view.mode, active=view.active, events=view.effective
+    )

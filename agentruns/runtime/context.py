@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from agentruns import events as ev
+from agentruns.events import LogEntry
 from agentruns.gate.core import SKILL, Source
 from agentruns.providers.base import (
     AssistantMessage,
@@ -17,7 +18,6 @@ from agentruns.providers.base import (
     ToolResultMessage,
     UserMessage,
 )
-from agentruns.runtime.state import Ev
 from agentruns.tools.names import wire_name
 
 SUMMARY_PREFIX = "Summary of the earlier conversation:\n"
@@ -33,7 +33,7 @@ def system_texts(sources: Sequence[Source]) -> list[str]:
     return texts
 
 
-def effective_events(events: Sequence[Ev]) -> Sequence[Ev]:
+def effective_events(events: Sequence[LogEntry]) -> Sequence[LogEntry]:
     """DEF-6: the newest compaction (standing for everything it replaced) followed by the
     events it kept and every event after it."""
     for index in range(len(events) - 1, -1, -1):
@@ -50,7 +50,7 @@ def _result_text(payload: dict) -> str:
     return str(payload.get("content", ""))
 
 
-def project(events: Sequence[Ev]) -> list[Message]:
+def project(events: Sequence[LogEntry]) -> list[Message]:
     results: dict[str, ToolResultMessage] = {}
     for event in events:
         if event.type == ev.TOOL_RESULT:

@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from agentruns import events as ev
-from agentruns.runtime.state import Ev
+from agentruns.events import LogEntry
 from agentruns.tools.policy import SEARCH_TOOL
 from agentruns.tools.registry import REGISTRY
 
 
-def active_deferred(effective: Sequence[Ev], catalog: Iterable[str]) -> set[str]:
+def active_deferred(effective: Sequence[LogEntry], catalog: Iterable[str]) -> set[str]:
     active: set[str] = set()
     for event in effective:
         if event.type == ev.COMPACTION:

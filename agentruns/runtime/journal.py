@@ -20,19 +20,19 @@ worker loses nothing either way.
 
 from __future__ import annotations
 
-from agentruns.runtime.state import Ev
+from agentruns.events import LogEntry
 from agentruns.store import store
-from agentruns.store.records import Lease, Step
+from agentruns.store.records import Lease, Step, Written
 
 __all__ = ["Step", "read", "write"]
 
 
-def write(lease: Lease, step: Step, *, durable: bool = True) -> dict[str, int]:
-    """Write the step or raise Fenced; returns new invocation ids by call id."""
+def write(lease: Lease, step: Step, *, durable: bool = True) -> Written:
+    """Write the step or raise Fenced."""
     return store().write_step(lease, step, durable=durable)
 
 
-def read(lease: Lease) -> tuple[list[Ev], dict | None]:
+def read(lease: Lease) -> tuple[list[LogEntry], dict | None]:
     """The thread's events in order and the run's newest checkpoint state."""
     rows, state = store().read_log(lease.thread_id, lease.run_id)
-    return [Ev(*row) for row in rows], state
+    return [LogEntry(*row) for row in rows], state

@@ -3,7 +3,7 @@
 Every model reply and tool result is committed, fenced by the lease, before the loop acts
 on it; no transaction is open across a provider call or a tool (LOOP-5). What to do next
 is always `next_action(fold(log))`, so a fresh run, a crash recovery and a resume after an
-approval take the same path (REC-1..REC-4). The steps that act live in `runtime/steps/`,
+approval take the same path (REC-1..REC-4). The actions live in `runtime/actions/`,
 each a function handed the run's `RunContext` and what it acts on.
 """
 
@@ -15,6 +15,11 @@ from django.conf import settings
 
 from agentruns.errors import Fenced
 from agentruns.models import Run
+from agentruns.runtime.actions.base import Outcome, RunContext
+from agentruns.runtime.actions.endings import boundary, finish, finish_failed
+from agentruns.runtime.actions.gating import compose
+from agentruns.runtime.actions.model_turn import model_turn
+from agentruns.runtime.actions.tool_calls import call_tools
 from agentruns.runtime.state import (
     AskModel,
     CallTools,
@@ -22,13 +27,8 @@ from agentruns.runtime.state import (
     Finished,
     next_action,
 )
-from agentruns.runtime.steps.base import Outcome, RunContext
-from agentruns.runtime.steps.endings import boundary, finish, finish_failed
-from agentruns.runtime.steps.gating import compose
-from agentruns.runtime.steps.model_turn import model_turn
-from agentruns.runtime.steps.tool_calls import call_tools
 from agentruns.store.connection import release_connection
-from agentruns.store.records import Lease
+from agentruns.store.records import Claim
 from agentruns.store.transitions import claim
 
 logger = logging.getLogger(__name__)
@@ -37,30 +37,31 @@ __all__ = ["Executor", "Outcome", "execute_run"]
 
 
 class Executor:
-    def __init__(self, lease: Lease) -> None:
-        self.lease = lease
+    def __init__(self, claim: Claim) -> None:
+        self.claim = claim
 
     def drive(self) -> Outcome:
         """Run until the run parks, ends, is released or loses its lease."""
         try:
-            return run_loop(RunContext.load(self.lease))
+            return run_loop(RunContext.load(self.claim))
         except Fenced:
-            self.lease.lost = True
-            logger.warning("run %s: lease lost, stopping without writing", self.lease.run_id)
+            self.claim.signals.lose()
+            run_id = self.claim.lease.run_id
+            logger.warning("run %s: lease lost, stopping without writing", run_id)
             return Outcome.FENCED
         finally:
             release_connection()
 
 
 def run_loop(ctx: RunContext) -> Outcome:
-    """`next_action(fold(log))`, acted on by the step it names, until a step stops."""
-    if ctx.lease.attempts > settings.AGENTRUNS_MAX_ATTEMPTS and not ctx.state.terminal:
+    """`next_action(fold(log))`, acted on by the action it names, until one stops."""
+    if ctx.claim.attempts > settings.AGENTRUNS_MAX_ATTEMPTS and not ctx.state.terminal:
         return finish_failed(
             ctx,
             "attempts_exhausted",
-            f"The run's workers stopped {ctx.lease.attempts} times; giving up.",
+            f"The run's workers stopped {ctx.claim.attempts} times; giving up.",
         )
-    if not ctx.lease.composed:
+    if not ctx.composed:
         compose(ctx)
     while True:
         stopped = boundary(ctx)
@@ -72,7 +73,7 @@ def run_loop(ctx: RunContext) -> Outcome:
         if isinstance(action, Complete):
             return finish(ctx, Run.Status.COMPLETED, [], final_reply=action.text)
         if isinstance(action, AskModel):
-            outcome = model_turn(ctx, action.step)
+            outcome = model_turn(ctx, action.turn_index)
         else:
             assert isinstance(action, CallTools)
             outcome = call_tools(ctx, action.turn, action.calls)
@@ -83,7 +84,7 @@ def run_loop(ctx: RunContext) -> Outcome:
 def execute_run(run_id: int, owner: str | None = None) -> str | None:
     """Claim the run and drive it; None when it was not claimable (CLU-1: a duplicate or
     stale wake-up is harmless)."""
-    lease = claim(run_id, owner)
-    if lease is None:
+    claimed = claim(run_id, owner)
+    if claimed is None:
         return None
-    return Executor(lease).drive()
+    return Executor(claimed).drive()

@@ -101,9 +101,12 @@ def _detect_secrets_shapes() -> list[Shape]:
 # What SEC-4 names and detect-secrets (1.5) lacks or matches too narrowly:
 # (kind, pattern, hints); the whole match is the secret.
 EXTRA_PATTERNS: list[tuple[str, str, tuple[str, ...]]] = [
+    # PEM and PGP private key blocks; a block cut before its END line (http.get stops at
+    # 64 KB) is a secret to the end of the text.
     (
         "private_key",
-        r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]+?-----END [A-Z ]*PRIVATE KEY-----",
+        r"-----BEGIN [A-Z ]*PRIVATE KEY(?: BLOCK)?-----[\s\S]+?"
+        r"(?:-----END [A-Z ]*PRIVATE KEY(?: BLOCK)?-----|\Z)",
         ("-----begin",),
     ),
     # OpenAI (sk-, sk-proj-), Anthropic (sk-ant-) and look-alikes.
@@ -128,6 +131,9 @@ EXTRA: list[Shape] = [
         group=1,
         accept=_basic_credentials,
     ),
+    # A password in a URL without a user name (`redis://:pw@host`), which detect-secrets'
+    # basic_auth pattern requires.
+    Shape("password", re.compile(r"://[^\s/?#@:]*:([^\s/?#@]+)@"), ("://",), group=1),
     Shape(
         "token",
         re.compile(
@@ -146,12 +152,17 @@ SHAPES: list[Shape] = [*EXTRA, *_detect_secrets_shapes()]
 NAMES = [name.replace("_?", "[_-]?") for name in DENYLIST] + [
     r"access[_-]?key",
     r"secret[_-]?key",
+    r"[a-z0-9]+[_-]key",  # SIGNING_KEY=, ENCRYPTION_KEY=, master-key:
     r"token",
     r"credentials?",
     r"passphrase",
+    # A bare `key` only where it is a name: quoted (`"key": …`) or assigned (`?key=…`),
+    # never in prose ("the key: patience").
+    r"(?<![a-z0-9])key(?=[\"']|\s*=)",
 ]
 NAME = "(?:" + "|".join(NAMES) + ")"
 KIND_OF_NAME = [
+    (re.compile(r"(?i)authorization"), "token"),
     (re.compile(r"(?i)pass|pwd|contrase"), "password"),
     (re.compile(r"(?i)token"), "token"),
     (re.compile(r"(?i)key"), "api_key"),
@@ -167,7 +178,8 @@ NAME_ENDINGS = re.compile(
     r"(?:pass(?:word|wd|phrase)?|pwd|secret|key|token|credentials?|contrase(?:ñ|n)a)"
     r"[\"']?\s*(?:=>|:=|:|=)"
 )
-SECRET_KEY = re.compile(rf"(?i){NAME}$")
+# A JSON key naming a secret: the names above, a bare `key`, and an Authorization header.
+SECRET_KEY = re.compile(rf"(?i)(?:{NAME}|^key|authorization)$")
 
 
 def _name_kind(name: str) -> str:
@@ -228,23 +240,35 @@ def _hide_assignments(text: str, lower: str, found: Counter[str]) -> str:
 
 
 def redact_value(value: Any) -> tuple[Any, dict[str, int]]:
-    """Redact every string inside a JSON value, and every string under a secret-like key,
-    leaving its shape alone (a string stays a string)."""
+    """Redact every string inside a JSON value, and everything under a secret-like key:
+    each string and number at any depth below it becomes the marker (a number under
+    `password` is a secret too); lists and objects keep their shape."""
     found: Counter[str] = Counter()
 
-    def walk(node: Any, key: str = "") -> Any:
+    def walk(node: Any, key: str = "", secret: str = "", field: bool = False) -> Any:
+        # Under a JSON Schema's `properties`, an object is the schema of a field *named*
+        # `password`, not a password (ask_user may ask for one with a pattern).
+        if not secret and key and SECRET_KEY.search(key) and not (field and isinstance(node, dict)):
+            secret = _name_kind(key)
+        if secret and _is_leaf(node) and MARKED not in str(node):
+            found[secret] += 1
+            return MARKER.format(kind=secret)
         if isinstance(node, str):
-            if key and node and MARKED not in node and SECRET_KEY.search(key):
-                kind = _name_kind(key)
-                found[kind] += 1
-                return MARKER.format(kind=kind)
             clean, kinds = redact(node)
             found.update(kinds)
             return clean
         if isinstance(node, list):
-            return [walk(item, key) for item in node]
+            return [walk(item, key, secret) for item in node]
         if isinstance(node, dict):
-            return {name: walk(item, str(name)) for name, item in node.items()}
+            fields = key == "properties"
+            return {name: walk(item, str(name), secret, fields) for name, item in node.items()}
         return node
 
     return walk(value), dict(found)
+
+
+def _is_leaf(node: Any) -> bool:
+    """A value that can hold a secret; an empty string or a flag cannot."""
+    if isinstance(node, str):
+        return bool(node)
+    return isinstance(node, int | float) and not isinstance(node, bool)

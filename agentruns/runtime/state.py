@@ -11,14 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentruns import events as ev
-
-
-@dataclass(frozen=True)
-class Ev:
-    sequence: int
-    type: str
-    payload: dict[str, Any]
-    run_id: int | None = None
+from agentruns.events import LogEntry
 
 
 @dataclass(frozen=True)
@@ -43,7 +36,7 @@ class ProposedCall:
 class Turn:
     """The newest model turn of the run and what became of its calls."""
 
-    step: int
+    index: int  # the turn's place in its run (the log's and the tables' `step`)
     text: str
     calls: list[ProposedCall]
     granted: list[str]
@@ -57,7 +50,7 @@ class Turn:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "step": self.step,
+            "step": self.index,
             "text": self.text if not self.calls else "",
             "calls": [call.as_dict() for call in self.calls],
             "granted": self.granted,
@@ -70,7 +63,7 @@ class Turn:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Turn:
         return cls(
-            step=data["step"],
+            index=data["step"],
             text=data.get("text", ""),
             calls=[ProposedCall.from_dict(c) for c in data["calls"]],
             granted=list(data["granted"]),
@@ -84,7 +77,7 @@ class Turn:
 @dataclass
 class RunState:
     last_sequence: int = 0
-    steps: int = 0
+    turns: int = 0  # model turns taken (the run row's `steps`)
     tool_calls_used: int = 0
     turn: Turn | None = None
     terminal: str | None = None
@@ -93,7 +86,7 @@ class RunState:
     observed: bool = False
     system_redacted: bool = False
 
-    def apply(self, event: Ev) -> None:
+    def apply(self, event: LogEntry) -> None:
         handler = _HANDLERS.get(event.type)
         if handler:
             handler(self, event.payload)
@@ -102,7 +95,7 @@ class RunState:
     def as_dict(self) -> dict[str, Any]:
         return {
             "last_sequence": self.last_sequence,
-            "steps": self.steps,
+            "steps": self.turns,
             "tool_calls_used": self.tool_calls_used,
             "turn": self.turn.as_dict() if self.turn else None,
             "terminal": self.terminal,
@@ -116,7 +109,7 @@ class RunState:
         turn = data.get("turn")
         return cls(
             last_sequence=data["last_sequence"],
-            steps=data["steps"],
+            turns=data["steps"],
             tool_calls_used=data["tool_calls_used"],
             turn=Turn.from_dict(turn) if turn else None,
             terminal=data.get("terminal"),
@@ -131,7 +124,7 @@ def _on_assistant(state: RunState, payload: dict[str, Any]) -> None:
     granted = list(payload.get("granted", [c.id for c in calls]))
     before = payload.get("tool_calls_before", state.tool_calls_used)
     state.turn = Turn(payload["step"], payload.get("text", ""), calls, granted, before)
-    state.steps = max(state.steps, payload["step"] + 1)
+    state.turns = max(state.turns, payload["step"] + 1)
     state.tool_calls_used = before + len(granted)
     state.continuation = None
 
@@ -181,7 +174,7 @@ _HANDLERS = {
 }
 
 
-def restore(checkpoint: dict[str, Any] | None, events: list[Ev]) -> RunState:
+def restore(checkpoint: dict[str, Any] | None, events: list[LogEntry]) -> RunState:
     """REC-1: the newest surviving checkpoint, then every event committed after it."""
     state = RunState.from_dict(checkpoint) if checkpoint else RunState()
     for event in events:
@@ -204,12 +197,12 @@ class Complete:
 
 @dataclass(frozen=True)
 class AskModel:
-    step: int
+    turn_index: int
 
 
 @dataclass(frozen=True)
 class CallTools:
-    """REC-2/REC-3: the newest turn's unanswered calls, at the step it was proposed in."""
+    """REC-2/REC-3: the newest turn's unanswered calls, at the turn they were proposed in."""
 
     turn: Turn
     calls: list[ProposedCall]
@@ -223,10 +216,10 @@ def next_action(state: RunState) -> Action:
         return Finished(state.terminal)
     turn = state.turn
     if turn is None:
-        return AskModel(state.steps)
+        return AskModel(state.turns)
     if not turn.calls:
         return Complete(turn.text)
     open_calls = turn.open_calls()
     if not open_calls:
-        return AskModel(state.steps)
+        return AskModel(state.turns)
     return CallTools(turn, open_calls)

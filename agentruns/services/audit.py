@@ -19,6 +19,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db.models import F, Q, QuerySet
+from django.http import StreamingHttpResponse
 from django.utils import timezone
 
 from agentruns import events as ev
@@ -166,12 +167,22 @@ class _Line:
         return value
 
 
+# SEC-12: what a spreadsheet reads as the start of a formula (or of a DDE command).
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value: Any) -> str:
+    """A note typed as `=HYPERLINK(...)` must open as text: a leading ' makes it one."""
+    text = "" if value is None else str(value)
+    return "'" + text if text.startswith(FORMULA_STARTS) else text
+
+
 def audit_csv(flt: AuditFilter) -> Iterator[str]:
     writer = csv.writer(_Line())
     yield writer.writerow(COLUMNS)
     for record in audit_records(flt):
         row = {**record, "time": record["time"].isoformat()}
-        yield writer.writerow(["" if row[c] is None else row[c] for c in COLUMNS])
+        yield writer.writerow([csv_cell(row[c]) for c in COLUMNS])
 
 
 CONTENT_TYPES = {"csv": "text/csv", "jsonl": "application/x-ndjson"}
@@ -193,3 +204,11 @@ def audit_export(flt: AuditFilter, fmt: str) -> tuple[Iterator[str], str, str]:
     lines = _batched(audit_csv(flt) if fmt == "csv" else audit_jsonl(flt))
     stamp = timezone.now().strftime("%Y%m%d-%H%M%S")
     return lines, f"{CONTENT_TYPES[fmt]}; charset=utf-8", f"agentruns-audit-{stamp}.{fmt}"
+
+
+def audit_response(flt: AuditFilter, fmt: str) -> StreamingHttpResponse:
+    """The export as a streamed download, for the API and the admin's action alike."""
+    lines, content_type, filename = audit_export(flt, fmt)
+    response = StreamingHttpResponse(lines, content_type=content_type)
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response

@@ -1,6 +1,7 @@
-"""Appends made outside an executor (submission, resume, cancel, expiry). The thread row
-lock serialises them; an executor never overlaps because these only touch runs that no
-worker holds. Matching webhooks' deliveries are queued in the same transaction (OPS-4)."""
+"""The log outside an executor: appends (submission, resume, cancel, expiry) and the reads
+a client advances a cursor over. The thread row lock serialises the appends; an executor
+never overlaps because these only touch runs that no worker holds. Matching webhooks'
+deliveries are queued in the same transaction (OPS-4)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from typing import Any
 
 from django.db.models import Max
 
-from agentruns.models import Event, Thread
-from agentruns.services.webhooks import webhook_queue
+from agentruns.models import Event, Run, Thread
+from agentruns.store import store
 
 
 def append_events(
@@ -22,5 +23,20 @@ def append_events(
         Event(thread_id=thread_id, run_id=run_id, sequence=last + i, type=kind, payload=payload)
         for i, (kind, payload) in enumerate(items, start=1)
     )
-    webhook_queue(events=events)
+    if events:
+        store().queue_deliveries(events)
     return events
+
+
+def events_read(*, run: Run, after: int, limit: int) -> list[Event]:
+    """The run's events after the cursor, made durable before a client may advance it.
+
+    A step may commit with `synchronous_commit=off` (runtime/journal.py): a database crash
+    can then lose a tail a client has already read, and the lost sequence numbers are
+    reused for different events, which an `?after=` cursor would skip. So this read
+    commits (a flush to disk), and is a service, not a selector.
+    """
+    rows = list(Event.objects.filter(run=run, sequence__gt=after).order_by("sequence")[:limit])
+    if rows:
+        store().make_durable()
+    return rows

@@ -15,13 +15,12 @@ import logging
 from datetime import timedelta
 
 from django.conf import settings
-from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Permission
 from django.core.mail import send_mass_mail
-from django.db.models import F, Q
+from django.db.models import F
 from django.utils import timezone
 
 from agentruns.models import Ticket
+from agentruns.policy import approvers, recipients
 
 logger = logging.getLogger(__name__)
 
@@ -30,24 +29,7 @@ REMINDER = "reminded_at"
 
 
 def approver_emails() -> set[str]:
-    """Active users holding `approve_run` (directly, through a group, or as superusers)."""
-    permission = Permission.objects.filter(
-        content_type__app_label="agentruns", codename="approve_run"
-    ).first()
-    holds = Q(is_superuser=True)
-    if permission is not None:
-        holds |= Q(user_permissions=permission) | Q(groups__permissions=permission)
-    users = get_user_model().objects.filter(holds, is_active=True).exclude(email="")
-    return set(users.values_list("email", flat=True).distinct())
-
-
-def recipients(ticket: Ticket, approvers: set[str]) -> list[str]:
-    """HITL-9's answerers: approvers, and the initiator for their own run's question."""
-    emails = set(approvers)
-    initiator = ticket.run.created_by
-    if ticket.kind == Ticket.Kind.REMOTE_INPUT and initiator and initiator.email:
-        emails.add(initiator.email)
-    return sorted(emails)
+    return set(approvers().exclude(email="").values_list("email", flat=True))
 
 
 def card_url(ticket: Ticket) -> str:
@@ -56,7 +38,7 @@ def card_url(ticket: Ticket) -> str:
 
 def message(ticket: Ticket, *, reminder: bool) -> tuple[str, str]:
     run = ticket.run
-    if ticket.kind == Ticket.Kind.REMOTE_INPUT:
+    if ticket.answer == Ticket.Answer.INPUT:
         what = f"Run {run.pk} ({run.configuration.slug}) asks a question"
     else:
         what = f"Run {run.pk} ({run.configuration.slug}) asks to call {ticket.tool}"
@@ -78,10 +60,10 @@ def _claim(ticket_id: int, mark: str) -> bool:
 
 
 def _send(tickets: list[Ticket], mark: str) -> int:
-    approvers = approver_emails() if tickets else set()
+    approving = approver_emails() if tickets else set()
     sent = 0
     for ticket in tickets:
-        to = recipients(ticket, approvers)
+        to = recipients(ticket, approving)
         if not to or not _claim(ticket.pk, mark):
             continue
         subject, body = message(ticket, reminder=mark == REMINDER)

@@ -31,45 +31,26 @@ from agentruns.errors import (
     SelfApproval,
     SnapshotMismatch,
 )
-from agentruns.models import Run, Ticket, ToolInvocation
+from agentruns.models import Run, Ticket, TicketIdentity, ToolInvocation
+from agentruns.policy import four_eyes, may_answer, visible_runs
 from agentruns.runtime.redaction import redact, redact_value
-from agentruns.selectors import visible_runs
 from agentruns.services.log import append_events
 from agentruns.store.transitions import run_requeue_answered
 from agentruns.store.wakeups import enqueue_wake
 
-PERMISSION = "permission"
-INPUT = "input"
-ALLOW = ev.ALLOW
-DENY = ev.DENY
-KIND_FOR_TARGET: dict[str, str] = {
-    Ticket.Kind.TOOL_PERMISSION.value: PERMISSION,
-    Ticket.Kind.REMOTE_INPUT.value: INPUT,
-}
+PERMISSION, INPUT = Ticket.Answer.PERMISSION, Ticket.Answer.INPUT  # local shorthands
 
 
 @dataclass(frozen=True)
 class ResumeCommand:
-    """The ticket's identity fields, copied by the host, plus the answer."""
+    """The ticket's identity, copied by the host, plus the answer: `answer` is its kind
+    (`Ticket.Answer`), `decision` allow or deny for a permission, `value` for input."""
 
-    correlation_id: str
-    run: int
-    snapshot_id: str
-    catalog_fingerprint: str
-    call_id: str
-    kind: str
+    identity: TicketIdentity
+    answer: str
     decision: str | None = None
     note: str = ""
     value: Any = None
-
-
-def may_answer(user: Any, run: Run, target: str) -> bool:
-    """HITL-9: deciding needs `approve_run`; answering input needs it or initiating the run."""
-    if not user.is_authenticated:
-        return False
-    if user.has_perm("agentruns.approve_run"):
-        return True
-    return target == INPUT and run.created_by_id == user.pk
 
 
 def run_resume(*, user: Any, run_id: int, command: ResumeCommand) -> Run:
@@ -79,8 +60,7 @@ def run_resume(*, user: Any, run_id: int, command: ResumeCommand) -> Run:
     with transaction.atomic():
         run = Run.objects.select_for_update().select_related("configuration").get(pk=run_id)
         ticket = Ticket.objects.filter(run=run, status=Ticket.Status.ACTIVE).first()
-        target = KIND_FOR_TARGET.get(ticket.kind, PERMISSION) if ticket else command.kind
-        if not may_answer(user, run, target):
+        if not may_answer(user, run, ticket.answer if ticket else command.answer):
             raise NotPermitted("You may not answer this run's ticket.")
         ticket = _checked(run, ticket, command, user)
         _apply(run, ticket, command, user)
@@ -90,8 +70,9 @@ def run_resume(*, user: Any, run_id: int, command: ResumeCommand) -> Run:
 
 def _checked(run: Run, ticket: Ticket | None, command: ResumeCommand, user: Any) -> Ticket:
     """HITL-3, in the spec's order."""
+    given = command.identity
     if ticket is None or run.status != Run.Status.AWAITING:
-        correlation = _uuid(command.correlation_id)
+        correlation = _uuid(given.correlation_id)
         if (
             correlation
             and Ticket.objects.filter(
@@ -100,32 +81,32 @@ def _checked(run: Run, ticket: Ticket | None, command: ResumeCommand, user: Any)
         ):
             raise Expired("The ticket expired; the run went on without an answer.")
         raise NotAwaiting("The run is not waiting for an answer.")
-    if str(ticket.correlation_id) != command.correlation_id:
+    expected = ticket.identity
+    if expected.correlation_id != given.correlation_id:
         raise CorrelationMismatch("This answer is for another wait.")
-    if ticket.run_id != command.run:
+    if expected.run != given.run:
         raise RunMismatch("This answer is for another run.")
-    if ticket.snapshot_id != command.snapshot_id:
+    if expected.snapshot_id != given.snapshot_id:
         raise SnapshotMismatch("The configuration snapshot does not match the ticket.")
-    if ticket.catalog_fingerprint != command.catalog_fingerprint:
+    if expected.catalog_fingerprint != given.catalog_fingerprint:
         raise CatalogMismatch("The tool catalog does not match the ticket.")
     if ticket.deadline and timezone.now() > ticket.deadline:
         raise Expired("The ticket expired.", deadline=ticket.deadline.isoformat())
-    if KIND_FOR_TARGET.get(ticket.kind) != command.kind:
+    if ticket.answer != command.answer:
         raise ResultKindMismatch(
-            f"This ticket takes a {KIND_FOR_TARGET.get(ticket.kind)} answer, not {command.kind}."
+            f"This ticket takes a {ticket.answer} answer, not {command.answer}."
         )
-    if ticket.call_id != command.call_id:
+    if expected.call_id != given.call_id:
         raise CallMismatch("This answer is for another call.")
-    if command.kind == INPUT:
+    if command.answer == INPUT:
         # SEC-4: what is stored and sent is the redacted value, so that is what must fit.
         errors = answer_errors(ticket.schema or {}, redact_value(command.value)[0])
         if errors:
             raise InvalidInput("The answer does not fit the question's schema.", fields=errors)
     if (
-        command.kind == PERMISSION
-        and command.decision == ALLOW
-        and run.configuration.require_second_approver
-        and run.created_by_id == user.pk
+        command.answer == PERMISSION
+        and command.decision == ev.ALLOW
+        and four_eyes(user, run).blocks
     ):
         raise SelfApproval("This configuration needs a second person to allow the call.")
     return ticket
@@ -143,7 +124,7 @@ def _apply(run: Run, ticket: Ticket, command: ResumeCommand, user: Any) -> None:
     the tool runs (HITL-5); deny and input become the call's result."""
     now = timezone.now()
     who = user.get_username()
-    decision = command.decision if command.kind == PERMISSION else INPUT
+    decision = command.decision if command.answer == PERMISSION else INPUT
     # CG-11: what a person typed is stored and sent only redacted.
     note, note_kinds = redact(command.note)
     value, value_kinds = redact_value(command.value)
@@ -162,7 +143,7 @@ def _apply(run: Run, ticket: Ticket, command: ResumeCommand, user: Any) -> None:
     items.append((ev.TICKET_DECIDED, decided))
     invocation_status = ToolInvocation.Status.EXECUTING
     result: dict[str, Any] | None = None
-    if decision == DENY:
+    if decision == ev.DENY:
         invocation_status = ToolInvocation.Status.DENIED
         said = f": {note}" if note else "."
         items.append(_result(ticket, ev.DENIED, f"Denied by approver {who}{said}"))

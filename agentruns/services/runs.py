@@ -8,11 +8,13 @@ from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import IntegrityError, transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 from django.utils.crypto import salted_hmac
 
 from agentruns import events as ev
 from agentruns.errors import Conflict, DailyLimitReached, InvalidRequest, NotFound, NotPermitted
+from agentruns.events import LogEntry
 from agentruns.gate.audit import current_enforcement
 from agentruns.gate.core import compose_sources
 from agentruns.gate.lookups import forced_for_composition
@@ -28,16 +30,15 @@ from agentruns.models import (
     Ticket,
     ToolInvocation,
 )
+from agentruns.policy import may_cancel, may_see_run, may_steer, may_submit, visible_threads
 from agentruns.providers.base import AssistantMessage, Message, ToolResultMessage, UserMessage
-from agentruns.runtime.closing import close_open_calls, closed_status
-from agentruns.runtime.compose import compose_request, thread_mode
+from agentruns.runtime.closing import close_open_calls
+from agentruns.runtime.compose import log_view, next_request, thread_mode
 from agentruns.runtime.config import build_runtime_config
-from agentruns.runtime.context import effective_events
-from agentruns.runtime.deferred import active_deferred
 from agentruns.runtime.redaction import redact
-from agentruns.runtime.state import Ev, restore
-from agentruns.selectors import can_act_on_run, can_act_on_thread, may_use_playground, visible_runs
+from agentruns.runtime.state import restore
 from agentruns.services.log import append_events
+from agentruns.store import store
 from agentruns.store.transitions import run_cancel_parked
 from agentruns.store.wakeups import enqueue_wake
 from agentruns.tools.registry import canonical_json
@@ -97,10 +98,11 @@ def _check_ids(model: type[Snippet] | type[Skill], ids: Sequence[int], name: str
 
 
 def _thread(user: User, thread_id: int, configuration: Configuration) -> Thread:
-    thread = Thread.objects.filter(pk=thread_id).first()
-    visible = thread and visible_runs(user).filter(thread=thread).exists()
-    if thread is None or not visible:
+    thread = visible_threads(user).filter(pk=thread_id).first()
+    if thread is None:
         raise InvalidRequest("Unknown thread.", fields={"thread": [f"Unknown thread {thread_id}."]})
+    if not may_steer(user, thread):
+        raise NotPermitted("Only the thread's initiator may add a prompt to it (SEC-10).")
     if thread.configuration_id != configuration.pk:
         raise InvalidRequest(
             "The thread belongs to another configuration.",
@@ -113,7 +115,7 @@ def check_playground(user: User, submission: Submission, *, dry_run: bool = Fals
     """FS-5: forcing sources or dry-running (which reveals every source's text) is the
     playground's, over any door: pages, admin and API alike."""
     forcing = bool(submission.forced_snippets or submission.forced_skills)
-    if (forcing or dry_run) and not may_use_playground(user):
+    if not may_submit(user, forcing=forcing, dry_run=dry_run):
         raise NotPermitted(
             "Forcing sources and dry runs need staff with the playground permission "
             "(agentruns.use_playground)."
@@ -209,22 +211,36 @@ def _create(
         idempotency_key=idempotency_key or None,
         request_digest=submission.digest(),
     )
-    items: list[tuple[str, dict[str, Any]]] = []
-    if submission.mode and (new_thread or submission.mode != thread_mode_name(thread)):
-        items.append((ev.MODE_SWITCHED, {"mode": submission.mode}))
-    if kinds:
-        items.append((ev.SECRET_REDACTED, {"where": "input", "kinds": kinds}))
-    items.append((ev.USER, {"text": text}))
+    items = _opening(submission, None if new_thread else thread, text, kinds)
     append_events(thread_id=thread.pk, run_id=run.pk, items=items)
     enqueue_wake(run.pk)
     return run
 
 
+def _opening(
+    submission: Submission, thread: Thread | None, text: str, kinds: dict[str, int]
+) -> list[tuple[str, dict[str, Any]]]:
+    """The events a submission opens its run with (the input already redacted: SEC-4):
+    a mode switch if it names another mode (DEF-1), what redaction found, the input."""
+    items: list[tuple[str, dict[str, Any]]] = []
+    if submission.mode and (thread is None or submission.mode != thread_mode_name(thread)):
+        items.append((ev.MODE_SWITCHED, {"mode": submission.mode}))
+    if kinds:
+        items.append((ev.SECRET_REDACTED, {"where": "input", "kinds": kinds}))
+    items.append((ev.USER, {"text": text}))
+    return items
+
+
+def _log(rows: QuerySet[Event]) -> list[LogEntry]:
+    """Event rows as the runtime reads them, in log order."""
+    fields = ("sequence", "type", "payload", "run_id")
+    return [LogEntry(*row) for row in rows.order_by("sequence").values_list(*fields)]
+
+
 def thread_mode_name(thread: Thread) -> str:
     """The thread's mode by name (DEF-1): the one its log last switched to, else the
     configuration's default."""
-    switches = Event.objects.filter(thread=thread, type=ev.MODE_SWITCHED).order_by("sequence")
-    named = thread_mode(Ev(*row) for row in switches.values_list("sequence", "type", "payload"))
+    named = thread_mode(_log(Event.objects.filter(thread=thread, type=ev.MODE_SWITCHED)))
     return build_runtime_config(thread.configuration).mode(named).name
 
 
@@ -238,22 +254,13 @@ def run_dry(*, user: User, submission: Submission) -> dict[str, Any]:
         submission.forced_snippets, submission.forced_skills
     )
     sources = compose_sources(config.view, snippets, skills)
-    logged: list[Ev] = []
-    mode_name = submission.mode
-    if thread is not None:
-        rows = Event.objects.filter(thread=thread).order_by("sequence")
-        logged = [Ev(*row) for row in rows.values_list("sequence", "type", "payload", "run_id")]
-        mode_name = mode_name or thread_mode_name(thread)
-    mode = config.mode(mode_name)
+    logged = _log(Event.objects.filter(thread=thread)) if thread is not None else []
     text, kinds = redact(submission.input)
-    # The run's first send: the thread's log with this input as its newest user message.
-    effective = [*effective_events(logged), Ev(0, ev.USER, {"text": text})]
-    composed = compose_request(
-        sources=sources,
-        mode=mode,
-        active=active_deferred(effective, mode.deferred),
-        events=effective,
-    )
+    # The run's first send: the thread's log with the events this submission would append.
+    opening = _opening(submission, thread, text, kinds)
+    after = logged[-1].sequence if logged else 0
+    log = [*logged, *(LogEntry(after + i, kind, data) for i, (kind, data) in enumerate(opening, 1))]
+    composed = next_request(log_view(log, config), sources=sources)
     return {
         "dry_run": True,
         "configuration": configuration.slug,
@@ -287,10 +294,10 @@ def message_dict(message: Message) -> dict[str, Any]:
 def run_cancel(*, user: User, run_id: int) -> Run:
     """HITL-11: a queued or awaiting run ends now and its ticket is void; a running one
     stops at its next step boundary."""
-    run = visible_runs(user).filter(pk=run_id).first()
-    if run is None:
+    run = Run.objects.filter(pk=run_id).first()
+    if run is None or not may_see_run(user, run):
         raise NotFound("No such run.")
-    if not can_act_on_run(user, run):
+    if not may_cancel(user, run):
         raise NotPermitted("Only the run's initiator or an approver may cancel it.")
     with transaction.atomic():
         run = Run.objects.select_for_update().get(pk=run_id)
@@ -312,22 +319,14 @@ def _cancel_parked(run: Run, *, by: str) -> None:
     Ticket.objects.filter(run=run, status=Ticket.Status.ACTIVE).update(
         status=Ticket.Status.VOID, resolved_at=now
     )
-    rows = Event.objects.filter(run=run).order_by("sequence")
-    state = restore(None, [Ev(e.sequence, e.type, e.payload, e.run_id) for e in rows])
-    open_calls = state.turn.open_calls() if state.turn else []
-    sent = set(
-        ToolInvocation.objects.filter(
-            run=run, call_id__in=[c.id for c in open_calls], effect_sent_at__isnull=False
-        ).values_list("call_id", flat=True)
-    )
-    items = close_open_calls(open_calls, sent)
-    open_rows = ToolInvocation.objects.filter(
-        run=run, call_id__in=[c.id for c in open_calls], status__in=ToolInvocation.OPEN
-    )
-    for was_sent in (True, False):
-        open_rows.filter(effect_sent_at__isnull=not was_sent).update(
-            status=closed_status(was_sent), completed_at=now
-        )
+    state = restore(None, _log(Event.objects.filter(run=run)))
+    turn = state.turn
+    open_calls = turn.open_calls() if turn else []
+    rows = store().invocations(run.pk, turn.index, [c.id for c in open_calls]) if turn else []
+    sent = {call_id: (pk, sent_at is not None) for call_id, pk, _version, sent_at in rows}
+    items, updates = close_open_calls(open_calls, sent, now)
+    for pk, changes in updates:
+        ToolInvocation.objects.filter(pk=pk).update(**changes)
     items.append((ev.RUN_CANCELLED, {"by": by}))  # who, for the audit (OPS-5)
     append_events(thread_id=run.thread_id, run_id=run.pk, items=items)
     run_cancel_parked(run.pk)
@@ -335,12 +334,11 @@ def _cancel_parked(run: Run, *, by: str) -> None:
 
 def thread_switch_mode(*, user: User, thread_id: int, mode: str) -> Thread:
     """DEF-1: a thread changes mode between runs; the switch is an event in its log."""
-    thread = Thread.objects.filter(pk=thread_id, runs__in=visible_runs(user)).distinct().first()
+    thread = visible_threads(user).filter(pk=thread_id).first()
     if thread is None:
         raise NotFound("No such thread.")
-    # SEC-2: seeing a thread (view_all_runs) is not steering it.
-    if not can_act_on_thread(user, thread):
-        raise NotPermitted("Only the thread's initiator or an approver may switch its mode.")
+    if not may_steer(user, thread):
+        raise NotPermitted("Only the thread's initiator may switch its mode (SEC-10).")
     config = build_runtime_config(thread.configuration)
     if not config.has_mode(mode):
         known = ", ".join(m.name for m in config.modes)

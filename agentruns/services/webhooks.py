@@ -2,9 +2,9 @@
 
 Queueing is the outbox pattern, like the wake-ups: a delivery row is written in the same
 transaction as the event it carries, so a host hears of every committed event and of no
-rolled-back one. The matching rule lives on the model (`Webhook.wants`, `MATCH_SQL`); on
-PostgreSQL `WebhookDelivery.insert_sql` is the one statement both paths use (the services'
-`webhook_queue` here, the loop's step write as one more CTE).
+rolled-back one. The matching rule lives on the model (`Webhook.wants`, `MATCH_SQL`); the
+store writes the rows (`SystemStore.queue_deliveries` for the services' appends, and the
+loop's step write, where on PostgreSQL `WebhookDelivery.insert_sql` is one more CTE).
 
 Sending happens on the cluster, never on a run's thread: `webhook_deliver_due` claims due
 rows (`FOR UPDATE SKIP LOCKED`, then pushes `next_attempt_at` past the send so no other
@@ -21,52 +21,25 @@ import json
 import logging
 import random
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import httpx
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
-from agentruns.models import Event, Webhook, WebhookAttempt, WebhookDelivery
+from agentruns.models import WebhookAttempt, WebhookDelivery
+from agentruns.outbound import PinnedTransport, TargetRefused
 
 logger = logging.getLogger(__name__)
 
+NO_RESPONSE = "no HTTP response"
 SIGNATURE_HEADER = "X-Agentruns-Signature"
 DELIVERY_HEADER = "X-Agentruns-Delivery"
 EVENT_HEADER = "X-Agentruns-Event"
-
-# ---- queueing (inside the event's transaction) -----------------------------------------
-
-
-def webhook_queue(*, events: Sequence[Event]) -> None:
-    """Queue deliveries for events just appended, in the caller's transaction."""
-    if not events:
-        return
-    if connection.vendor == "postgresql":
-        row = "(%s, %s::bigint, %s::bigint, %s::integer, %s::jsonb, %s::timestamptz)"
-        params: list[Any] = []
-        for event in events:
-            params += [
-                event.type,
-                event.run_id,
-                event.thread_id,
-                event.sequence,
-                json.dumps(event.payload),
-                event.created_at,
-            ]
-        values = ", ".join([row] * len(events))
-        columns = ", ".join(WebhookDelivery.SOURCE_COLUMNS)
-        sql = WebhookDelivery.insert_sql(f"(VALUES {values}) AS e ({columns})")
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
-        return
-    hooks = Webhook.objects.filter(active=True)
-    WebhookDelivery.objects.bulk_create(WebhookDelivery.rows_for(events, hooks))
-
 
 # ---- the wire format --------------------------------------------------------------------
 
@@ -101,10 +74,14 @@ def backoff_seconds(attempts: int) -> float:
 
 
 @dataclass(frozen=True)
-class Outcome:
+class AttemptResult:
+    """What one delivery attempt got back: a status code, or the error that prevented one."""
+
     status_code: int | None
     latency_ms: int
     error: str
+    # When the attempt began: a failure's record shows no duration (SEC-9).
+    at: datetime
 
     @property
     def ok(self) -> bool:
@@ -126,7 +103,7 @@ def _claim(limit: int) -> list[int]:
     return ids
 
 
-def _send(client: httpx.Client, delivery: WebhookDelivery) -> Outcome:
+def _send(client: httpx.Client, delivery: WebhookDelivery) -> AttemptResult:
     body = delivery_body(delivery)
     headers = {
         "Content-Type": "application/json",
@@ -135,26 +112,30 @@ def _send(client: httpx.Client, delivery: WebhookDelivery) -> Outcome:
         DELIVERY_HEADER: str(delivery.delivery_id),
         EVENT_HEADER: delivery.event_type,
     }
-    started = time.monotonic()
+    started, at = time.monotonic(), timezone.now()
     try:
         response = client.post(delivery.webhook.url, content=body, headers=headers)
+    except TargetRefused as exc:
+        return AttemptResult(None, 0, str(exc)[:500], at)
     except httpx.HTTPError as exc:
-        elapsed = int((time.monotonic() - started) * 1000)
-        return Outcome(None, elapsed, f"{type(exc).__name__}: {exc}"[:500])
+        # SEC-9: refused, reset, timed out or not HTTP read alike (and take no time), so
+        # the deliveries list cannot tell an open port from a closed one; the log can.
+        logger.info("webhook delivery %s: %s: %s", delivery.pk, type(exc).__name__, exc)
+        return AttemptResult(None, 0, NO_RESPONSE, at)
     elapsed = int((time.monotonic() - started) * 1000)
     error = "" if response.is_success else f"HTTP {response.status_code}"
-    return Outcome(response.status_code, elapsed, error)
+    return AttemptResult(response.status_code, elapsed, error, at)
 
 
-def _record(delivery: WebhookDelivery, outcome: Outcome) -> None:
-    now = timezone.now()
+def _record(delivery: WebhookDelivery, result: AttemptResult) -> None:
+    now = result.at  # times count from the attempt's start, never showing its length
     attempts = delivery.attempts + 1
     changes: dict[str, Any] = {
         "attempts": attempts,
-        "last_status_code": outcome.status_code,
-        "last_error": outcome.error,
+        "last_status_code": result.status_code,
+        "last_error": result.error,
     }
-    if outcome.ok:
+    if result.ok:
         changes.update(status=WebhookDelivery.Status.DELIVERED, delivered_at=now)
     elif attempts >= int(settings.AGENTRUNS_WEBHOOK_MAX_ATTEMPTS):
         changes.update(status=WebhookDelivery.Status.FAILED)
@@ -163,10 +144,10 @@ def _record(delivery: WebhookDelivery, outcome: Outcome) -> None:
     with transaction.atomic():
         WebhookAttempt.objects.create(
             delivery=delivery,
-            at=now,
-            status_code=outcome.status_code,
-            latency_ms=outcome.latency_ms,
-            error=outcome.error,
+            at=result.at,
+            status_code=result.status_code,
+            latency_ms=result.latency_ms,
+            error=result.error,
         )
         WebhookDelivery.objects.filter(
             pk=delivery.pk, status=WebhookDelivery.Status.PENDING
@@ -183,7 +164,10 @@ def webhook_deliver_due(*, limit: int = 100, budget_seconds: float = 20.0) -> in
     timeout = httpx.Timeout(float(settings.AGENTRUNS_WEBHOOK_TIMEOUT))
     sent = 0
     rows = WebhookDelivery.objects.select_related("webhook").filter(pk__in=ids)
-    with httpx.Client(timeout=timeout, follow_redirects=False) as client:
+    # SEC-9: each connection goes to an address checked after DNS; redirects are not
+    # followed (a 3xx is recorded as a failed attempt).
+    transport = PinnedTransport()
+    with httpx.Client(timeout=timeout, follow_redirects=False, transport=transport) as client:
         for delivery in _in_order(rows, ids):
             if time.monotonic() > deadline:
                 WebhookDelivery.objects.filter(pk=delivery.pk).update(

@@ -1,18 +1,31 @@
 """The one interface to the loop's persistence (after DBOS's `SystemDatabase`): the step
-statement, the log read, claims, renewals and the gate's audit row. `agentruns.store.store()`
-picks the implementation once: PostgreSQL (`postgres.py`, what production and the suite
-run) or the portable one (`portable.py`, only what the embedded SQLite demo needs)."""
+statement (with the ticket a parking step opens), the log read, the rows a step reads back
+(a turn's invocations, the ticket an approval answered, the catalog generation, the day's
+usage), claims, renewals, the gate's audit row and the webhook outbox.
+`agentruns.store.store()` picks the implementation once: PostgreSQL (`postgres.py`, what
+production and the suite run) or the portable one (`portable.py`, only what the embedded
+SQLite demo needs)."""
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Any, Protocol
+import abc
+from collections.abc import Sequence
+from datetime import date, datetime
+from typing import Any
 
 from django.db.models import Q
 from django.db.models.functions import Now
 
-from agentruns.models import GateAudit, Run
-from agentruns.store.records import Lease, Step
+from agentruns.models import (
+    CatalogGeneration,
+    DailyUsage,
+    Event,
+    GateAudit,
+    Run,
+    Ticket,
+    ToolInvocation,
+)
+from agentruns.store.records import Lease, Step, Written
 
 # (sequence, type, payload, run_id) in log order.
 LogRow = tuple[int, str, dict[str, Any], int | None]
@@ -30,55 +43,99 @@ def claimable() -> Q:
     return Q(status=Run.Status.QUEUED) | lease_expired()
 
 
-class SystemStore(Protocol):
+class SystemStore(abc.ABC):
+    """Each database's statements are a subclass's; the reads below are the same ORM
+    query everywhere."""
+
     # Whether the database can take rows FOR UPDATE SKIP LOCKED (batch claims, dequeue).
     skip_locked: bool
 
-    def write_step(self, lease: Lease, step: Step, *, durable: bool) -> dict[str, int]:
-        """Write the step fenced by the lease or raise Fenced; refresh the lease's cancel
-        flag and catalog generation; return new invocation ids by call id."""
+    def invocations(
+        self, run_id: int, turn_index: int, call_ids: Sequence[str]
+    ) -> list[tuple[str, int, str, datetime | None]]:
+        """(call id, invocation id, tool version, effect sent at) of a turn's calls."""
+        turn = ToolInvocation.objects.filter(run_id=run_id, step=turn_index)
+        rows = turn.filter(call_id__in=call_ids)
+        return list(rows.values_list("call_id", "pk", "tool_version", "effect_sent_at"))
+
+    def approval_shown(self, run_id: int, call_id: str) -> tuple[str, str] | None:
+        """HITL-5: (tool, arguments digest) of the call the answered ticket showed."""
+        answered = Ticket.objects.filter(
+            run_id=run_id, call_id=call_id, status=Ticket.Status.ANSWERED
+        )
+        return answered.values_list("tool", "arguments_digest").first()
+
+    def catalog_generation(self) -> int:
+        """The live catalog generation (CG-9)."""
+        return CatalogGeneration.current()
+
+    def daily_limit_reached(
+        self, configuration_id: int, limit: int | None, seen: tuple[date, int] | None
+    ) -> bool:
+        """OPS-2, read only when `seen` (a step write's answer) is not today's."""
+        return DailyUsage.at_limit(configuration_id, limit, seen=seen)
+
+    @abc.abstractmethod
+    def write_step(self, lease: Lease, step: Step, *, durable: bool) -> Written:
+        """Write the step fenced by the lease or raise Fenced."""
         ...
 
+    @abc.abstractmethod
     def read_log(self, thread_id: int, run_id: int) -> tuple[list[LogRow], dict | None]:
         """The thread's events in order and the run's newest checkpoint state."""
         ...
 
+    @abc.abstractmethod
     def claim(self, run_id: int, owner: str, seconds: float) -> dict | None:
         """Take the run if claimable: its CLAIM_FIELDS as they were, `composed_at` and the
         catalog `generation`; None if it is not claimable (or being claimed right now)."""
         ...
 
+    @abc.abstractmethod
     def claim_queued(self, limit: int, owner: str, seconds: float) -> list[tuple[int, dict]]:
         """Claim up to `limit` queued runs, oldest first ([] where unsupported)."""
         ...
 
+    @abc.abstractmethod
     def renew_many(self, leases: list[Lease], seconds: float) -> dict[int, bool]:
         """Renew every still-held lease; the cancel flag of each one renewed, by run id."""
         ...
 
+    @abc.abstractmethod
     def claim_expired(self, limit: int, owner: str, seconds: float) -> list[tuple[int, dict]]:
         """Claim up to `limit` running runs whose lease expired, longest expired first:
         crash reclaims, each spending an attempt (CLU-3; [] where unsupported)."""
         ...
 
+    @abc.abstractmethod
+    def queue_deliveries(self, events: Sequence[Event]) -> None:
+        """OPS-4: one pending delivery per (event, active webhook that wants it), in the
+        caller's transaction (events appended outside a step: submission, resume...)."""
+        ...
+
+    @abc.abstractmethod
     def save_audit(self, row: GateAudit, *, epoch: int | None) -> int:
         """Write the audit row durably, and with an `epoch` only while the run still
         carries it (else raise Fenced); return the live catalog generation."""
         ...
 
+    @abc.abstractmethod
     def dequeue_tasks(self, list_key: str, limit: int, lock_secs: float) -> list[tuple[int, str]]:
         """Take up to `limit` due rows of the ORM broker's queue (CLU-1) in one statement:
         (id, payload), oldest first. Only where `skip_locked`."""
         ...
 
+    @abc.abstractmethod
     def database_now(self) -> datetime:
         """The database clock, which leases are measured on (CLU-2)."""
         ...
 
+    @abc.abstractmethod
     def client_connections(self) -> int | None:
         """How many client connections the database has open, where it can say."""
         ...
 
+    @abc.abstractmethod
     def make_durable(self) -> None:
         """Wait until every commit so far would survive a database crash, including the
         steps committed without waiting for the WAL flush (a client is about to rely on

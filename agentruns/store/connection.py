@@ -1,9 +1,11 @@
-"""Connection handling the runtime shares: giving a pooled connection back while a run
-waits (PERF-6), whether a step may skip waiting for the WAL flush (runtime/journal.py),
-and the prepared statements of the loop."""
+"""Connection handling the runtime and the cluster share: a process's pool (PERF-6) and
+the connections it inherited across fork, giving a pooled connection back while a run
+waits, closing a thread's connections when its work is done, whether a step may skip
+waiting for the WAL flush (runtime/journal.py), and the prepared statements of the loop."""
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -11,6 +13,12 @@ import psycopg
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
+
+logger = logging.getLogger(__name__)
+
+# Objects inherited across fork that belong to the parent: never closed, never collected
+# (closing a psycopg connection or pool would send a Terminate on the parent's sockets).
+_INHERITED: list[Any] = []
 
 
 def this_connection() -> BaseDatabaseWrapper:
@@ -31,6 +39,47 @@ def release_connection() -> None:
     """A no-op without a pool."""
     if connection.settings_dict.get("OPTIONS", {}).get("pool") and connection.get_autocommit():
         connection.close()
+
+
+def close_thread_connections() -> None:
+    """Give this thread's connections back (to the pool, or really close them)."""
+    for alias in connections:
+        try:
+            connections[alias].close()
+        except Exception:  # a broken connection is discarded either way
+            logger.debug("closing a connection failed", exc_info=True)
+
+
+def detach_inherited_connections() -> None:
+    """After a fork: forget (without closing) every connection and pool the parent opened."""
+    from django.db.backends.postgresql.base import DatabaseWrapper
+
+    pools: dict[str, Any] = DatabaseWrapper._connection_pools  # type: ignore[attr-defined]
+    if pools:
+        _INHERITED.extend(pools.values())
+        pools.clear()
+    for alias in connections:
+        wrapper = connections[alias]
+        if wrapper.connection is not None:
+            _INHERITED.append(wrapper.connection)
+            wrapper.connection = None
+
+
+def use_pool(*, size: int, timeout: float, name: str) -> None:
+    """Switch THIS process to Django's psycopg pool before it opens its first connection
+    (PostgreSQL only; elsewhere a no-op). The settings dict is shared by every thread's
+    connection wrapper, so mutating it in place switches them all. Health checks are the
+    pool's job (a broken connection is discarded when it is returned); Django's
+    per-checkout ping would cost a round trip per step."""
+    db = connections.settings[DEFAULT_DB_ALIAS]
+    if not db["ENGINE"].endswith("postgresql"):
+        return
+    options = db.setdefault("OPTIONS", {})
+    # Fixed size: opened once at spawn, never grown in the middle of a burst, and a
+    # machine's footprint is exactly q2 workers x DB_POOL_MAX connections.
+    options["pool"] = {"min_size": size, "max_size": size, "timeout": timeout, "name": name}
+    db["CONN_MAX_AGE"] = 0
+    db["CONN_HEALTH_CHECKS"] = False
 
 
 def prepared(sql: str, params: list[Any]) -> tuple:

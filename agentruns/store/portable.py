@@ -5,7 +5,9 @@ batch claims: wake-ups do all the claiming here."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta
+from typing import NoReturn
 
 from django.db import transaction
 from django.db.models import F
@@ -20,57 +22,68 @@ from agentruns.models import (
     Event,
     GateAudit,
     Run,
+    Ticket,
     ToolInvocation,
     Webhook,
     WebhookDelivery,
 )
-from agentruns.store.base import LogRow, claimable
-from agentruns.store.records import CLAIM_FIELDS, Lease, Step, checkpoint_row, event_row
+from agentruns.store.base import LogRow, SystemStore, claimable
+from agentruns.store.records import (
+    CLAIM_FIELDS,
+    Lease,
+    Step,
+    Written,
+    checkpoint_row,
+    event_row,
+)
 
 
 def _generation() -> int:
     return CatalogGeneration.objects.values_list("value", flat=True).get(pk=1)
 
 
-def _lost(lease: Lease) -> None:
-    lease.lost = True
+def _lost() -> NoReturn:
     raise Fenced("the lease was taken by another worker")
 
 
-class PortableStore:
+class PortableStore(SystemStore):
     skip_locked = False
 
-    def write_step(self, lease: Lease, step: Step, *, durable: bool) -> dict[str, int]:
+    def write_step(self, lease: Lease, step: Step, *, durable: bool) -> Written:
         with transaction.atomic():
             fenced = Run.objects.select_for_update().filter(lease.fence)
             row = fenced.values_list("cancel_requested", flat=True).first()
             held = Event.objects.filter(thread_id=lease.thread_id, sequence=step.after)
             if row is None or (step.after and not held.exists()):  # see Step.after
-                _lost(lease)
+                _lost()
             now = timezone.now()
             events = Event.objects.bulk_create(
                 Event(**event_row(lease, e, now)) for e in step.events
             )
-            hooks = Webhook.objects.filter(active=True)  # OPS-4's outbox, OPS-1's counter
-            WebhookDelivery.objects.bulk_create(WebhookDelivery.rows_for(events, hooks))
+            self.queue_deliveries(events)  # OPS-4's outbox, then OPS-1's counter
             spent = DailyUsage.usage_of(step.events)
+            used_today = None
             if any(spent):
                 DailyUsage.add(lease.configuration_id, *spent)
-                used = DailyUsage.used_today(lease.configuration_id)
-                lease.used_today = (DailyUsage.today(), used)
+                used_today = (DailyUsage.today(), DailyUsage.used_today(lease.configuration_id))
             Checkpoint.objects.bulk_create(
                 Checkpoint(**checkpoint_row(lease, cp, now)) for cp in step.checkpoints
             )
             created = ToolInvocation.objects.bulk_create(
                 ToolInvocation(**row, created_at=now) for row in step.new_invocations
             )
+            if step.new_ticket is not None:
+                Ticket.objects.create(**step.new_ticket)
             for pk, changes in step.invocation_updates:
                 ToolInvocation.objects.filter(pk=pk).update(**changes)
             if step.run_update and not Run.objects.filter(lease.fence).update(**step.run_update):
-                _lost(lease)
-            lease.cancel_requested = bool(row)
-            lease.generation = _generation()
-        return {invocation.call_id: invocation.pk for invocation in created}
+                _lost()
+            return Written(
+                invocations={invocation.call_id: invocation.pk for invocation in created},
+                cancel_requested=bool(row),
+                generation=_generation(),
+                used_today=used_today,
+            )
 
     def read_log(self, thread_id: int, run_id: int) -> tuple[list[LogRow], dict | None]:
         thread = Event.objects.filter(thread_id=thread_id).order_by("sequence")
@@ -113,6 +126,10 @@ class PortableStore:
 
     def claim_expired(self, limit: int, owner: str, seconds: float) -> list[tuple[int, dict]]:
         return []
+
+    def queue_deliveries(self, events: Sequence[Event]) -> None:
+        hooks = Webhook.objects.filter(active=True)
+        WebhookDelivery.objects.bulk_create(WebhookDelivery.rows_for(events, hooks))
 
     def save_audit(self, row: GateAudit, *, epoch: int | None) -> int:
         with transaction.atomic():

@@ -5,6 +5,7 @@ flush). Statuses are interpolated from `Run.Status`, never spelled in SQL."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from functools import cache
 from typing import Any
@@ -21,12 +22,20 @@ from agentruns.models import (
     Event,
     GateAudit,
     Run,
+    Ticket,
     ToolInvocation,
     WebhookDelivery,
 )
-from agentruns.store.base import LogRow
+from agentruns.store.base import LogRow, SystemStore
 from agentruns.store.connection import fast_commit, prepared, prepared_rows
-from agentruns.store.records import CLAIM_FIELDS, Lease, Step, checkpoint_row, event_row
+from agentruns.store.records import (
+    CLAIM_FIELDS,
+    Lease,
+    Step,
+    Written,
+    checkpoint_row,
+    event_row,
+)
 
 RUN = Run._meta.db_table
 EVENT = Event._meta.db_table
@@ -48,6 +57,7 @@ JSON_COLUMNS = {
     "failure",
     "forced_snippet_ids",
     "forced_skill_ids",
+    "schema",
 }
 TIME_COLUMNS = {
     "created_at",
@@ -56,7 +66,9 @@ TIME_COLUMNS = {
     "lease_expires_at",
     "updated_at",
     "composed_at",
+    "deadline",
 }
+UUID_COLUMNS = {"correlation_id"}
 EVENT_COLUMNS = ("thread_id", "run_id", "sequence", "type", "payload", "created_at")
 # What the step's inserts hand the CTEs after them: the events feed the webhook outbox.
 RETURNING = {
@@ -73,6 +85,23 @@ INVOCATION_COLUMNS = (
     "arguments",
     "arguments_digest",
     "idempotency_key",
+    "status",
+    "created_at",
+)
+TICKET_COLUMNS = (
+    "correlation_id",
+    "run_id",
+    "thread_id",
+    "snapshot_id",
+    "catalog_fingerprint",
+    "deadline",
+    "kind",
+    "call_id",
+    "tool",
+    "arguments",
+    "arguments_digest",
+    "question",
+    "schema",
     "status",
     "created_at",
 )
@@ -99,6 +128,8 @@ def _cast(column: str) -> str:
         return "::jsonb"
     if column in TIME_COLUMNS:
         return "::timestamptz"
+    if column in UUID_COLUMNS:
+        return "::uuid"
     return ""
 
 
@@ -156,6 +187,9 @@ def step_statement(lease: Lease, step: Step, fast: bool) -> tuple:
         parts.append(
             _insert("inv", ToolInvocation._meta.db_table, INVOCATION_COLUMNS, rows, params)
         )
+    if step.new_ticket is not None:
+        row = {**step.new_ticket, "status": Ticket.Status.ACTIVE, "created_at": now}
+        parts.append(_insert("tk", Ticket._meta.db_table, TICKET_COLUMNS, [row], params))
     for index, (pk, changes) in enumerate(step.invocation_updates):
         parts.append(
             _update(
@@ -215,18 +249,20 @@ def _claim_rows(
     return claimed
 
 
-class PostgresStore:
+class PostgresStore(SystemStore):
     skip_locked = True
 
-    def write_step(self, lease: Lease, step: Step, *, durable: bool) -> dict[str, int]:
+    def write_step(self, lease: Lease, step: Step, *, durable: bool) -> Written:
         row = step_statement(lease, step, fast_commit(durable))
-        if not row[0]:
-            lease.lost = True
+        held, cancel, generation, created, used = row[:5]  # then set_config's, if relaxed
+        if not held:
             raise Fenced("the lease was taken by another worker, or the log lost its steps")
-        lease.cancel_requested, lease.generation = bool(row[1]), row[2]
-        if row[4] is not None:
-            lease.used_today = (DailyUsage.today(), int(row[4]))
-        return {call_id: pk for call_id, pk in (row[3] or [])}
+        return Written(
+            invocations={call_id: pk for call_id, pk in (created or [])},
+            cancel_requested=bool(cancel),
+            generation=generation,
+            used_today=None if used is None else (DailyUsage.today(), int(used)),
+        )
 
     def read_log(self, thread_id: int, run_id: int) -> tuple[list[LogRow], dict | None]:
         event, checkpoint = Event._meta.db_table, Checkpoint._meta.db_table
@@ -270,6 +306,24 @@ class PostgresStore:
             "ORDER BY lease_expires_at NULLS FIRST LIMIT %s"
         )
         return _claim_rows(where, [limit], owner, seconds)
+
+    def queue_deliveries(self, events: Sequence[Event]) -> None:
+        row = "(%s, %s::bigint, %s::bigint, %s::integer, %s::jsonb, %s::timestamptz)"
+        params: list[Any] = []
+        for event in events:
+            params += [
+                event.type,
+                event.run_id,
+                event.thread_id,
+                event.sequence,
+                json.dumps(event.payload),
+                event.created_at,
+            ]
+        columns = ", ".join(WebhookDelivery.SOURCE_COLUMNS)
+        values = ", ".join([row] * len(events))
+        sql = WebhookDelivery.insert_sql(f"(VALUES {values}) AS e ({columns})")
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
 
     def save_audit(self, row: GateAudit, *, epoch: int | None) -> int:
         row.created_at = timezone.now()

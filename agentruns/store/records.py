@@ -1,66 +1,130 @@
-"""The plain records the store reads and writes for the loop: a lease and a step."""
+"""The plain records the store reads and writes for the loop: a claim (its lease, its
+signals), a step and what writing it returned."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import date
-from typing import Any, Protocol
+from typing import Any
 
 from django.conf import settings
 from django.db.models import Q
 
+from agentruns.events import LogEntry
 
-@dataclass
+
+@dataclass(frozen=True)
 class Lease:
+    """What fences a worker's writes (CLU-2): the run, the thread whose log its steps
+    extend, the configuration they are charged to (OPS-1), and the epoch this worker's
+    claim gave the run. It never changes: a run claimed again is a new lease."""
+
     run_id: int
     thread_id: int
     configuration_id: int
     epoch: int
     owner: str
-    generation: int
-    reclaimed: bool
-    attempts: int
-    forced_snippet_ids: list[int] | None
-    forced_skill_ids: list[int] | None
-    composed: bool
     seconds: float = field(default_factory=lambda: settings.AGENTRUNS_LEASE_SECONDS)
-    renewed_at: float = field(default_factory=time.monotonic)
-    cancel_requested: bool = False
-    # OPS-2: (UTC day, the configuration's tokens that day) as this run's last model turn's
-    # write returned them, so the next turn's limit check needs no read of its own.
-    used_today: tuple[date, int] | None = None
-    # Set by the process heartbeat when a renewal found the epoch moved on.
-    lost: bool = False
-    # Set by the driver when its process is shutting down: release at the next boundary.
-    stop_requested: bool = False
 
     @property
     def fence(self) -> Q:
         return Q(pk=self.run_id, epoch=self.epoch)
 
 
-class LogEvent(Protocol):
-    """What the store needs of an event (the runtime's `Ev`)."""
+class Signals:
+    """What the threads that share a claimed run tell its executor, read at every step
+    boundary. Each flag only ever goes from clear to set:
+
+    - cancel (HITL-11): the store's step writes and the heartbeat's renewals bring the
+      run's cancel flag back;
+    - stop: the driver's process is shutting down: release the run at the next boundary;
+    - lost (CLU-2): a renewal or a write found the epoch moved on.
+
+    And when the lease was last renewed, by the heartbeat or by the executor itself."""
+
+    def __init__(self, *, cancel: bool = False) -> None:
+        self._cancel, self._stop, self._lost = (
+            threading.Event(),
+            threading.Event(),
+            threading.Event(),
+        )
+        if cancel:
+            self._cancel.set()
+        self._renewed_at = time.monotonic()
+        self._lock = threading.Lock()
 
     @property
-    def sequence(self) -> int: ...
+    def cancel_requested(self) -> bool:
+        return self._cancel.is_set()
+
     @property
-    def type(self) -> str: ...
+    def stop_requested(self) -> bool:
+        return self._stop.is_set()
+
     @property
-    def payload(self) -> dict[str, Any]: ...
+    def lost(self) -> bool:
+        return self._lost.is_set()
+
+    def request_cancel(self) -> None:
+        self._cancel.set()
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    def lose(self) -> None:
+        self._lost.set()
+
+    def renewed(self, at: float) -> None:
+        with self._lock:
+            self._renewed_at = max(self._renewed_at, at)
+
+    def renewal_due(self, seconds: float) -> bool:
+        """At about a third of the lease, so two missed renewals still leave slack."""
+        return time.monotonic() - self._renewed_at >= seconds / 3
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What a claim hands the executor: the lease, the signals, and the run as the claim
+    found it. What changes while the run is driven (the catalog generation it knows,
+    today's usage, the forced set once composed) is the executor's (`RunContext`)."""
+
+    lease: Lease
+    attempts: int
+    reclaimed: bool
+    forced_snippet_ids: tuple[int, ...] | None
+    forced_skill_ids: tuple[int, ...] | None
+    composed: bool
+    generation: int
+    signals: Signals = field(default_factory=Signals, compare=False)
+
+
+@dataclass(frozen=True)
+class Written:
+    """What a step write hands back: the new invocation ids by call id, and, for free,
+    the run's cancel flag, the live catalog generation and, when the step used tokens,
+    (UTC day, the configuration's tokens that day) (OPS-2)."""
+
+    invocations: dict[str, int]
+    cancel_requested: bool
+    generation: int
+    used_today: tuple[date, int] | None = None
 
 
 @dataclass
 class Step:
     """Everything one durable step writes."""
 
-    events: Sequence[LogEvent] = field(default_factory=list)
+    events: Sequence[LogEntry] = field(default_factory=list)
     checkpoints: list[tuple[str, int, dict[str, Any]]] = field(default_factory=list)
     new_invocations: list[dict[str, Any]] = field(default_factory=list)
     invocation_updates: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
     run_update: dict[str, Any] = field(default_factory=dict)
+    # HITL-2: the ticket a parking step opens (its Ticket columns), written with the step.
+    new_ticket: dict[str, Any] | None = None
     # The newest sequence of the thread this worker has seen (0: none). The step is written
     # only if the log still holds it: a database crash can lose a tail of steps committed
     # without waiting for the WAL flush, and a worker that carried on over a fresh
@@ -81,7 +145,7 @@ CLAIM_FIELDS = (
 )
 
 
-def event_row(lease: Lease, event: LogEvent, now: Any) -> dict[str, Any]:
+def event_row(lease: Lease, event: LogEntry, now: Any) -> dict[str, Any]:
     return {
         "thread_id": lease.thread_id,
         "run_id": lease.run_id,

@@ -1,7 +1,7 @@
 """Every change of `Run.status` and of a held lease, each a fenced or conditional update
 whose row count is checked, with ONE set of "release the lease" columns. Claims
 (queued/expired → running, CLU-2) run the store's claim statement on the database clock
-and come back as a `Lease`; a running run's own endings and parkings go through the step
+and come back as a `Claim`; a running run's own endings and parkings go through the step
 statement with `released(...)` as its run update, fenced by the lease. Heartbeat renewals
 of many leases at once: `renew_many`."""
 
@@ -23,7 +23,7 @@ from django.utils import timezone
 from agentruns.errors import Fenced
 from agentruns.models import Run
 from agentruns.store import store
-from agentruns.store.records import Lease
+from agentruns.store.records import Claim, Lease, Signals
 
 Status = Run.Status
 
@@ -97,17 +97,17 @@ def worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
 
 
-def claim(run_id: int, owner: str | None = None) -> Lease | None:
+def claim(run_id: int, owner: str | None = None) -> Claim | None:
     """Take the run if it is queued, or running under an expired lease (a crash reclaim,
     which spends an attempt: CLU-3). SKIP LOCKED: a run another worker is claiming right
     now is simply not ours."""
     owner = owner or worker_name()
     seconds = settings.AGENTRUNS_LEASE_SECONDS
     row = store().claim(run_id, owner, seconds)
-    return _lease(run_id, owner, seconds, row) if row else None
+    return _claimed(run_id, owner, seconds, row) if row else None
 
 
-def claim_queued(limit: int, owner: str | None = None) -> list[Lease]:
+def claim_queued(limit: int, owner: str | None = None) -> list[Claim]:
     """Claim up to `limit` queued runs, oldest first, in one statement: a worker with free
     threads takes a burst of runs without waiting for each run's own wake-up (which then
     finds its run taken and does nothing, CLU-1). PostgreSQL only; elsewhere wake-ups do
@@ -115,7 +115,7 @@ def claim_queued(limit: int, owner: str | None = None) -> list[Lease]:
     return _claim_batch(store().claim_queued, limit, owner)
 
 
-def claim_expired(limit: int, owner: str | None = None) -> list[Lease]:
+def claim_expired(limit: int, owner: str | None = None) -> list[Claim]:
     """Claim up to `limit` running runs whose lease expired, longest expired first: crash
     reclaims, each spending an attempt (CLU-3). PostgreSQL only, like `claim_queued`."""
     return _claim_batch(store().claim_expired, limit, owner)
@@ -125,67 +125,67 @@ def _claim_batch(
     claim_rows: Callable[[int, str, float], list[tuple[int, dict]]],
     limit: int,
     owner: str | None,
-) -> list[Lease]:
+) -> list[Claim]:
     if limit < 1:
         return []
     owner = owner or worker_name()
     seconds = settings.AGENTRUNS_LEASE_SECONDS
     return [
-        _lease(run_id, owner, seconds, row) for run_id, row in claim_rows(limit, owner, seconds)
+        _claimed(run_id, owner, seconds, row) for run_id, row in claim_rows(limit, owner, seconds)
     ]
 
 
-def claim_runnable(limit: int, owner: str | None = None) -> list[Lease]:
+def claim_runnable(limit: int, owner: str | None = None) -> list[Claim]:
     """What a worker with `limit` free threads takes straight from the database, with no
     wake-up (CLU-1): queued runs first, then expired leases."""
-    leases = claim_queued(limit, owner)
-    return leases + claim_expired(limit - len(leases), owner)
+    claims = claim_queued(limit, owner)
+    return claims + claim_expired(limit - len(claims), owner)
 
 
-def _lease(run_id: int, owner: str, seconds: float, row: dict) -> Lease:
+def _claimed(run_id: int, owner: str, seconds: float, row: dict) -> Claim:
     reclaimed = row["status"] == Status.RUNNING
-    return Lease(
-        run_id=run_id,
-        thread_id=row["thread_id"],
-        configuration_id=row["configuration_id"],
-        epoch=row["epoch"] + 1,
-        owner=owner,
-        generation=row["generation"],
-        reclaimed=reclaimed,
+    forced = row["forced_snippet_ids"], row["forced_skill_ids"]
+    return Claim(
+        lease=Lease(
+            run_id=run_id,
+            thread_id=row["thread_id"],
+            configuration_id=row["configuration_id"],
+            epoch=row["epoch"] + 1,
+            owner=owner,
+            seconds=seconds,
+        ),
         attempts=row["attempts"] + int(reclaimed),
-        forced_snippet_ids=row["forced_snippet_ids"],
-        forced_skill_ids=row["forced_skill_ids"],
+        reclaimed=reclaimed,
+        forced_snippet_ids=None if forced[0] is None else tuple(forced[0]),
+        forced_skill_ids=None if forced[1] is None else tuple(forced[1]),
         composed=row["composed_at"] is not None,
-        seconds=seconds,
-        cancel_requested=row["cancel_requested"],
+        generation=row["generation"],
+        signals=Signals(cancel=row["cancel_requested"]),
     )
 
 
-def renew(lease: Lease) -> None:
-    if not lease_extend(lease):
-        lease.lost = True
-        raise Fenced("the lease was taken by another worker")
-    lease.renewed_at = time.monotonic()
+def renew_if_due(lease: Lease, signals: Signals) -> None:
+    """An executor renews its own lease when no heartbeat did for a third of it."""
+    if signals.renewal_due(lease.seconds):
+        started = time.monotonic()
+        if not lease_extend(lease):
+            raise Fenced("the lease was taken by another worker")
+        signals.renewed(started)
 
 
-def renew_if_due(lease: Lease) -> None:
-    """Renew at about a third of the lease, so two missed renewals still leave slack."""
-    if time.monotonic() - lease.renewed_at >= lease.seconds / 3:
-        renew(lease)
-
-
-def renew_many(leases: list[Lease]) -> None:
+def renew_many(claims: list[Claim]) -> None:
     """The process heartbeat (PERF-6): renew every lease this process holds in ONE
     statement on the database clock. A lease whose row no longer carries its epoch (or is
     no longer running) is marked lost; its executor stops at the next boundary. The cancel
     flag comes back with the renewal (HITL-11), as it does with every fenced append."""
-    if not leases:
+    if not claims:
         return
     started = time.monotonic()
-    renewed = store().renew_many(leases, settings.AGENTRUNS_LEASE_SECONDS)
-    for lease in leases:
-        if lease.run_id in renewed:
-            lease.renewed_at = started
-            lease.cancel_requested = lease.cancel_requested or bool(renewed[lease.run_id])
-        else:
-            lease.lost = True
+    renewed = store().renew_many([c.lease for c in claims], settings.AGENTRUNS_LEASE_SECONDS)
+    for claim in claims:
+        if claim.lease.run_id not in renewed:
+            claim.signals.lose()
+            continue
+        claim.signals.renewed(started)
+        if renewed[claim.lease.run_id]:
+            claim.signals.request_cancel()

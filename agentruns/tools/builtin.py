@@ -11,10 +11,19 @@ from django.conf import settings
 from django.utils import timezone
 
 from agentruns.classes import DataClass
-from agentruns.models import Note
+from agentruns.models import Note, Run
 from agentruns.tools.registry import REGISTRY, Effect, Human, Tool, ToolContext, ToolOutput
 
 HTTP_MAX_BYTES = 64 * 1024
+# Content types besides text/* whose bytes are text a model can read.
+TEXT_TYPES = {
+    "application/json",
+    "application/xml",
+    "application/javascript",
+    "application/x-www-form-urlencoded",
+    "application/yaml",
+    "application/x-yaml",
+}
 SEARCH_LIMIT = 4
 SEARCH_MAX_QUERY = 200
 
@@ -24,7 +33,10 @@ def clock_now(arguments: dict[str, Any], ctx: ToolContext) -> ToolOutput:
 
 
 def notes_read(arguments: dict[str, Any], ctx: ToolContext) -> ToolOutput:
-    notes = list(Note.objects.filter(title=arguments["title"]).order_by("-id")[:5])
+    """SEC-10: only the notes of runs this run's initiator may see (SEC-2)."""
+    initiator = Run.objects.select_related("created_by").get(pk=ctx.run_id).created_by
+    titled = Note.objects.visible_to(initiator).filter(title=arguments["title"])
+    notes = list(titled.order_by("-id")[:5])
     if not notes:
         return ToolOutput(f"No note titled {arguments['title']!r}.")
     return ToolOutput("\n\n".join(f"# {note.title}\n{note.body}" for note in notes))
@@ -52,8 +64,24 @@ def http_get(arguments: dict[str, Any], ctx: ToolContext) -> ToolOutput:
                     break
     except httpx.HTTPError as exc:
         return ToolOutput(f"Request failed: {type(exc).__name__}.", ok=False)
+    kind = response.headers.get("content-type", "").split(";")[0].strip().lower()
+    if not _textual(kind) or b"\x00" in body:
+        # SEC-7: bytes are no text for the model (and NUL is none PostgreSQL stores).
+        shown = kind or "no content type"
+        return ToolOutput(
+            f"HTTP {response.status_code}: binary content ({shown}) cannot be shown.", ok=False
+        )
     text = body[:HTTP_MAX_BYTES].decode(response.encoding or "utf-8", errors="replace")
     return ToolOutput(f"HTTP {response.status_code}\n\n{text}", ok=response.status_code < 400)
+
+
+def _textual(kind: str) -> bool:
+    return (
+        not kind
+        or kind.startswith("text/")
+        or kind in TEXT_TYPES
+        or kind.endswith(("+json", "+xml"))
+    )
 
 
 def _words(text: str) -> set[str]:

@@ -33,7 +33,7 @@ class Human(StrEnum):
 class ToolContext:
     run_id: int
     thread_id: int
-    step: int
+    turn_index: int
     call_id: str
     configuration_id: int
     # The current mode's deferred catalog and what is already active (tool_search, DEF-3).
@@ -49,7 +49,8 @@ class ToolOutput:
     data: dict[str, Any] = field(default_factory=dict)
 
 
-Executor = Callable[[dict[str, Any], ToolContext], ToolOutput]
+# What a tool runs: its arguments and context in, its output back.
+ToolFunction = Callable[[dict[str, Any], ToolContext], ToolOutput]
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,7 @@ class Tool:
     output_class: DataClass
     effect: Effect
     version: str
-    execute: Executor = field(compare=False, repr=False)
+    execute: ToolFunction = field(compare=False, repr=False)
     deferred: bool = False
     # TOOL-4: the effect is a write to this application's database, so it runs inside the
     # transaction that records its result and can never happen without it.

@@ -88,6 +88,6 @@ def test_ui4_admin_styles_and_api_docs_assets_load_without_debug(
     context.close()
 
     kinds = {r.url.split("/static/")[1].split("/")[0] for r in static}
-    assert {"admin", "drf_spectacular_sidecar", "pages"} <= kinds, kinds
+    assert {"admin", "drf_spectacular_sidecar", "playground"} <= kinds, kinds
     failed = [(r.url, r.status) for r in static if r.status != 200]
     assert not failed, failed

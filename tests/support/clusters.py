@@ -67,6 +67,8 @@ class Clusters:
             "AGENTRUNS_SHUTDOWN_SECONDS": "10",
             "AGENTRUNS_LOG_LEVEL": "INFO",
             "AGENTRUNS_FAULTS": "",
+            # SEC-11: the suite's provider key variables (tests/conftest.py).
+            "AGENTRUNS_PROVIDER_KEY_VARS": ",".join(settings.AGENTRUNS_PROVIDER_KEY_VARS),
         }
         env.update({key: str(value) for key, value in overrides.items()})
         return env

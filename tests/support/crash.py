@@ -23,14 +23,15 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
+from django.conf import settings
 from django.utils import timezone
 
 from agentruns import events as ev
+from agentruns.events import LogEntry
 from agentruns.models import Configuration, Event, Note, Run, ToolInvocation
 from agentruns.runtime import faults
 from agentruns.runtime.context import pairing_problems, project
 from agentruns.runtime.loop import execute_run
-from agentruns.runtime.state import Ev
 from tests.support.factories import make_openai_configuration
 from tests.support.fake_provider import FakeProvider
 from tests.support.runs import current_database_url, submit
@@ -75,6 +76,7 @@ def child_env(
         AGENTRUNS_EXTRA_TOOL_MODULES="tests.support.tools",
         AGENTRUNS_FAULTS=faults,
         AGENTRUNS_LOG_LEVEL="ERROR",
+        AGENTRUNS_PROVIDER_KEY_VARS=",".join(settings.AGENTRUNS_PROVIDER_KEY_VARS),
         PYTHONUNBUFFERED="1",
     )
     if trace is not None:
@@ -214,9 +216,9 @@ def point_where(
 # ---------------------------------------------------------------- runs and histories
 
 
-def run_events(run_id: int) -> list[Ev]:
+def run_events(run_id: int) -> list[LogEntry]:
     rows = Event.objects.filter(run_id=run_id).order_by("sequence")
-    return [Ev(e.sequence, e.type, e.payload, e.run_id) for e in rows]
+    return [LogEntry(e.sequence, e.type, e.payload, e.run_id) for e in rows]
 
 
 NOTE_ID = re.compile(r"Saved note \d+")

@@ -11,15 +11,16 @@ import threading
 from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from agentruns.classes import DataClass
 from agentruns.models import Event, Run
+from agentruns.runtime.actions.compact import SUMMARY_INSTRUCTION
 from agentruns.runtime.loop import execute_run
-from agentruns.runtime.steps.compact import SUMMARY_INSTRUCTION
 from agentruns.tools.registry import REGISTRY, Effect, Tool, ToolContext, ToolOutput
 from tests.support.fake_provider import FakeProvider, RecordedRequest
+from tests.support.ops import loopback
 from tests.support.runs import submit
 
 OBJECT: dict[str, Any] = {"type": "object", "additionalProperties": False, "properties": {}}
@@ -195,14 +196,5 @@ class _Page(BaseHTTPRequestHandler):
 @contextmanager
 def page_server() -> Iterator[str]:
     """A loopback page for a successful http.get; yields its URL."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Page)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
-    thread.daemon = True
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/page"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
+    with loopback(_Page) as base:
+        yield f"{base}/page"

@@ -21,8 +21,6 @@ from tests.support.runs import submit
 KEY_ENV = "HITL_TEST_KEY"
 KEY = "sk-hitl-7Q2w9ZrT4yKp1LmN8vXc3BdF"
 
-IDENTITY = ("correlation_id", "run", "snapshot_id", "catalog_fingerprint")
-
 
 def write_call(title: str, body: str = "body", call_id: str | None = None) -> dict[str, Any]:
     call: dict[str, Any] = {"name": "notes.write", "arguments": {"title": title, "body": body}}
@@ -67,13 +65,7 @@ def active_ticket(run_id: int) -> Ticket:
 
 def identity(ticket: Ticket) -> dict[str, Any]:
     """The ticket's identity fields exactly as the API shows them."""
-    return {
-        "correlation_id": str(ticket.correlation_id),
-        "run": ticket.run_id,
-        "snapshot_id": ticket.snapshot_id,
-        "catalog_fingerprint": ticket.catalog_fingerprint,
-        "call_id": ticket.call_id,
-    }
+    return ticket.identity.as_dict()
 
 
 def allow(ticket: Ticket, note: str = "", **override: Any) -> dict[str, Any]:

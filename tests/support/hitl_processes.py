@@ -18,8 +18,8 @@ import os, signal, sys
 import django
 django.setup()
 from agentruns.store.transitions import claim
-lease = claim(int(sys.argv[1]))
-print("claimed" if lease else "not claimable", flush=True)
+claimed = claim(int(sys.argv[1]))
+print("claimed" if claimed else "not claimable", flush=True)
 os.kill(os.getpid(), signal.SIGKILL)
 """
 

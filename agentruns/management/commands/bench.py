@@ -15,9 +15,9 @@ from typing import Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import connection
 
 from agentruns.bench import harness, loop, workload
+from agentruns.store import on_postgres
 
 PEERS = ("langgraph", "dbos")
 TARGETS = {"floor": 3.0, "floor_no_wal": 3.0, "langgraph": 0.35}  # PERF-1
@@ -54,7 +54,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **opts: Any) -> None:
-        if connection.vendor != "postgresql":
+        if not on_postgres():
             raise CommandError("The benchmark measures PostgreSQL: set DATABASE_URL.")
         settings.AGENTRUNS_MAX_TURNS = 10_000  # the sweep runs 200 turns
         self.user = workload.bench_user()

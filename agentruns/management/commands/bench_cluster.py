@@ -39,6 +39,7 @@ from django.utils import timezone
 from agentruns.bench import harness
 from agentruns.bench.sampling import Sampler, pss_kb
 from agentruns.cluster.process import ClusterProcess, start_cluster, wait_for
+from agentruns.store import on_postgres
 
 PERF5_TARGET_MS = 50
 PERF6_TARGET, PERF6_CONNECTIONS = 0.8, 50
@@ -116,7 +117,7 @@ class Command(BaseCommand):
     # ---- orchestration ------------------------------------------------------------------
 
     def handle(self, *args: Any, **opts: Any) -> None:
-        if connection.vendor != "postgresql":
+        if not on_postgres():
             raise CommandError("bench_cluster needs PostgreSQL (set DATABASE_URL).")
         ensure_database()
         call_command("migrate", interactive=False, verbosity=0)

@@ -1,0 +1,307 @@
+"""The operator's console. Edits go through the same services as the API."""
+
+from __future__ import annotations
+
+from django import forms
+from django.contrib import admin
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.template.loader import render_to_string
+from django.urls import reverse
+from django.utils.safestring import SafeString
+
+from agentruns import events as ev
+from agentruns.admin import ops  # noqa: F401  (webhooks, daily usage, the audit export)
+from agentruns.admin.decisions import RunCancelAdminMixin, TicketDecisionAdminMixin
+from agentruns.admin.playground import PlaygroundAdminMixin
+from agentruns.errors import AgentrunsError
+from agentruns.models import (
+    CatalogGeneration,
+    Checkpoint,
+    Configuration,
+    ConfigurationFallback,
+    ConfigurationSkill,
+    ConfigurationSnippet,
+    Event,
+    GateAudit,
+    Note,
+    Provider,
+    Run,
+    Skill,
+    Snippet,
+    Thread,
+    Ticket,
+    ToolInvocation,
+)
+from agentruns.selectors import configuration_readout, run_readout
+from agentruns.services.catalog import fallback_problem
+from agentruns.services.runs import run_cancel
+from agentruns.services.usage import run_usage
+from agentruns.words import sentence
+
+
+@admin.register(Provider)
+class ProviderAdmin(admin.ModelAdmin):
+    list_display = ["slug", "name", "kind", "trust_zone", "base_url", "api_key_env", "active"]
+    list_filter = ["kind", "trust_zone", "active"]
+    search_fields = ["slug", "name", "base_url"]
+    prepopulated_fields = {"slug": ["name"]}
+
+
+class ClassifiedAdmin(admin.ModelAdmin):
+    list_display = ["slug", "name", "data_class", "active", "updated_at"]
+    list_filter = ["data_class", "active"]
+    search_fields = ["slug", "name"]
+    prepopulated_fields = {"slug": ["name"]}
+    actions = ["activate", "deactivate"]
+
+    @admin.action(description="Activate selected")
+    def activate(self, request: HttpRequest, queryset: QuerySet) -> None:
+        for row in queryset:
+            row.active = True
+            row.save(update_fields=["active", "updated_at"])
+
+    @admin.action(description="Deactivate selected")
+    def deactivate(self, request: HttpRequest, queryset: QuerySet) -> None:
+        for row in queryset:
+            row.active = False
+            row.save(update_fields=["active", "updated_at"])
+
+
+admin.site.register(Snippet, ClassifiedAdmin)
+admin.site.register(Skill, ClassifiedAdmin)
+
+
+class SnippetInline(admin.TabularInline):
+    model = ConfigurationSnippet
+    extra = 0
+    autocomplete_fields = ["snippet"]
+    ordering = ["position", "id"]
+
+
+class SkillInline(admin.TabularInline):
+    model = ConfigurationSkill
+    extra = 0
+    autocomplete_fields = ["skill"]
+    ordering = ["position", "id"]
+
+
+class FallbackFormSet(forms.BaseInlineFormSet):
+    def clean(self) -> None:
+        super().clean()
+        kept = [
+            form.cleaned_data
+            for form in self.forms
+            if form.cleaned_data and not form.cleaned_data.get("DELETE")
+        ]
+        kept.sort(key=lambda data: data.get("position") or 0)
+        ids = [data["fallback"].pk for data in kept if data.get("fallback")]
+        problem = fallback_problem(configuration_id=self.instance.pk, fallback_ids=ids)
+        if problem:
+            raise forms.ValidationError(problem)
+
+
+class FallbackInline(admin.TabularInline):
+    model = ConfigurationFallback
+    fk_name = "configuration"
+    formset = FallbackFormSet
+    extra = 0
+    autocomplete_fields = ["fallback"]
+    ordering = ["position", "id"]
+    verbose_name = "fallback (one level deep, tried in order on retryable errors)"
+
+
+@admin.register(Configuration)
+class ConfigurationAdmin(PlaygroundAdminMixin):
+    list_display = ["slug", "name", "provider", "model", "max_tool_calls", "active"]
+    list_filter = ["active", "provider"]
+    search_fields = ["slug", "name", "model"]
+    prepopulated_fields = {"slug": ["name"]}
+    inlines = [SnippetInline, SkillInline, FallbackInline]
+    readonly_fields = ["readout_panel"]
+    fieldsets = [
+        (None, {"fields": ["slug", "name", "provider", "model", "active"]}),
+        ("Context", {"fields": ["system_prompt", "system_prompt_data_class", "readout_panel"]}),
+        (
+            "Tools and budgets",
+            {
+                "fields": [
+                    "allowed_tools",
+                    "approval_exempt_tools",
+                    "modes",
+                    "max_tool_calls",
+                    "context_budget_tokens",
+                ]
+            },
+        ),
+        ("Approvals", {"fields": ["approval_timeout_seconds", "require_second_approver"]}),
+        (
+            "Usage and limits (OPS-1, OPS-2)",
+            {"fields": ["input_token_price", "output_token_price", "daily_token_limit"]},
+        ),
+        ("Scripted provider", {"fields": ["script"], "classes": ["collapse"]}),
+    ]
+
+    @admin.display(description="Context readout (CG-10)")
+    def readout_panel(self, obj: Configuration | None) -> SafeString | str:
+        if obj is None or obj.pk is None:
+            return "Save the configuration to see what it would send where."
+        return render_to_string(
+            "shared/readout.html", {"r": configuration_readout(configuration=obj)}
+        )
+
+
+@admin.register(GateAudit)
+class GateAuditAdmin(admin.ModelAdmin):
+    list_display = [
+        "created_at",
+        "configuration",
+        "run_id",
+        "verdict",
+        "enforcement",
+        "zone",
+        "ceiling",
+        "source_kind",
+        "source_name",
+        "data_class",
+    ]
+    list_filter = ["verdict", "enforcement", "zone"]
+    search_fields = ["configuration", "source_name"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+
+class EventInline(admin.TabularInline):
+    """UI-1: the run timeline, in log order, read-only (LOOP-3: the log is append-only)."""
+
+    model = Event
+    extra = 0
+    can_delete = False
+    ordering = ["sequence"]
+    fields = ("sequence", "type", "summary", "created_at")
+    readonly_fields = fields
+
+    @admin.display(description="payload")
+    def summary(self, event: Event) -> str:
+        return ev.summary(event.type, event.payload)
+
+    def has_add_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+
+@admin.register(Run)
+class RunAdmin(RunCancelAdminMixin):
+    list_display = ["id", "configuration", "status", "created_by", "created_at", "attempts"]
+    list_filter = ["status", "configuration"]
+    search_fields = ["input", "final_reply"]
+    readonly_fields = [
+        *(field.name for field in Run._meta.fields if field.name != "id"),
+        "readout_panel",
+        "usage",
+    ]
+    actions = ["cancel_runs"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def get_inlines(self, request: HttpRequest, obj: Run | None = None) -> list:
+        return [RunEventInline] if obj else []
+
+    def view_on_site(self, obj: Run) -> str:
+        """The admin's "View on site" opens the run's live page (UI-2)."""
+        return reverse("playground:run", args=[obj.pk])
+
+    @admin.display(description="Context readout (CG-10)")
+    def readout_panel(self, obj: Run) -> SafeString:
+        return render_to_string("shared/readout.html", {"r": run_readout(obj)})
+
+    @admin.display(description="Usage (OPS-1)")
+    def usage(self, obj: Run) -> str:
+        used = run_usage(obj)
+        return f"{used.input_tokens} input + {used.output_tokens} output tokens = {used.cost}"
+
+    @admin.action(description="Cancel selected runs")
+    def cancel_runs(self, request: HttpRequest, queryset: QuerySet) -> None:
+        for run in queryset:
+            try:
+                run_cancel(user=request.user, run_id=run.pk)
+            except AgentrunsError as exc:
+                self.message_user(request, f"Run {run.pk}: {sentence(exc)}", level="warning")
+
+
+class RunEventInline(EventInline):
+    fk_name = "run"
+
+
+@admin.register(Ticket)
+class TicketAdmin(TicketDecisionAdminMixin):
+    list_display = ["correlation_id", "run", "kind", "tool", "status", "deadline", "resolved_by"]
+    list_filter = ["status", "kind"]
+    readonly_fields = [field.name for field in Ticket._meta.fields]
+
+    def view_on_site(self, obj: Ticket) -> str:
+        return reverse("playground:run", args=[obj.run_id])
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False  # a ticket changes only by a decision (TicketDecisionAdminMixin)
+
+
+@admin.register(ToolInvocation)
+class ToolInvocationAdmin(admin.ModelAdmin):
+    list_display = ["run", "step", "call_id", "tool", "status", "effect_sent_at", "completed_at"]
+    list_filter = ["status", "tool"]
+    readonly_fields = [field.name for field in ToolInvocation._meta.fields]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+
+@admin.register(Note)
+class NoteAdmin(admin.ModelAdmin):
+    list_display = ["title", "run", "call_id", "created_at"]
+    search_fields = ["title", "body"]
+
+
+@admin.register(Thread)
+class ThreadAdmin(admin.ModelAdmin):
+    list_display = ["id", "configuration", "created_by", "created_at"]
+    inlines = [EventInline]
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """The log and its caches are written by the runtime only (LOOP-3)."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+
+@admin.register(Event)
+class EventAdmin(ReadOnlyAdmin):
+    list_display = ["thread", "sequence", "run", "type", "created_at"]
+    list_filter = ["type"]
+    search_fields = ["=thread__id", "=run__id"]
+
+
+@admin.register(Checkpoint)
+class CheckpointAdmin(ReadOnlyAdmin):
+    list_display = ["run", "kind", "last_sequence", "created_at"]
+    list_filter = ["kind"]
+    search_fields = ["=run__id"]
+
+
+@admin.register(CatalogGeneration)
+class CatalogGenerationAdmin(ReadOnlyAdmin):
+    list_display = ["id", "value"]

@@ -1,0 +1,136 @@
+"""The admin's share of operating (OPS-1, OPS-4, OPS-5): webhooks and their deliveries,
+daily usage, and the audit export as an action. Imported from `agentruns.admin`."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django import forms
+from django.contrib import admin
+from django.db import models
+from django.db.models import Max, Min, QuerySet
+from django.http import HttpRequest, StreamingHttpResponse
+
+from agentruns.models import AuditRecord, DailyUsage, Webhook, WebhookAttempt, WebhookDelivery
+from agentruns.policy import may_export_audit
+from agentruns.services.audit import AuditFilter, audit_response
+from agentruns.services.usage import day_usage
+
+
+class ReadOnly(admin.ModelAdmin):
+    def has_add_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+
+@admin.register(Webhook)
+class WebhookAdmin(admin.ModelAdmin):
+    list_display = ["url", "events", "active", "created_by", "created_at"]
+    list_filter = ["active"]
+    readonly_fields = ["created_by", "created_at", "updated_at"]
+    formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
+
+    def get_form(
+        self, request: HttpRequest, obj: Webhook | None = None, change: bool = False, **kw: Any
+    ) -> Any:
+        form = super().get_form(request, obj, change=change, **kw)
+        # The secret signs deliveries: it is typed once and never shown again (SEC-9).
+        if "secret" in form.base_fields:
+            form.base_fields["secret"].widget = forms.PasswordInput(render_value=False)
+            form.base_fields["secret"].required = obj is None
+        return form
+
+    def get_exclude(self, request: HttpRequest, obj: Webhook | None = None) -> Any:
+        # A page its viewer may not change shows every field as text: never the secret.
+        if not self.has_change_permission(request, obj):
+            return [*(super().get_exclude(request, obj) or ()), "secret"]
+        return super().get_exclude(request, obj)
+
+    def save_model(self, request: HttpRequest, obj: Webhook, form: Any, change: bool) -> None:
+        if change and not form.cleaned_data.get("secret"):
+            obj.secret = Webhook.objects.values_list("secret", flat=True).get(pk=obj.pk)
+        if obj.created_by_id is None:
+            obj.created_by = request.user  # type: ignore[assignment]
+        super().save_model(request, obj, form, change)
+
+
+class AttemptInline(admin.TabularInline):
+    model = WebhookAttempt
+    extra = 0
+    can_delete = False
+    fields = ("at", "status_code", "latency_ms", "error")
+    readonly_fields = fields
+
+    def has_add_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+
+@admin.register(WebhookDelivery)
+class WebhookDeliveryAdmin(ReadOnly):
+    list_display = [
+        "delivery_id",
+        "webhook",
+        "event_type",
+        "run_id",
+        "sequence",
+        "status",
+        "attempts",
+        "last_status_code",
+        "next_attempt_at",
+    ]
+    list_filter = ["status", "event_type"]
+    inlines = [AttemptInline]
+
+
+@admin.register(WebhookAttempt)
+class WebhookAttemptAdmin(ReadOnly):
+    list_display = ["at", "delivery", "status_code", "latency_ms", "error"]
+    list_filter = ["status_code"]
+
+
+@admin.register(DailyUsage)
+class DailyUsageAdmin(ReadOnly):
+    list_display = ["day", "configuration", "input_tokens", "output_tokens", "cost"]
+    list_filter = ["day", "configuration"]
+    date_hierarchy = "day"
+
+    @admin.display(description="cost")
+    def cost(self, row: DailyUsage) -> str:
+        return str(day_usage(row).cost)
+
+
+def _period(queryset: QuerySet[AuditRecord]) -> AuditFilter:
+    bounds = queryset.aggregate(start=Min("created_at"), end=Max("created_at"))
+    end = bounds["end"] + timedelta(microseconds=1) if bounds["end"] else None
+    return AuditFilter(start=bounds["start"], end=end)
+
+
+@admin.register(AuditRecord)
+class AuditRecordAdmin(ReadOnly):
+    """OPS-5 in the admin: select gate decisions and export the whole audit (decisions,
+    approvals, denials, expiries, redactions, cancels) of the period they span."""
+
+    list_display = [
+        "created_at",
+        "configuration",
+        "run_id",
+        "verdict",
+        "enforcement",
+        "source_name",
+    ]
+    list_filter = ["verdict", "enforcement"]
+    actions = ["export_csv", "export_jsonl"]
+
+    def has_view_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return may_export_audit(request.user)
+
+    @admin.action(description="Export the audit of the selected rows' period (CSV)")
+    def export_csv(self, request: HttpRequest, queryset: QuerySet) -> StreamingHttpResponse:
+        return audit_response(_period(queryset), "csv")
+
+    @admin.action(description="Export the audit of the selected rows' period (JSON lines)")
+    def export_jsonl(self, request: HttpRequest, queryset: QuerySet) -> StreamingHttpResponse:
+        return audit_response(_period(queryset), "jsonl")

@@ -1,0 +1,95 @@
+"""The playground's form (FS, UI-3, UI-6): one form for the playground page and the
+configuration admin's "Run with forced sources", read into the services' `Submission`;
+and what the form shows beside it, the readout (CG-10) of exactly what the run would
+carry."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from django import forms
+from django.contrib import messages
+from django.http import HttpRequest, QueryDict
+
+from agentruns.errors import AgentrunsError
+from agentruns.models import Configuration, Skill, Snippet
+from agentruns.selectors import configuration_readout, mode_names
+from agentruns.services.runs import Submission
+from agentruns.words import field_errors, sentence
+
+T = TypeVar("T")
+
+# The services' field names, as the form calls them.
+FORM_FIELD = {"input": "task", "forced_snippets": "snippets", "forced_skills": "skills"}
+
+
+class PlaygroundForm(forms.Form):
+    configuration = forms.ModelChoiceField(
+        Configuration.objects.filter(active=True).order_by("slug"), to_field_name="slug"
+    )
+    snippets = forms.ModelMultipleChoiceField(Snippet.objects.all(), required=False)
+    skills = forms.ModelMultipleChoiceField(Skill.objects.all(), required=False)
+    task = forms.CharField(required=False, strip=False)
+    mode = forms.CharField(required=False)
+
+    def submission(self) -> Submission:
+        data = self.cleaned_data
+        return Submission(
+            configuration=data["configuration"].slug,
+            input=data["task"],
+            mode=data["mode"] or None,
+            forced_snippets=tuple(s.pk for s in data["snippets"]),
+            forced_skills=tuple(s.pk for s in data["skills"]),
+        )
+
+    def attempt(self, request: HttpRequest, service: Callable[[Submission], T]) -> T | None:
+        """The service's answer for a valid form; else None, with the errors on the form
+        and the error's sentence as a message."""
+        if not self.is_valid():
+            return None
+        try:
+            return service(self.submission())
+        except AgentrunsError as error:
+            self.show_error(error)
+            messages.error(request, sentence(error))
+            return None
+
+    def show_error(self, error: AgentrunsError) -> None:
+        for name, problems in field_errors(error).items():
+            field = FORM_FIELD.get(name, name)
+            for problem in problems:
+                self.add_error(field if field in self.fields else None, problem)
+
+
+def chosen(data: QueryDict, name: str) -> set[int]:
+    return {int(v) for v in data.getlist(name) if v.isdigit()}
+
+
+def form_context(form: PlaygroundForm, data: QueryDict) -> dict[str, Any]:
+    """The form's lists and the readout (CG-10) of exactly what this run would carry."""
+    configurations = list(Configuration.objects.filter(active=True).order_by("slug"))
+    slug = data.get("configuration") or (configurations[0].slug if configurations else "")
+    configuration = next((c for c in configurations if c.slug == slug), None)
+    snippet_ids, skill_ids = chosen(data, "snippets"), chosen(data, "skills")
+    context: dict[str, Any] = {
+        "form": form,
+        "configurations": configurations,
+        "configuration": configuration,
+        "snippets": Snippet.objects.filter(active=True).order_by("slug"),
+        "skills": Skill.objects.filter(active=True).order_by("slug"),
+        "snippet_ids": snippet_ids,
+        "skill_ids": skill_ids,
+        "task": data.get("task", ""),
+        "mode": data.get("mode", ""),
+        "modes": [],
+        "readout": None,
+    }
+    if configuration is not None:
+        context["modes"] = mode_names(configuration)
+        context["readout"] = configuration_readout(
+            configuration=configuration,
+            forced_snippet_ids=sorted(snippet_ids),
+            forced_skill_ids=sorted(skill_ids),
+        )
+    return context

@@ -1,0 +1,237 @@
+"""What every action of the loop is handed: a `RunContext` holding the claimed run's
+lease, its log and folded state, the live configuration and mode (cached per catalog
+generation), and the one way to write a durable step (`commit`). The actions are
+functions over it (`model_turn(ctx, turn_index)`, `call_tools(ctx, turn, calls)`,
+`compact_if_needed(ctx, ...)`, `finish(ctx, ...)`); none keeps state of its own."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import date
+from enum import StrEnum
+from typing import Any
+
+from django.db import IntegrityError
+
+from agentruns import events as ev
+from agentruns.errors import Fenced
+from agentruns.events import LogEntry
+from agentruns.models import Run
+from agentruns.runtime import faults, journal
+from agentruns.runtime.compose import LogView, log_view
+from agentruns.runtime.config import RuntimeConfig, runtime_config
+from agentruns.runtime.state import (
+    ProposedCall,
+    RunState,
+    Turn,
+    restore,
+)
+from agentruns.store import store
+from agentruns.store.records import Claim, Lease, Signals
+from agentruns.tools.policy import (
+    Mode,
+    offered_tools,
+)
+from agentruns.tools.registry import (
+    Tool,
+)
+
+logger = logging.getLogger(__name__)
+
+Items = list[tuple[str, dict[str, Any]]]
+
+
+class Outcome(StrEnum):
+    """Where a drive stopped: a status the run reached, or why this worker let go of it."""
+
+    COMPLETED = Run.Status.COMPLETED.value
+    FAILED = Run.Status.FAILED.value
+    CANCELLED = Run.Status.CANCELLED.value
+    AWAITING = Run.Status.AWAITING.value
+    RELEASED = "released"  # handed back to the queue (a shutdown)
+    FENCED = "fenced"  # another worker holds the run now
+
+
+def redaction_items(where: str, kinds: dict[str, int]) -> Items:
+    """CG-11: what redaction found in a text, recorded before the text (kinds, no values)."""
+    if not kinds:
+        return []
+    return [(ev.SECRET_REDACTED, {"where": where, "kinds": kinds})]
+
+
+@dataclass
+class Invocation:
+    """What the executor needs of an invocation row between writes."""
+
+    pk: int
+    tool_version: str
+    effect_sent_at: Any
+
+
+@dataclass
+class RunContext:
+    """One claimed run as the actions see it. Only `commit`/`write` change the log, the state
+    and the invocations; the memos are caches an action may fill (tokens per event, the
+    configuration per generation, the active deferred tools per log length). The lease
+    and the claim never change; what does (the catalog generation this executor knows,
+    today's usage, the forced set once composed) lives here, on the executor's thread."""
+
+    claim: Claim
+    events: list[LogEntry] = field(default_factory=list)
+    state: RunState = field(default_factory=RunState)
+    next_sequence: int = 1
+    invocations: dict[str, Invocation] = field(default_factory=dict)
+    token_memo: dict[int, int] = field(default_factory=dict)
+    config_memo: tuple[int, RuntimeConfig] | None = None
+    view_memo: tuple[tuple[int, int], LogView] | None = None
+    # The catalog generation this executor decided on last (CG-9, SEC-6).
+    generation: int = 0
+    # OPS-2: (UTC day, the configuration's tokens that day) as this run's last write that
+    # used tokens returned them, so the next turn's limit check needs no read of its own.
+    used_today: tuple[date, int] | None = None
+    # FS-4: the forced set, narrowed to the active sources once at the run's start.
+    forced_snippet_ids: tuple[int, ...] | None = None
+    forced_skill_ids: tuple[int, ...] | None = None
+    composed: bool = False
+    # SEC-6: sends given up in a row because the catalog moved after their composition.
+    recomposed: int = 0
+
+    @classmethod
+    def load(cls, claim: Claim) -> RunContext:
+        """REC-1 (and PERF-4): the thread's log and the newest checkpoint, read once."""
+        lease = claim.lease
+        events, checkpoint = journal.read(lease)
+        mine = [event for event in events if event.run_id == lease.run_id]
+        return cls(
+            claim=claim,
+            events=events,
+            state=restore(checkpoint, mine),
+            next_sequence=(events[-1].sequence + 1) if events else 1,
+            generation=claim.generation,
+            forced_snippet_ids=claim.forced_snippet_ids,
+            forced_skill_ids=claim.forced_skill_ids,
+            composed=claim.composed,
+        )
+
+    @property
+    def lease(self) -> Lease:
+        return self.claim.lease
+
+    @property
+    def signals(self) -> Signals:
+        return self.claim.signals
+
+    @property
+    def config(self) -> RuntimeConfig:
+        """The live configuration: reloaded whenever the catalog generation moved on."""
+        memo = self.config_memo
+        if memo is None or memo[0] != self.generation:
+            config = runtime_config(self.lease.configuration_id, self.generation)
+            self.config_memo = memo = (self.generation, config)
+        return memo[1]
+
+    def view(self) -> LogView:
+        """What the log says the next send carries (`log_view`, the one recipe the dry run
+        and the inspector follow too); read again only when the log or catalog changed."""
+        key = (len(self.events), self.generation)
+        if self.view_memo is None or self.view_memo[0] != key:
+            self.view_memo = (key, log_view(self.events, self.config))
+        return self.view_memo[1]
+
+    @property
+    def mode(self) -> Mode:
+        return self.view().mode
+
+    def active_deferred(self) -> frozenset[str]:
+        """DEF-4: derived from the log."""
+        return self.view().active
+
+    def offered(self) -> list[Tool]:
+        return offered_tools(self.mode, self.active_deferred())
+
+    def load_invocations(self, turn: Turn, calls: Sequence[ProposedCall]) -> None:
+        missing = [call.id for call in calls if call.id not in self.invocations]
+        if missing:
+            rows = store().invocations(self.lease.run_id, turn.index, missing)
+            for call_id, pk, version, sent in rows:
+                self.invocations[call_id] = Invocation(pk, version, sent)
+
+    def commit(self, items: Items, **writes: Any) -> list[LogEntry]:
+        """Write one durable step and make it this executor's view of the log."""
+        written = self.write(items, **writes)
+        self.committed(written)
+        return written
+
+    def write(
+        self,
+        items: Items,
+        *,
+        checkpoints: Sequence[tuple[str, int | None]] = (),
+        continuation: Any = None,
+        new_invocations: Sequence[dict[str, Any]] = (),
+        invocation_updates: Sequence[tuple[int, dict[str, Any]]] = (),
+        run_update: dict[str, Any] | Callable[[], dict[str, Any]] | None = None,
+        new_ticket: dict[str, Any] | None = None,
+        durable: bool = True,
+    ) -> list[LogEntry]:
+        """Events fenced by the lease, folded into the state, with the checkpoints taken
+        on the way and the step's row changes — written as one unit (journal.write)."""
+        written = [
+            LogEntry(self.next_sequence + offset, kind, payload, self.lease.run_id)
+            for offset, (kind, payload) in enumerate(items)
+        ]
+        snapshots = self._fold(written, checkpoints, continuation)
+        step = journal.Step(
+            events=written,
+            checkpoints=snapshots,
+            new_invocations=list(new_invocations),
+            invocation_updates=list(invocation_updates),
+            run_update=(run_update() if callable(run_update) else run_update) or {},
+            new_ticket=new_ticket,
+            after=self.next_sequence - 1,
+        )
+        try:
+            result = journal.write(self.lease, step, durable=durable)
+        except IntegrityError as exc:
+            # Another writer appended to this thread: this worker's view is stale.
+            raise Fenced(str(exc)) from exc
+        if result.cancel_requested:
+            self.signals.request_cancel()
+        self.generation = result.generation
+        if result.used_today is not None:
+            self.used_today = result.used_today
+        for row in new_invocations:
+            self.invocations[row["call_id"]] = Invocation(
+                result.invocations[row["call_id"]], row["tool_version"], None
+            )
+        return written
+
+    def committed(self, written: list[LogEntry]) -> None:
+        self.events.extend(written)
+        self.next_sequence += len(written)
+        faults.fault_point(faults.COMMIT)
+
+    def _fold(
+        self,
+        written: list[LogEntry],
+        checkpoints: Sequence[tuple[str, int | None]],
+        continuation: Any,
+    ) -> list[tuple[str, int, dict[str, Any]]]:
+        snapshots = []
+        applied = 0
+        for kind, upto in checkpoints:
+            upto = len(written) if upto is None else upto
+            for event in written[applied:upto]:
+                self._apply(event, continuation)
+            applied = max(applied, upto)
+            snapshots.append((kind, self.state.last_sequence, self.state.as_dict()))
+        for event in written[applied:]:
+            self._apply(event, continuation)
+        return snapshots
+
+    def _apply(self, event: LogEntry, continuation: Any) -> None:
+        self.state.apply(event)
+        if event.type == ev.ASSISTANT:
+            self.state.continuation = continuation

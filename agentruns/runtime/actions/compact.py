@@ -1,0 +1,80 @@
+"""Compaction (DEF-6): summarise the oldest units when the context outgrows its budget;
+nothing over the budget is ever sent."""
+
+from __future__ import annotations
+
+import logging
+
+from agentruns import events as ev
+from agentruns.events import LogEntry
+from agentruns.providers.base import ProviderRequest, ToolSpec, UserMessage
+from agentruns.providers.tokens import fixed_tokens, message_tokens, truncate_tokens
+from agentruns.runtime import compaction
+from agentruns.runtime.actions.base import Outcome, RunContext
+from agentruns.runtime.actions.endings import finish_failed
+from agentruns.runtime.actions.send import Sent, send
+from agentruns.runtime.context import project
+from agentruns.runtime.redaction import redact
+
+logger = logging.getLogger(__name__)
+
+SUMMARY_INSTRUCTION = (
+    "Summarise the conversation below for your own later use: the user's goals, decisions, "
+    "facts and tool results that still matter. Be concise; do not invent anything."
+)
+
+
+def _event_tokens(ctx: RunContext, event: LogEntry) -> int:
+    tokens = ctx.token_memo.get(event.sequence)
+    if tokens is None:
+        tokens = sum(message_tokens(message) for message in project([event]))
+        ctx.token_memo[event.sequence] = tokens
+    return tokens
+
+
+def compact_if_needed(
+    ctx: RunContext, system: list[str], specs: tuple[ToolSpec, ...]
+) -> Outcome | None:
+    budget = ctx.config.context_budget_tokens
+    fixed = fixed_tokens(system, specs)
+    units = compaction.units_of(
+        ctx.view().effective,
+        lambda events: sum(_event_tokens(ctx, event) for event in events),
+    )
+    plan = compaction.plan(units, fixed=fixed, budget=budget)
+    if plan is None:
+        return _over_budget(ctx, fixed, budget)
+    summarised = [event for unit in plan.summarised for event in unit.events]
+    request = ProviderRequest(
+        model=ctx.config.model,
+        system=(SUMMARY_INSTRUCTION,),
+        messages=(UserMessage(compaction.transcript(summarised)),),
+        purpose="summary",
+    )
+    sent = send(ctx, request, composed_on=ctx.generation)  # CG-9: the summary is a send too
+    if not isinstance(sent, Sent):
+        return sent  # the run's end, or None: the turn is composed again (the catalog moved)
+    reply = sent.reply
+    summary = truncate_tokens(redact(reply.text)[0], plan.summary_allowance)
+    payload = {
+        "summary": summary,
+        "kept_from": plan.kept_from,
+        "active_deferred": sorted(ctx.active_deferred()),
+        "summarised_events": len(summarised),
+        "usage": reply.token_usage,  # OPS-1: the summary call is paid for too
+    }
+    ctx.commit([(ev.COMPACTION, payload)], durable=False)
+    return _over_budget(ctx, fixed, budget)
+
+
+def _over_budget(ctx: RunContext, fixed: int, budget: int) -> Outcome | None:
+    """DEF-6: nothing over the budget is ever sent, compacted or not."""
+    needed = fixed + sum(_event_tokens(ctx, e) for e in ctx.view().effective)
+    if needed <= budget:
+        return None
+    return finish_failed(
+        ctx,
+        "context_budget_exceeded",
+        f"The context needs {needed} tokens even after compaction; the budget is {budget}.",
+        fields={"needed": needed, "budget": budget},
+    )

@@ -1,0 +1,185 @@
+"""Endings (LOOP-4, HITL-1, HITL-11): finishing, parking on a ticket, releasing to the
+queue, and closing the open calls of a run that ends early."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from datetime import timedelta
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from agentruns import events as ev
+from agentruns.errors import Fenced
+from agentruns.models import Checkpoint, Run, Ticket
+from agentruns.runtime.actions.base import Items, Outcome, RunContext
+from agentruns.runtime.closing import close_open_calls
+from agentruns.runtime.state import (
+    ProposedCall,
+    Turn,
+)
+from agentruns.store.transitions import (
+    cancel_requester,
+    lease_cancel_flag,
+    released,
+    renew_if_due,
+)
+from agentruns.store.wakeups import enqueue_wake
+from agentruns.tools.policy import (
+    catalog_fingerprint,
+)
+from agentruns.tools.registry import (
+    REGISTRY,
+    Human,
+    digest,
+)
+
+logger = logging.getLogger(__name__)
+
+
+def boundary(ctx: RunContext) -> Outcome | None:
+    """Between durable steps: honour a cancel (HITL-11) or a shutdown, and keep the lease."""
+    signals = ctx.signals
+    if signals.lost:
+        raise Fenced("the lease was taken by another worker")
+    if signals.cancel_requested:
+        return _cancelled(ctx)
+    if signals.stop_requested:
+        return release(ctx)
+    renew_if_due(ctx.lease, signals)
+    return None
+
+
+def park(ctx: RunContext, call: ProposedCall) -> Outcome:
+    """HITL-1, HITL-2: one committed ticket; the run then holds no worker or lease."""
+    tool = REGISTRY.get(call.name)
+    assert tool is not None and call.arguments is not None
+    config = ctx.config
+    ask = tool.human is Human.INPUT
+    deadline = timezone.now() + timedelta(seconds=config.approval_timeout_seconds)
+    ticket = {
+        "correlation_id": uuid.uuid4(),
+        "run_id": ctx.lease.run_id,
+        "thread_id": ctx.lease.thread_id,
+        "snapshot_id": config.snapshot_id,
+        "catalog_fingerprint": catalog_fingerprint(ctx.offered(), ctx.mode.deferred),
+        "deadline": deadline,
+        "kind": Ticket.Kind.REMOTE_INPUT if ask else Ticket.Kind.TOOL_PERMISSION,
+        "call_id": call.id,
+        "tool": call.name,
+        "arguments": call.arguments,
+        "arguments_digest": digest(call.arguments),
+        "question": call.arguments.get("question", "") if ask else "",
+        "schema": call.arguments.get("schema") if ask else None,
+    }
+    opened = {
+        "correlation_id": str(ticket["correlation_id"]),
+        "call_id": call.id,
+        "kind": ticket["kind"],
+        "tool": call.name,
+        "deadline": deadline.isoformat(),
+    }
+    with transaction.atomic():
+        cancelled = _cancel_landed(ctx)
+        if not cancelled:
+            written = ctx.write(
+                [(ev.TICKET_OPENED, opened)],
+                checkpoints=((Checkpoint.Kind.SUSPENSION, None),),
+                run_update=_run_row(ctx, Run.Status.AWAITING),
+                new_ticket=ticket,
+            )
+    if cancelled:
+        return _cancelled(ctx)
+    ctx.committed(written)
+    return Outcome.AWAITING
+
+
+def _cancelled(ctx: RunContext) -> Outcome:
+    """HITL-11 for a running run; OPS-5: `by` names who asked, as a parked cancel's does."""
+    by = cancel_requester(ctx.lease.run_id)
+    return finish(ctx, Run.Status.CANCELLED, [(ev.RUN_CANCELLED, {"by": by})])
+
+
+def _cancel_landed(ctx: RunContext) -> bool:
+    """HITL-11: a cancel that landed while the turn's calls ran must not be parked
+    over. Read under the run's row lock: a cancel that commits first is seen here, one
+    that commits later finds the run awaiting (and voids the ticket itself)."""
+    flag = lease_cancel_flag(ctx.lease)
+    if flag is None:
+        raise Fenced("the lease was taken by another worker")
+    if flag:
+        ctx.signals.request_cancel()
+    return ctx.signals.cancel_requested
+
+
+def release(ctx: RunContext) -> Outcome:
+    """A worker shutting down hands the run back without spending an attempt."""
+    with transaction.atomic():
+        written = ctx.write([], run_update=_run_row(ctx, Run.Status.QUEUED))
+        enqueue_wake(ctx.lease.run_id)
+    ctx.committed(written)
+    return Outcome.RELEASED
+
+
+def finish_failed(
+    ctx: RunContext,
+    code: str,
+    detail: str,
+    *,
+    fields: dict[str, Any] | None = None,
+    extra: Items | None = None,
+) -> Outcome:
+    failure = {"code": code, "detail": detail, **(fields or {})}
+    return finish(
+        ctx, Run.Status.FAILED, [*(extra or []), (ev.RUN_FAILED, failure)], failure=failure
+    )
+
+
+def finish(
+    ctx: RunContext,
+    status: str,
+    items: Items,
+    *,
+    final_reply: str = "",
+    failure: dict[str, Any] | None = None,
+) -> Outcome:
+    """The one place a run's terminal state is written."""
+    updates: list[tuple[int, dict[str, Any]]] = []
+    if status == Run.Status.COMPLETED:
+        items = [*items, (ev.RUN_COMPLETED, {"final_reply": final_reply})]
+    elif ctx.state.turn:
+        interrupted, updates = _interrupted(ctx, ctx.state.turn)
+        items = [*interrupted, *items]
+    ctx.commit(
+        items,
+        checkpoints=((Checkpoint.Kind.TERMINAL, None),),
+        invocation_updates=updates,
+        run_update=lambda: _run_row(ctx, status, final_reply=final_reply, failure=failure),
+    )
+    return Outcome(status)
+
+
+def _interrupted(ctx: RunContext, turn: Turn) -> tuple[Items, list[tuple[int, dict[str, Any]]]]:
+    """The open calls of a run that ends early, closed (`close_open_calls`)."""
+    open_calls = turn.open_calls()
+    ctx.load_invocations(turn, open_calls)
+    rows = {
+        call.id: (invocation.pk, invocation.effect_sent_at is not None)
+        for call in open_calls
+        if (invocation := ctx.invocations.get(call.id)) is not None
+    }
+    return close_open_calls(open_calls, rows, timezone.now())
+
+
+def _run_row(ctx: RunContext, status: str, **changes: Any) -> dict[str, Any]:
+    """The run row's cached columns as of the folded state; parking or ending frees
+    the lease."""
+    return released(
+        status,
+        **changes,
+        steps=ctx.state.turns,
+        tool_calls_used=ctx.state.tool_calls_used,
+        last_sequence=ctx.state.last_sequence,
+    )

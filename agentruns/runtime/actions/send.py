@@ -1,0 +1,62 @@
+"""The one way the loop calls a provider (CG-9, LOOP-5, TZ-5, SEC-3). A model turn and a
+compaction's summary both send through `send`, and nothing else imports the dispatcher
+(an import-linter contract in pyproject.toml), so every provider call is gated by
+construction, never by the order its caller remembered.
+
+`send` asserts the gate against the live configuration; gives the pooled connection back
+for the call; dispatches down the fallback chain; refuses a reply too large to keep; and
+maps a failed call to the run's failure, with the provider error's own code, once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.conf import settings
+
+from agentruns.providers.base import Link, ProviderError, ProviderRequest, Reply
+from agentruns.providers.dispatch import dispatch
+from agentruns.runtime import faults
+from agentruns.runtime.actions.base import Outcome, RunContext
+from agentruns.runtime.actions.endings import finish_failed
+from agentruns.runtime.actions.gating import STABLE_VIEW_WAITS, assert_context, unstable
+from agentruns.store.connection import release_connection
+
+
+@dataclass(frozen=True)
+class Sent:
+    """A reply in memory, nothing of it committed yet, and the link that gave it."""
+
+    reply: Reply
+    link: Link
+
+
+def send(ctx: RunContext, request: ProviderRequest, *, composed_on: int) -> Sent | Outcome | None:
+    """The reply, or the run's end (a refusal, a failed call, an oversized reply). None
+    when the gate found the catalog moved since the request was composed on generation
+    `composed_on` (SEC-6: no decision covers an earlier view): compose it again."""
+    refused = assert_context(ctx)
+    if refused:
+        return refused
+    if ctx.generation != composed_on:
+        ctx.recomposed += 1  # as often as a decision is taken again, then fail closed
+        return unstable(ctx) if ctx.recomposed >= len(STABLE_VIEW_WAITS) else None
+    ctx.recomposed = 0
+    release_connection()
+    try:
+        reply, link = dispatch(ctx.config.links, request)
+    except ProviderError as exc:
+        detail = f"Compaction failed: {exc}" if request.purpose == "summary" else str(exc)
+        fields = {"status": exc.status, "retryable": exc.retryable}
+        return finish_failed(ctx, exc.code, detail, fields=fields)
+    faults.fault_point(faults.PROVIDER)
+    limit = settings.AGENTRUNS_MAX_REPLY_BYTES
+    if reply.size > limit:  # no real turn comes near it; nothing of a larger reply is kept
+        return finish_failed(
+            ctx,
+            "provider_reply_too_large",
+            f"The model's reply was {reply.size} characters; at most {limit} are accepted. "
+            "Nothing of it was kept.",
+            fields={"size": reply.size, "limit": limit},
+        )
+    return Sent(reply, link)

@@ -1,0 +1,240 @@
+"""Tool calls (HITL-1, HITL-10, TOOL-3, TOOL-4): a turn's batch, the live gate at
+execution, the effect watermark before an external effect, transactional tools inside
+the step that records them."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from agentruns import events as ev
+from agentruns.models import Checkpoint, ToolInvocation
+from agentruns.runtime import faults
+from agentruns.runtime.actions.base import Invocation, Items, Outcome, RunContext, redaction_items
+from agentruns.runtime.actions.endings import boundary, park
+from agentruns.runtime.actions.gating import assert_context
+from agentruns.runtime.closing import UNKNOWN
+from agentruns.runtime.redaction import redact
+from agentruns.runtime.state import (
+    ProposedCall,
+    Turn,
+)
+from agentruns.runtime.storable import storable_output
+from agentruns.store import store
+from agentruns.store.connection import release_connection
+from agentruns.tools.policy import (
+    needs_human,
+    tool_refusal,
+)
+from agentruns.tools.registry import (
+    REGISTRY,
+    Effect,
+    Tool,
+    ToolContext,
+    ToolOutput,
+    digest,
+)
+
+logger = logging.getLogger(__name__)
+
+
+def call_tools(ctx: RunContext, turn: Turn, calls: Sequence[ProposedCall]) -> Outcome | None:
+    """HITL-1: calls that need no person run now; then the first that needs one parks
+    the run. Results reach the model only when the whole turn is answered."""
+    ctx.load_invocations(turn, calls)
+    if any(turn.decisions.get(call.id) == ev.ALLOW for call in calls):
+        # RG-1..RG-4: a resumed run re-gates before the approved call runs; if its
+        # context may no longer be sent there is no point in acting on it.
+        refused = assert_context(ctx)
+        if refused:
+            return refused
+    waiting: list[ProposedCall] = []
+    for call in calls:
+        stopped = boundary(ctx)
+        if stopped:
+            return stopped
+        if call.id not in turn.granted:
+            _record_result(ctx, call, ev.REFUSED, "Refused: not granted for this turn.")
+            continue
+        tool = REGISTRY.get(call.name)
+        human = needs_human(tool, ctx.config.exempt) if tool else None
+        if human and turn.decisions.get(call.id) != ev.ALLOW:
+            waiting.append(call)
+            continue
+        _run_call(ctx, turn, call)
+    if waiting:
+        return park(ctx, waiting[0])
+    return None
+
+
+def _run_call(ctx: RunContext, turn: Turn, call: ProposedCall) -> None:
+    tool = REGISTRY.get(call.name)
+    invocation = ctx.invocations.get(call.id)
+    problem = _live_gate(ctx, call, tool, invocation, turn.decisions.get(call.id) == ev.ALLOW)
+    if problem or tool is None or invocation is None:
+        _record_result(
+            ctx,
+            call,
+            ev.NOT_PERMITTED,
+            f"Not permitted: {problem or 'this call is no longer permitted'}.",
+            invocation_status=ToolInvocation.Status.NOT_PERMITTED,
+        )
+        return
+    context = ToolContext(
+        run_id=ctx.lease.run_id,
+        thread_id=ctx.lease.thread_id,
+        turn_index=turn.index,
+        call_id=call.id,
+        configuration_id=ctx.lease.configuration_id,
+        catalog=ctx.mode.deferred,
+        active=tuple(sorted(ctx.active_deferred())),
+    )
+    if tool.transactional:
+        _run_transactional(ctx, call, tool, context, invocation)
+        return
+    if tool.effect is Effect.WRITE:
+        if invocation.effect_sent_at is not None:
+            _record_uncertain(ctx, call)
+            return
+        _mark_effect_sent(ctx, invocation)
+    if tool.blocking:
+        release_connection()
+    output = run_tool(tool, call, context)
+    faults.fault_point(faults.TOOL_DONE)
+    _record_output(ctx, call, output, invocation, durable=tool.effect is Effect.WRITE)
+
+
+def _live_gate(
+    ctx: RunContext,
+    call: ProposedCall,
+    tool: Tool | None,
+    invocation: Invocation | None,
+    approved: bool,
+) -> str:
+    """HITL-10: at execution the live configuration must still grant this exact tool,
+    and an approval covers only the exact call its ticket showed (HITL-5)."""
+    refusal = tool_refusal(call.name, granted=ctx.config.granted, ceiling=ctx.config.ceiling)
+    if refusal:
+        return refusal[1].rstrip(".")
+    if tool and invocation and invocation.tool_version != tool.version:
+        return f"{call.name!r} changed version since it was approved"
+    if approved:
+        shown = store().approval_shown(ctx.lease.run_id, call.id)
+        if shown != (call.name, digest(call.arguments)):
+            return "the approval does not match this exact call"
+    return ""
+
+
+def _run_transactional(
+    ctx: RunContext, call: ProposedCall, tool: Tool, context: ToolContext, invocation: Invocation
+) -> None:
+    """TOOL-4: the effect and the record of its result commit together or not at all."""
+    with transaction.atomic():
+        output = run_tool(tool, call, context, savepoint=True)
+        written = ctx.write(
+            _output_items(call, output),
+            invocation_updates=[(invocation.pk, completion(output))],
+            checkpoints=((Checkpoint.Kind.TOOL_COMPLETED, None),),
+        )
+    ctx.committed(written)
+
+
+def _mark_effect_sent(ctx: RunContext, invocation: Invocation) -> None:
+    now = timezone.now()
+    ctx.commit(
+        [],
+        invocation_updates=[
+            (
+                invocation.pk,
+                {"effect_sent_at": now, "status": ToolInvocation.Status.EXECUTING},
+            )
+        ],
+    )
+    invocation.effect_sent_at = now
+    faults.fault_point(faults.EFFECT_SENT)
+
+
+def _record_uncertain(ctx: RunContext, call: ProposedCall) -> None:
+    _record_result(
+        ctx, call, ev.UNCERTAIN, UNKNOWN, invocation_status=ToolInvocation.Status.UNCERTAIN
+    )
+
+
+def _output_items(call: ProposedCall, output: ToolOutput) -> Items:
+    content, redacted = redact(output.content)
+    status = ev.OK if output.ok else ev.ERROR
+    extra = (
+        {"added_tool_names": output.data["added_tool_names"]}
+        if output.ok and "added_tool_names" in output.data
+        else {}
+    )
+    return [
+        *redaction_items(f"tool:{call.name}", redacted),
+        ev.result_item(call.id, call.name, status, content, **extra),
+    ]
+
+
+def _record_output(
+    ctx: RunContext,
+    call: ProposedCall,
+    output: ToolOutput,
+    invocation: Invocation,
+    *,
+    durable: bool,
+) -> None:
+    ctx.commit(
+        _output_items(call, output),
+        invocation_updates=[(invocation.pk, completion(output))],
+        checkpoints=((Checkpoint.Kind.TOOL_COMPLETED, None),),
+        durable=durable,
+    )
+
+
+def _record_result(
+    ctx: RunContext,
+    call: ProposedCall,
+    status: str,
+    content: str,
+    *,
+    invocation_status: str | None = None,
+) -> None:
+    invocation = ctx.invocations.get(call.id)
+    updates = []
+    if invocation and invocation_status:
+        updates.append(
+            (invocation.pk, {"status": invocation_status, "completed_at": timezone.now()})
+        )
+    ctx.commit(
+        [ev.result_item(call.id, call.name, status, content)],
+        invocation_updates=updates,
+        checkpoints=((Checkpoint.Kind.TOOL_COMPLETED, None),),
+    )
+
+
+def completion(output: ToolOutput) -> dict[str, Any]:
+    return {
+        "status": (ToolInvocation.Status.COMPLETED if output.ok else ToolInvocation.Status.FAILED),
+        "result": {"ok": output.ok, "data": output.data},
+        "completed_at": timezone.now(),
+    }
+
+
+def run_tool(
+    tool: Tool, call: ProposedCall, context: ToolContext, *, savepoint: bool = False
+) -> ToolOutput:
+    """A failing tool is a model-visible error result, never a crashed run. Inside a
+    transaction it runs in a savepoint, so its failure leaves the step's writes usable."""
+    try:
+        if savepoint:
+            with transaction.atomic():
+                output = tool.execute(call.arguments or {}, context)
+        else:
+            output = tool.execute(call.arguments or {}, context)
+    except Exception as exc:
+        logger.exception("tool %s failed in run %s", tool.name, context.run_id)
+        output = ToolOutput(f"Error: the tool failed ({type(exc).__name__}: {exc}).", ok=False)
+    return storable_output(output)  # SEC-7: what a tool returns is hostile too

@@ -1,0 +1,199 @@
+"""The approval inbox (UI-2, UI-3, UI-5, UI-6, HITL-9): one card per active ticket the
+viewer may act on, each deciding through the resume service the API uses.
+
+GET shows and never decides (OPS-6: mail scanners prefetch links); only the card's POST
+decides. The card list is polled by htmx; an unchanged list answers 204 so nothing a
+person is typing is swapped away.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+from uuid import UUID
+
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_POST
+from django_htmx.http import HttpResponseClientRedirect
+
+from agentruns.errors import AgentrunsError, InvalidInput
+from agentruns.forms.decisions import command_from_post, decision_context
+from agentruns.forms.questions import typed_fields, unplaced_errors
+from agentruns.models import Ticket
+from agentruns.policy import answerable_tickets, visible_tickets
+from agentruns.selectors import run_readout, run_readouts, uncertain_invocations
+from agentruns.services.resume import run_resume
+from agentruns.words import decided_sentence, field_errors, sentence, ticket_outcome
+from playground.runs import HtmxHttpRequest
+
+POLL = "every 2s"
+
+
+def _inbox_url() -> str:
+    return reverse("playground:inbox")
+
+
+def polled(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """`login_required` for a page that polls itself: a poll whose session has ended sends
+    the whole page to sign-in, rather than the sign-in form being swapped into the list."""
+    required = login_required(view)
+
+    @wraps(view)
+    def wrapper(request: HtmxHttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if request.htmx and not request.user.is_authenticated:
+            return HttpResponseClientRedirect(settings.LOGIN_URL)
+        return required(request, *args, **kwargs)
+
+    return wrapper
+
+
+@login_required
+def inbox(request: HttpRequest) -> HttpResponse:
+    tickets = answerable_tickets(request.user)
+    context = _list_context(request, tickets, reverse("playground:inbox-cards"), _inbox_url())
+    return render(request, "playground/inbox.html", _with_cards(request, context))
+
+
+@polled
+def cards(request: HttpRequest) -> HttpResponse:
+    """The polled list; 204 while nothing changed (htmx then swaps nothing)."""
+    tickets = answerable_tickets(request.user)
+    return _partial(request, _list_context(request, tickets, request.path, _inbox_url()))
+
+
+@polled
+def card(request: HtmxHttpRequest, correlation_id: UUID) -> HttpResponse:
+    """One card, for a link in a notification. Showing it decides nothing."""
+    ticket = _ticket(request, correlation_id)
+    tickets = answerable_tickets(request.user).filter(pk=ticket.pk)
+    context = _list_context(request, tickets, request.path, request.path)
+    context.update(single=ticket, outcome=ticket_outcome(ticket, request.user))
+    if request.htmx:
+        return _partial(request, context)
+    return render(request, "playground/inbox_card.html", _with_cards(request, context))
+
+
+@login_required
+@require_POST
+def resume(request: HttpRequest, correlation_id: UUID) -> HttpResponse:
+    """UI-5: the posted identity and answer go to `run_resume` unchanged; a stale,
+    repeated or edited post is refused there and the page says why."""
+    ticket = _ticket(request, correlation_id)
+    back = _back(request)
+    try:
+        command = command_from_post(request.POST, ticket.schema)
+        run_resume(user=request.user, run_id=ticket.run_id, command=command)
+    except InvalidInput as exc:
+        return _refused_input(request, ticket, exc)
+    except AgentrunsError as exc:
+        messages.error(request, _refusal(exc, ticket, request.user))
+        return redirect(back)
+    messages.success(request, decided_sentence(command, ticket))
+    return redirect(back)
+
+
+def _refused_input(request: HttpRequest, ticket: Ticket, exc: InvalidInput) -> HttpResponse:
+    """HITL-6: the card again, each error beside its field, what was typed kept."""
+    messages.error(request, sentence(exc))
+    typed, errors = typed_fields(request.POST), field_errors(exc)
+    tickets = answerable_tickets(request.user).filter(pk=ticket.pk)
+    here = reverse("playground:inbox-card", args=[ticket.correlation_id])
+    context = _list_context(request, tickets, here, _back(request))
+    context.update(
+        cards=[_card(request, row, typed=typed, errors=errors) for row in tickets],
+        single=ticket,
+        outcome=None,
+    )
+    return render(request, "playground/inbox_card.html", context, status=422)
+
+
+def _refusal(exc: AgentrunsError, ticket: Ticket, user: Any) -> str:
+    """The error's words, and for a ticket already resolved, how it was."""
+    words = sentence(exc)
+    ticket.refresh_from_db()
+    if ticket.status == Ticket.Status.ACTIVE:
+        return words
+    return f"{words} {ticket_outcome(ticket, user)}"
+
+
+def _ticket(request: HttpRequest, correlation_id: UUID) -> Ticket:
+    """Any ticket of a run the viewer may see; another's is a 404 (SEC-2)."""
+    ticket = (
+        visible_tickets(request.user)
+        .filter(correlation_id=correlation_id)
+        .select_related("run", "run__configuration", "run__created_by", "resolved_by")
+        .first()
+    )
+    if ticket is None:
+        raise Http404("No such ticket.")
+    return ticket
+
+
+def _back(request: HttpRequest) -> str:
+    target = request.POST.get("next") or _inbox_url()
+    safe = url_has_allowed_host_and_scheme(
+        target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    )
+    return target if safe else _inbox_url()
+
+
+def _list_context(request: HttpRequest, tickets: Any, poll_url: str, back: str) -> dict[str, Any]:
+    user = request.user
+    uncertain = uncertain_invocations(user)
+    ids = [str(cid) for cid in tickets.values_list("correlation_id", flat=True)]
+    ids += [f"u{pk}" for pk in uncertain.values_list("pk", flat=True)]
+    return {
+        "tickets": tickets,
+        "uncertain": uncertain,
+        "signature": hashlib.sha256(",".join(ids).encode()).hexdigest()[:16],
+        "poll_url": poll_url,
+        "poll": POLL,
+        "back": back,
+    }
+
+
+def _partial(request: HttpRequest, context: dict[str, Any]) -> HttpResponse:
+    if request.GET.get("signature") == context["signature"]:
+        return HttpResponse(status=204)
+    return render(request, "playground/inbox_cards.html", _with_cards(request, context))
+
+
+def _with_cards(request: HttpRequest, context: dict[str, Any]) -> dict[str, Any]:
+    if "cards" not in context:
+        tickets = list(context["tickets"])
+        readouts = run_readouts(ticket.run for ticket in tickets)  # PERF-8: not one per card
+        context["cards"] = [_card(request, t, readout=readouts[t.run_id]) for t in tickets]
+    return context
+
+
+def _card(
+    request: HttpRequest,
+    ticket: Ticket,
+    *,
+    typed: dict[str, str] | None = None,
+    errors: dict[str, list[str]] | None = None,
+    readout: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """What a card shows (UI-3, UI-6). Text goes through the template's autoescape."""
+    run, user = ticket.run, request.user
+    form = decision_context(user, ticket, typed=typed, errors=errors)
+    initiator = run.created_by
+    return {
+        **form,
+        "ticket": ticket,
+        "run": run,
+        "initiator": initiator.get_username() if initiator else "",
+        "arguments": json.dumps(ticket.arguments or {}, indent=2, ensure_ascii=False),
+        "readout": run_readout(run) if readout is None else readout,
+        "own_run": run.created_by_id == user.pk,
+        "form_errors": unplaced_errors(form["controls"], errors or {}),
+    }

@@ -1,0 +1,68 @@
+"""The tool playground (FS, UI-2, UI-3, UI-6): staff with `agentruns.use_playground` only
+(FS-5). The form is a plain POST; htmx refreshes the readout as boxes are ticked, and
+without JavaScript an "Update readout" button does the same with a GET."""
+
+from __future__ import annotations
+
+from functools import wraps
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+
+from agentruns.forms.playground import PlaygroundForm, form_context
+from agentruns.policy import may_use_playground, visible_runs
+from agentruns.services.runs import run_dry, run_submit
+from playground import inspector as inspect
+from playground.runs import HtmxHttpRequest, live_response
+
+
+def playground_only(view: Any) -> Any:
+    @login_required
+    @wraps(view)
+    def guarded(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if not may_use_playground(request.user):
+            raise PermissionDenied("The playground is for staff with the playground permission.")
+        return view(request, *args, **kwargs)
+
+    return guarded
+
+
+@playground_only
+def playground(request: HttpRequest) -> HttpResponse:
+    if request.method != "POST":
+        data = request.GET
+        return render(request, "playground/playground.html", form_context(PlaygroundForm(), data))
+    form = PlaygroundForm(request.POST)
+    if request.POST.get("action") == "dry":
+        dry = form.attempt(request, lambda s: run_dry(user=request.user, submission=s))
+        if dry is not None:
+            context = {**form_context(form, request.POST), "dry": dry}
+            return render(request, "playground/playground.html", context)
+    else:
+        run = form.attempt(request, lambda s: run_submit(user=request.user, submission=s)[0])
+        if run is not None:
+            messages.success(request, f"Run #{run.pk} started; it fills in below as it goes.")
+            return redirect("playground:inspector", run_id=run.pk)
+    context = form_context(form, request.POST)
+    return render(request, "playground/playground.html", context, status=400)
+
+
+@playground_only
+def readout(request: HttpRequest) -> HttpResponse:
+    """The readout panel (and the mode list) for what is ticked now; htmx swaps it in."""
+    return render(
+        request, "playground/_playground_readout.html", form_context(PlaygroundForm(), request.GET)
+    )
+
+
+@playground_only
+def inspector(request: HtmxHttpRequest, run_id: int) -> HttpResponse:
+    run = get_object_or_404(visible_runs(request.user), pk=run_id)
+    context = inspect.inspector_context(run)
+    if request.htmx:
+        return live_response(request, "playground/_inspector_live.html", run, context)
+    return render(request, "playground/inspector.html", context)

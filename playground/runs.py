@@ -1,0 +1,141 @@
+"""The runs a viewer may see (SEC-2) and one run's page, live without reload (UI-2, UI-3).
+
+htmx polls the live part of a run page every second; once the run has ended the answer is
+HTTP 286 and the fragment carries no trigger, so polling stops either way.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
+from django.utils.functional import cached_property
+from django.views.decorators.http import require_POST
+from django_htmx.http import HttpResponseStopPolling
+from django_htmx.middleware import HtmxDetails
+
+from agentruns import events as ev
+from agentruns.errors import AgentrunsError
+from agentruns.models import Configuration, Event, Run, Ticket
+from agentruns.policy import visible_runs
+from agentruns.selectors import bounded_count, run_readout
+from agentruns.services.runs import Submission, run_submit
+from agentruns.services.usage import run_usage
+from agentruns.words import failure_sentence, field_errors, sentence
+from playground import timeline
+
+PAGE_SIZE = 25
+
+
+class HtmxHttpRequest(HttpRequest):
+    htmx: HtmxDetails
+
+
+class RunPaginator(Paginator):
+    """Counted exactly up to a bound, estimated beyond it (PERF-8); `exact` says which."""
+
+    @cached_property
+    def _counted(self) -> tuple[int, bool]:
+        return bounded_count(self.object_list)  # type: ignore[arg-type]  # a QuerySet here
+
+    @cached_property
+    def count(self) -> int:
+        return self._counted[0]
+
+    @property
+    def exact(self) -> bool:
+        return self._counted[1]
+
+
+@login_required
+def run_list(request: HttpRequest) -> HttpResponse:
+    runs = visible_runs(request.user).order_by("-created_at", "-id")
+    status = request.GET.get("status", "")
+    if status in Run.Status.values:
+        runs = runs.filter(status=status)
+    configuration = request.GET.get("configuration", "")
+    if configuration:
+        runs = runs.filter(configuration__slug=configuration)
+    page = RunPaginator(runs, PAGE_SIZE).get_page(request.GET.get("page"))
+    query = request.GET.copy()
+    query.pop("page", None)
+    return render(
+        request,
+        "playground/runs.html",
+        {
+            "active": Configuration.objects.filter(active=True).order_by("slug"),
+            "page": page,
+            "statuses": Run.Status.values,
+            "status": status,
+            "configurations": Configuration.objects.order_by("slug").values_list("slug", flat=True),
+            "configuration": configuration,
+            "query": query.urlencode(),
+        },
+    )
+
+
+@login_required
+@require_POST
+def run_start(request: HttpRequest) -> HttpResponse:
+    """Anyone signed in may start a plain run: no forced sources, no dry run (FS-5)."""
+    submission = Submission(
+        configuration=request.POST.get("configuration", ""), input=request.POST.get("task", "")
+    )
+    try:
+        run, _ = run_submit(user=request.user, submission=submission)
+    except AgentrunsError as error:
+        problems = [m for msgs in field_errors(error).values() for m in msgs]
+        messages.error(request, " ".join([sentence(error), *problems]))
+        return redirect("playground:runs")
+    messages.success(request, f"Run #{run.pk} started.")
+    return redirect("playground:run", run_id=run.pk)
+
+
+@login_required
+def run_detail(request: HtmxHttpRequest, run_id: int) -> HttpResponse:
+    run = get_object_or_404(visible_runs(request.user), pk=run_id)
+    context = live_context(run)
+    if request.htmx:
+        return live_response(request, "playground/_run_live.html", run, context)
+    context["readout"] = run_readout(run)
+    return render(request, "playground/run.html", context)
+
+
+def live_response(
+    request: HttpRequest, template: str, run: Run, context: dict[str, Any]
+) -> HttpResponse:
+    """The polled fragment; 286 tells htmx to stop once the run has ended."""
+    response = render(request, template, context)
+    return HttpResponseStopPolling(response.content) if run.is_terminal else response
+
+
+def live_context(run: Run) -> dict[str, Any]:
+    """What changes while a run goes: status, reply, failure, ticket, counters, usage and
+    cost (OPS-1: as the run API reports them), log."""
+    events = list(Event.objects.filter(run=run).order_by("sequence"))
+    counts: dict[str, int] = {}
+    for event in events:
+        counts[event.type] = counts.get(event.type, 0) + 1
+    return {
+        "run": run,
+        "live": not run.is_terminal,
+        "failure": failure_sentence(run.failure) if run.failure else "",
+        "ticket": Ticket.objects.filter(run=run, status=Ticket.Status.ACTIVE).first(),
+        "counters": {
+            "events": len(events),
+            "model turns": counts.get(ev.ASSISTANT, 0),
+            "tool results": counts.get(ev.TOOL_RESULT, 0),
+            "tool calls used": f"{run.tool_calls_used} of {run.configuration.max_tool_calls}",
+            "attempts": run.attempts,
+        },
+        "usage": run_usage(run),
+        "redactions": [e.payload for e in events if e.type == ev.SECRET_REDACTED],
+        "rows": timeline.timeline(run, events),
+        "time": timeline.time_split(run, events, timezone.now()),
+        "events": events,
+    }
