@@ -16,6 +16,7 @@ from django.db import connection
 
 from agentruns.bench import harness, scale
 from agentruns.bench.seed import History
+from agentruns.store import on_postgres
 
 
 class Command(BaseCommand):
@@ -35,7 +36,7 @@ class Command(BaseCommand):
         harness.add_options(parser, "bench_scale", peers="present")
 
     def handle(self, *args: Any, **opts: Any) -> None:
-        if connection.vendor != "postgresql":
+        if not on_postgres():
             raise CommandError("bench_scale needs PostgreSQL (set DATABASE_URL).")
         # WhiteNoise warns on every request when collectstatic has not run; pages render.
         warnings.filterwarnings("ignore", "No directory at", UserWarning)
