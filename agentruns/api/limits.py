@@ -12,6 +12,8 @@ from rest_framework.parsers import JSONParser
 from rest_framework.settings import api_settings
 from rest_framework.throttling import ScopedRateThrottle
 
+from agentruns.selectors import bounded_count
+
 # PostgreSQL's bigint: a larger id or offset is no row, never a database error.
 MAX_ID = 2**63 - 1
 MAX_OFFSET = 2**31 - 1
@@ -72,7 +74,12 @@ class StorableRequestMiddleware:
 
 
 class Pagination(LimitOffsetPagination):
+    """`count` is exact up to selectors.EXACT_COUNT_UP_TO, an estimate beyond (PERF-8)."""
+
     max_limit = 500
+
+    def get_count(self, queryset: Any) -> int:
+        return bounded_count(queryset)[0]
 
     def get_offset(self, request: Any) -> int:
         return min(super().get_offset(request), MAX_OFFSET)
