@@ -18,6 +18,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.functional import cached_property
 from django.views.decorators.http import require_POST
 from django_htmx.http import HttpResponseStopPolling
 from django_htmx.middleware import HtmxDetails
@@ -26,7 +27,13 @@ from agentruns import events as ev
 from agentruns.errors import AgentrunsError
 from agentruns.models import Configuration, Event, Run, Ticket
 from agentruns.policy import visible_runs
-from agentruns.selectors import EXAMPLE_TASK, configuration_choices, preselected, run_readout
+from agentruns.selectors import (
+    EXAMPLE_TASK,
+    bounded_count,
+    configuration_choices,
+    preselected,
+    run_readout,
+)
 from agentruns.services.runs import Submission, run_submit
 from agentruns.services.usage import run_usage
 from agentruns.throttles import SUBMIT, throttle_check
@@ -39,6 +46,22 @@ PAGE_SIZE = 25
 
 class HtmxHttpRequest(HttpRequest):
     htmx: HtmxDetails
+
+
+class RunPaginator(Paginator):
+    """Counted exactly up to a bound, estimated beyond it (PERF-8); `exact` says which."""
+
+    @cached_property
+    def _counted(self) -> tuple[int, bool]:
+        return bounded_count(self.object_list)  # type: ignore[arg-type]  # a QuerySet here
+
+    @cached_property
+    def count(self) -> int:
+        return self._counted[0]
+
+    @property
+    def exact(self) -> bool:
+        return self._counted[1]
 
 
 @login_required
@@ -76,7 +99,7 @@ def _listed(request: HttpRequest) -> dict[str, Any]:
     configuration = request.GET.get("configuration", "")
     if configuration:
         runs = runs.filter(configuration__slug=configuration)
-    page = Paginator(runs.select_related("configuration", "created_by"), PAGE_SIZE).get_page(
+    page = RunPaginator(runs.select_related("configuration", "created_by"), PAGE_SIZE).get_page(
         request.GET.get("page")
     )
     shown = signature([page.paginator.count, *(f"{r.pk}:{r.status}" for r in page.object_list)])

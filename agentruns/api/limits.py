@@ -13,6 +13,8 @@ from rest_framework.throttling import BaseThrottle
 
 from agentruns.throttles import ScopeThrottle
 
+from agentruns.selectors import bounded_count
+
 # PostgreSQL's bigint: a larger id or offset is no row, never a database error.
 MAX_ID = 2**63 - 1
 MAX_OFFSET = 2**31 - 1
@@ -73,7 +75,12 @@ class StorableRequestMiddleware:
 
 
 class Pagination(LimitOffsetPagination):
+    """`count` is exact up to selectors.EXACT_COUNT_UP_TO, an estimate beyond (PERF-8)."""
+
     max_limit = 500
+
+    def get_count(self, queryset: Any) -> int:
+        return bounded_count(queryset)[0]
 
     def get_offset(self, request: Any) -> int:
         return min(super().get_offset(request), MAX_OFFSET)
