@@ -192,7 +192,7 @@ X_FRAME_OPTIONS = "DENY"
 
 # SEC-14: throttle counters live where every web process sees them (gunicorn runs several
 # workers): Redis when REDIS_URL is set, else a table in the database (created by the
-# migration agentruns 0012), never process memory.
+# migration agentruns 0013), never process memory.
 REDIS_URL = os.environ.get("REDIS_URL", "").strip()
 CACHES = {
     "default": (

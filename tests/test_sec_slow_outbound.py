@@ -99,7 +99,7 @@ def test_sec8_a_mail_server_that_never_answers_holds_a_send_for_its_deadline_onl
 
 @pytest.mark.django_db
 def test_sec8_no_q2_schedule_sends_webhooks_or_mails_inside_a_run_driving_worker():
-    """Migration 0013 dropped the once-a-minute outbox schedule of 0009: a q2 task in a
+    """Migration 0014 dropped the once-a-minute outbox schedule of 0009: a q2 task in a
     worker that drives runs is no place to wait on a receiver (q2's timeout kills the
     worker, and every run in it)."""
     assert not Schedule.objects.filter(func__contains="outbox").exists()

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
 from rest_framework.exceptions import ParseError
 from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.parsers import JSONParser
 from rest_framework.throttling import BaseThrottle
 
-from agentruns.throttles import ScopeThrottle
-
 from agentruns.selectors import bounded_count
+from agentruns.throttles import ScopeThrottle
 
 # PostgreSQL's bigint: a larger id or offset is no row, never a database error.
 MAX_ID = 2**63 - 1
@@ -80,6 +80,8 @@ class Pagination(LimitOffsetPagination):
     max_limit = 500
 
     def get_count(self, queryset: Any) -> int:
+        if not isinstance(queryset, QuerySet):  # a list a service built (usage)
+            return len(queryset)
         return bounded_count(queryset)[0]
 
     def get_offset(self, request: Any) -> int:

@@ -18,7 +18,7 @@ def drop(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("agentruns", "0011_thread_mode_audit_enforcement"),
+        ("agentruns", "0012_perf8_read_indexes"),
     ]
 
     operations = [migrations.RunPython(create, drop)]

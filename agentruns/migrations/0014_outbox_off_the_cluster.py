@@ -12,7 +12,7 @@ def remove_schedule(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("agentruns", "0012_shared_cache_table"),
+        ("agentruns", "0013_shared_cache_table"),
         ("django_q", "0019_alter_task_options_alter_ormq_key_alter_ormq_lock_and_more"),
     ]
 
