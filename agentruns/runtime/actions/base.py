@@ -30,6 +30,7 @@ from agentruns.runtime.state import (
 )
 from agentruns.store import store
 from agentruns.store.records import Claim, Lease, Signals
+from agentruns.tools.mcp.pinned import sync_pinned
 from agentruns.tools.policy import (
     Mode,
     offered_tools,
@@ -102,6 +103,7 @@ class RunContext:
     def load(cls, claim: Claim) -> RunContext:
         """REC-1 (and PERF-4): the thread's log and the newest checkpoint, read once."""
         lease = claim.lease
+        sync_pinned(claim.generation)  # MCP-2: the tools a recorded call may name
         events, checkpoint = journal.read(lease)
         mine = [event for event in events if event.run_id == lease.run_id]
         return cls(
