@@ -22,6 +22,7 @@ WORDS: dict[str, str] = {
     "not_found": "That does not exist, or you may not see it.",
     "conflict": "That cannot be done now: the run changed in the meantime.",
     "not_permitted": "You do not have permission to do that.",
+    "mcp_unavailable": "The MCP server could not be asked for its tools; nothing changed.",
     # CG-7, CG-8.
     "context_refused": (
         "The context gate refused this run: a source is classified above what the "

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
 
-from agentruns.classes import DataClass
+from agentruns.classes import DataClass, Zone
 from agentruns.gate.core import ConfigView, Source, reachable_zone
 from agentruns.gate.lookups import config_view, forced_for_resume
 from agentruns.models import Configuration
@@ -52,8 +52,12 @@ class RuntimeConfig:
         return self.links[0].model
 
     @cached_property
+    def zone(self) -> Zone:
+        return reachable_zone(self.view)
+
+    @property
     def ceiling(self) -> DataClass:
-        return reachable_zone(self.view).ceiling
+        return self.zone.ceiling
 
     def mode(self, name: str | None) -> Mode:
         for mode in self.modes:

@@ -12,6 +12,7 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
+from agentruns.answers import AnswerValidator
 from agentruns.classes import DataClass
 from agentruns.tools.names import WIRE_NAME, wire_name
 
@@ -80,7 +81,8 @@ class Tool:
 
     @cached_property
     def validator(self) -> Draft202012Validator:
-        return Draft202012Validator(self.parameters)
+        # A pattern runs on RE2 (linear time): an MCP server's schema is hostile (MCP-2).
+        return AnswerValidator(self.parameters)
 
     def argument_errors(self, arguments: dict[str, Any]) -> list[str]:
         return sorted(
@@ -157,9 +159,7 @@ class Registry:
         for every tool of an MCP server)."""
         wanted = set(names_or_groups)
         return {
-            tool.name
-            for tool in self.all()
-            if {tool.name, tool.group, f"{tool.group}.*"} & wanted
+            tool.name for tool in self.all() if {tool.name, tool.group, f"{tool.group}.*"} & wanted
         }
 
 

@@ -161,7 +161,7 @@ def _run_apart(ready: Ready) -> ToolOutput:
 def _finished(ctx: RunContext, ready: Ready, output: ToolOutput) -> None:
     faults.fault_point(faults.TOOL_DONE)
     durable = ready.tool.effect is Effect.WRITE
-    _record_output(ctx, ready.call, output, ready.invocation, durable=durable)
+    _record_output(ctx, ready, output, durable=durable)
 
 
 def _live_gate(
@@ -190,7 +190,7 @@ def _run_transactional(ctx: RunContext, ready: Ready) -> None:
     with transaction.atomic():
         output = run_tool(ready.tool, ready.call, ready.context, savepoint=True)
         written = ctx.write(
-            _output_items(ready.call, output),
+            _output_items(ready.call, output, ready.tool),
             invocation_updates=[(ready.invocation.pk, completion(output))],
             checkpoints=((Checkpoint.Kind.TOOL_COMPLETED, None),),
         )
@@ -212,31 +212,24 @@ def _record_uncertain(ctx: RunContext, call: ProposedCall) -> None:
     )
 
 
-def _output_items(call: ProposedCall, output: ToolOutput) -> Items:
+def _output_items(call: ProposedCall, output: ToolOutput, tool: Tool) -> Items:
+    """The result, with its tool's class as it ran: the class it keeps in later sends
+    should the tool stop being registered (MCP-4)."""
     content, redacted = redact(output.content)
     status = ev.OK if output.ok else ev.ERROR
-    extra = (
-        {"added_tool_names": output.data["added_tool_names"]}
-        if output.ok and "added_tool_names" in output.data
-        else {}
-    )
+    extra: dict[str, Any] = {"class": tool.output_class.label}
+    if output.ok and "added_tool_names" in output.data:
+        extra["added_tool_names"] = output.data["added_tool_names"]
     return [
         *redaction_items(f"tool:{call.name}", redacted),
         ev.result_item(call.id, call.name, status, content, **extra),
     ]
 
 
-def _record_output(
-    ctx: RunContext,
-    call: ProposedCall,
-    output: ToolOutput,
-    invocation: Invocation,
-    *,
-    durable: bool,
-) -> None:
+def _record_output(ctx: RunContext, ready: Ready, output: ToolOutput, *, durable: bool) -> None:
     ctx.commit(
-        _output_items(call, output),
-        invocation_updates=[(invocation.pk, completion(output))],
+        _output_items(ready.call, output, ready.tool),
+        invocation_updates=[(ready.invocation.pk, completion(output))],
         checkpoints=((Checkpoint.Kind.TOOL_COMPLETED, None),),
         durable=durable,
     )

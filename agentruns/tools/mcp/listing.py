@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,6 +52,20 @@ def tool_version(name: str, description: str, schema: Any) -> str:
 
 def registry_name(server: str, tool: str) -> str:
     return f"{server}.{tool}"
+
+
+def reserved_slugs(code_names: Iterable[str], code_groups: Iterable[str]) -> set[str]:
+    """Slugs no server may take: a code tool's group, or the part of a code tool's wire
+    name before its first `_` (a server `notes` would make `notes.read` again). Slugs hold
+    no `_`, so `<slug>_` starts the wire names of one server only: a wire name is unique
+    and leads back to its tool."""
+    return {*code_groups, *(wire_name(name).split("_", 1)[0] for name in code_names)}
+
+
+def slug_problem(slug: str, reserved: set[str]) -> str | None:
+    if slug in reserved:
+        return f"{slug!r} is taken by tools registered in code ({', '.join(sorted(reserved))})."
+    return None
 
 
 def listed_tools(
