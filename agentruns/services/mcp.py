@@ -5,6 +5,8 @@ tools anew before its next send (tools/mcp/pinned.py)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db import transaction
 from django.utils import timezone
 
@@ -51,6 +53,11 @@ def mcp_server_refresh(*, server: McpServer) -> list[Change]:
         listed = list_tools(Endpoint.of(server), timeout=server.timeout_seconds)
     except Unavailable as exc:
         raise McpUnavailable(str(exc)) from exc
+    return mcp_server_review(server=server, listed=listed)
+
+
+def mcp_server_review(*, server: McpServer, listed: list[dict[str, Any]]) -> list[Change]:
+    """Keep a listing (tools/list's entries) for review, and the difference it makes."""
     now = timezone.now()
     # An update, not a save: a listing under review bumps no catalog generation.
     McpServer.objects.filter(pk=server.pk).update(discovered=listed, discovered_at=now)

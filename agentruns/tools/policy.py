@@ -61,6 +61,12 @@ def tool_refusal(
     return None
 
 
+def granted_tools(allowed: Iterable[str]) -> list[Tool]:
+    """The tools a configuration's `allowed_tools` grant (names, groups, `<server>.*`)."""
+    tools = (REGISTRY.get(name) for name in sorted(REGISTRY.expand(allowed)))
+    return [tool for tool in tools if tool is not None]
+
+
 def result_class(tool_name: str, recorded: str = "") -> DataClass | None:
     """MCP-4: a result carries its tool's live class; a tool no longer registered (its
     server removed, say) keeps the class recorded with the result when it ran."""
