@@ -40,6 +40,8 @@ class Tracker:
             },
         }
     )
+    # Every call it was asked, in order: (tool, arguments), as a tracker's audit log.
+    calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     customers: dict[str, dict[str, str]] = field(
         default_factory=lambda: {
             "C-4411": {"name": "J. Doe", "email": "j.doe@example.com", "city": "Berlin"},
@@ -61,6 +63,7 @@ def build_tracker(tracker: Tracker | None = None) -> MCPServer:
     @server.tool()
     def get_ticket(ticket_id: str) -> str:
         """Read a ticket: its title, status, customer id and comments."""
+        tracker.calls.append(("get_ticket", {"ticket_id": ticket_id}))
         ticket = tracker.ticket(ticket_id)
         comments = "\n".join(f"- {c}" for c in ticket["comments"]) or "(none)"
         return (
@@ -71,12 +74,14 @@ def build_tracker(tracker: Tracker | None = None) -> MCPServer:
     @server.tool()
     def add_comment(ticket_id: str, text: str) -> str:
         """Add a comment to a ticket."""
+        tracker.calls.append(("add_comment", {"ticket_id": ticket_id, "text": text}))
         tracker.ticket(ticket_id)["comments"].append(text)
         return f"Comment added to {ticket_id}."
 
     @server.tool()
     def customer_lookup(customer_id: str) -> str:
         """Look a customer up by id: name, e-mail and city (personal data)."""
+        tracker.calls.append(("customer_lookup", {"customer_id": customer_id}))
         customer = tracker.customers.get(customer_id)
         if customer is None:
             raise ToolError(f"No customer {customer_id!r}.")

@@ -45,9 +45,13 @@ class Listed:
     problem: str = ""
 
 
+VERSION_CHARS = 16  # 64 bits of the digest: what an invocation row keeps of a version
+
+
 def tool_version(name: str, description: str, schema: Any) -> str:
     """MCP-2: a digest of the name, description and schema; any change is a new version."""
-    return digest({"name": name, "description": description, "input_schema": schema})
+    whole = digest({"name": name, "description": description, "input_schema": schema})
+    return whole[:VERSION_CHARS]
 
 
 def registry_name(server: str, tool: str) -> str:
