@@ -34,8 +34,8 @@ from tests.support.hitl import (
     allow,
     client_for,
     openai_configuration,
-    resume,
     results_by_call,
+    resume,
     tool_messages,
 )
 from tests.support.mcp import make_tracker, pin, register, serve_http
