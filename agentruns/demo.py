@@ -370,20 +370,25 @@ def load_demo_mcp() -> None:
             "active": True,
         },
     )
-    mcp_server_review(server=server, listed=anyio.run(_tracker_listing))
+    mcp_server_review(server=server, listed=tracker_listing())
     mcp_server_accept(server_id=server.pk, listing=mcp_listing_digest(server))
     for tool in McpTool.objects.filter(server=server, name__in=TRACKER_TOOLS):
         output_class, effect = TRACKER_TOOLS[tool.name]
         mcp_tool_declare(tool=tool, output_class=output_class, effect=effect)
 
 
-async def _tracker_listing() -> list[dict[str, Any]]:
-    async with Client(build_tracker(), cache=None) as client:
-        listed = (await client.list_tools()).tools
-    return [
-        {"name": t.name, "description": t.description or "", "input_schema": t.input_schema}
-        for t in listed
-    ]
+def tracker_listing() -> list[dict[str, Any]]:
+    """The tracker's tools/list, asked of its code in-process through the SDK's client."""
+
+    async def listing() -> list[dict[str, Any]]:
+        async with Client(build_tracker(), cache=None) as client:
+            listed = (await client.list_tools()).tools
+        return [
+            {"name": t.name, "description": t.description or "", "input_schema": t.input_schema}
+            for t in listed
+        ]
+
+    return anyio.run(listing)
 
 
 def load_demo_users() -> None:

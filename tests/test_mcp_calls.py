@@ -41,7 +41,7 @@ def live(loopback):
         server = pin(register("tracker", url))
         McpTool.objects.filter(server=server, name__in=READS).update(effect="read_only")
         server.save()  # the generation moves: every process registers the tools anew
-        tracker.url = url  # type: ignore[attr-defined]
+        tracker.url = url
         yield tracker
 
 

@@ -55,7 +55,7 @@ def loopback(settings):
 def live():
     tracker = make_tracker()
     with serve_http(tracker.server) as url:
-        tracker.url = url  # type: ignore[attr-defined]
+        tracker.url = url
         yield tracker
 
 

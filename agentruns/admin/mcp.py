@@ -193,3 +193,28 @@ class McpServerAdmin(admin.ModelAdmin):
         except AgentrunsError as exc:
             self.message_user(request, f"{sentence(exc)} {exc.detail}", messages.ERROR)
         return None
+
+
+@admin.register(McpTool)
+class McpToolAdmin(admin.ModelAdmin):
+    """Every pinned tool; its class and effect are declared here or on its server's page
+    (through the same service); schemas and versions change only by accepting a listing."""
+
+    list_display = ["__str__", "version_short", "declared_class", "declared_effect", "pinned_at"]
+    list_filter = ["server", "output_class", "effect"]
+    search_fields = ["name", "description"]
+    fields = ["server", "name", "version", "description", "input_schema", "output_class", "effect"]
+    readonly_fields = ["server", "name", "version", "description", "input_schema"]
+
+    @admin.display(description="version")
+    def version_short(self, tool: McpTool) -> str:
+        return tool.version[:12]
+
+    def save_model(self, request: HttpRequest, obj: McpTool, form: Any, change: bool) -> None:
+        mcp_tool_declare(tool=obj, output_class=obj.output_class, effect=obj.effect)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False

@@ -147,7 +147,7 @@ CHANGES = {
                     "pinned_version": {"type": "string"},
                     "version": {"type": "string"},
                     "description": {"type": "string"},
-                    "input_schema": {"type": ["object", "null"]},
+                    "input_schema": {"type": "object", "nullable": True},
                 },
             },
         },
