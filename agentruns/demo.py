@@ -10,7 +10,6 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
-import anyio
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from mcp import Client
@@ -26,6 +25,7 @@ from agentruns.services.mcp import (
     mcp_server_review,
     mcp_tool_declare,
 )
+from agentruns.tools.mcp.client import run_async
 
 PROVIDERS = [
     dict(slug="local-scripted", name="Scripted, on this host", kind="scripted", trust_zone="local"),
@@ -388,7 +388,7 @@ def tracker_listing() -> list[dict[str, Any]]:
             for t in listed
         ]
 
-    return anyio.run(listing)
+    return run_async(listing)
 
 
 def load_demo_users() -> None:

@@ -57,7 +57,10 @@ def _mcp_server_answers(port: int) -> bool:
     request = urllib.request.Request(
         f"http://127.0.0.1:{port}/mcp",
         body,
-        headers={"Content-Type": "application/json", "Accept": "application/json, text/event-stream"},
+        headers={
+            "Content-Type": "application/json",
+            "Accept": "application/json, text/event-stream",
+        },
     )
     try:
         with urllib.request.urlopen(request, timeout=2) as response:

@@ -14,12 +14,14 @@ bounded here and redacted by the loop like any tool output (CG-11).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -32,6 +34,7 @@ from agentruns.models.mcp import McpServer, mcp_key_problem, stdio_commands
 from agentruns.outbound import SCHEMES, TargetRefused, checked_address, mcp_exemptions
 from agentruns.tools.registry import ToolContext, ToolOutput
 
+T = TypeVar("T")
 MAX_RESULT_CHARS = 64_000
 MAX_PAGES = 20
 MAX_LISTED = 200
@@ -145,13 +148,24 @@ def failure_words(endpoint: Endpoint, exc: BaseException, timeout: float) -> str
     return f"{who} failed ({type(exc).__name__}: {exc})"
 
 
+def run_async(function: Callable[[], Awaitable[T]]) -> T:
+    """Run an async function to its end from synchronous code: on this thread, or on a
+    thread of its own when this one already runs an event loop (a caller inside one)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return anyio.run(function)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(anyio.run, function).result()
+
+
 def _run(endpoint: Endpoint, timeout: float, use: Any) -> Any:
     async def bounded() -> Any:
         with anyio.fail_after(timeout):
             async with _client(endpoint, timeout) as client:
                 return await use(client)
 
-    return anyio.run(bounded)
+    return run_async(bounded)
 
 
 def list_tools(endpoint: Endpoint, *, timeout: float) -> list[dict[str, Any]]:
