@@ -77,6 +77,20 @@ SKILLS = [
     ("forensics", "Forensics", "confidential", "Correlate the incident timeline with deploys."),
 ]
 
+# The two tracker configurations (MCP-5) differ in their provider and what follows.
+TRACKER_DESK: dict[str, Any] = {
+    "model": "scripted-1",
+    "system_prompt": "You triage tickets in the team's tracker.",
+    "allowed_tools": [f"{TRACKER}.*"],
+}
+TRACKER_READS = {
+    "text": "Reading the ticket and its customer first.",
+    "tool_calls": [
+        {"name": "tracker.get_ticket", "arguments": {"ticket_id": "T-1"}},
+        {"name": "tracker.customer_lookup", "arguments": {"customer_id": "C-4411"}},
+    ],
+}
+
 CONFIGURATIONS: list[dict[str, Any]] = [
     dict(
         slug="helpdesk",
@@ -256,18 +270,10 @@ CONFIGURATIONS: list[dict[str, Any]] = [
         slug="mcp-demo",
         name="Ticket tracker over MCP (scripted, local)",
         provider="local-scripted",
-        model="scripted-1",
-        system_prompt="You triage tickets in the team's tracker.",
-        allowed_tools=[f"{TRACKER}.*"],
+        **TRACKER_DESK,
         script={
             "turns": [
-                {
-                    "text": "Reading the ticket and its customer first.",
-                    "tool_calls": [
-                        {"name": "tracker.get_ticket", "arguments": {"ticket_id": "T-1"}},
-                        {"name": "tracker.customer_lookup", "arguments": {"customer_id": "C-4411"}},
-                    ],
-                },
+                TRACKER_READS,
                 {
                     "text": "I will note the finding on the ticket; that needs your approval.",
                     "tool_calls": [
@@ -289,18 +295,10 @@ CONFIGURATIONS: list[dict[str, Any]] = [
         slug="mcp-demo-global",
         name="Ticket tracker over MCP (scripted, global provider)",
         provider="global-scripted",
-        model="scripted-1",
-        system_prompt="You triage tickets in the team's tracker.",
-        allowed_tools=[f"{TRACKER}.*"],
+        **TRACKER_DESK,
         script={
             "turns": [
-                {
-                    "text": "Reading the ticket and its customer first.",
-                    "tool_calls": [
-                        {"name": "tracker.get_ticket", "arguments": {"ticket_id": "T-1"}},
-                        {"name": "tracker.customer_lookup", "arguments": {"customer_id": "C-4411"}},
-                    ],
-                },
+                TRACKER_READS,
                 {"text": "The customer record may not reach this provider; I used the ticket."},
             ]
         },
