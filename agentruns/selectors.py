@@ -22,14 +22,24 @@ from agentruns.providers.base import Message
 from agentruns.runtime.compose import LogView, log_view, next_request
 from agentruns.runtime.config import build_runtime_config
 from agentruns.tools.mcp.pinned import sync_pinned
-from agentruns.tools.policy import granted_tools
+from agentruns.tools.policy import INPUT, PERMISSION, granted_tools, needs_human
+
+WAITS_FOR: dict[str | None, str] = {PERMISSION: "approval", INPUT: "an answer"}
 
 
 def granted(configuration: Configuration) -> list[GrantedTool]:
     """The tools the configuration grants, MCP tools pinned now included (MCP-2, MCP-4)."""
     sync_pinned()
-    allowed = configuration.allowed_tools or []
-    return [(t.name, t.output_class, t.effect.value) for t in granted_tools(allowed)]
+    exempt = frozenset(configuration.approval_exempt_tools or [])
+    return [
+        (
+            tool.name,
+            tool.output_class,
+            tool.effect.value,
+            WAITS_FOR.get(needs_human(tool, exempt), ""),
+        )
+        for tool in granted_tools(configuration.allowed_tools or [])
+    ]
 
 
 def configuration_readout(

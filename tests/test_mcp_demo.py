@@ -51,6 +51,12 @@ def test_mcp5_the_demo_data_pins_the_trackers_tools_with_their_declared_classes(
     }
     far = configuration_readout(configuration=Configuration.objects.get(slug="mcp-demo-global"))
     assert {t["name"] for t in far["tools"] if t["over_ceiling"]} == {"tracker.customer_lookup"}
+    # What a call waits for: the write an approval (TOOL-5); the reads nothing.
+    assert {t["name"]: t["waits_for"] for t in local["tools"]} == {
+        "tracker.add_comment": "approval",
+        "tracker.customer_lookup": "",
+        "tracker.get_ticket": "",
+    }
     load_demo_data()  # safe to run again
     assert McpTool.objects.filter(server__slug="tracker").count() == 3
 

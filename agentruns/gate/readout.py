@@ -37,8 +37,9 @@ def verdict_label(verdict: Verdict, mode: Enforcement) -> str:
     return verdict.value
 
 
-# A granted tool as the readout shows it: (name, output class, effect).
-GrantedTool = tuple[str, DataClass, str]
+# A granted tool as the readout shows it: (name, output class, effect, what a call waits
+# for: "approval", "an answer" or "").
+GrantedTool = tuple[str, DataClass, str, str]
 
 
 def readout(
@@ -77,9 +78,10 @@ def readout(
                 "name": name,
                 "data_class": data_class.label,
                 "effect": effect,
+                "waits_for": waits_for,
                 "over_ceiling": data_class > zone.ceiling,
             }
-            for name, data_class, effect in tools
+            for name, data_class, effect, waits_for in tools
         ],
         "withheld": [
             {
