@@ -1,4 +1,5 @@
-"""The demo catalog: providers in several zones, classified sources, fallbacks.
+"""The demo catalog: providers in several zones, classified sources, fallbacks, and the
+demo's own MCP server (MCP-5).
 
 Scripted providers make every demo configuration runnable offline; the OpenAI, Anthropic
 and Ollama providers show how a real endpoint is declared.
@@ -9,11 +10,22 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
+from mcp import Client
 
 from agentruns.demo_accounts import DEMO_PASSWORD, DEMO_USERS
-from agentruns.models import Configuration, Provider, Skill, Snippet
+from agentruns.demo_mcp import NAME as TRACKER
+from agentruns.demo_mcp import build_tracker
+from agentruns.models import Configuration, McpServer, McpTool, Provider, Skill, Snippet
 from agentruns.services.catalog import configuration_set_sources
+from agentruns.services.mcp import (
+    mcp_listing_digest,
+    mcp_server_accept,
+    mcp_server_review,
+    mcp_tool_declare,
+)
+from agentruns.tools.mcp.client import run_async
 
 PROVIDERS = [
     dict(slug="local-scripted", name="Scripted, on this host", kind="scripted", trust_zone="local"),
@@ -64,6 +76,20 @@ SKILLS = [
     ("triage", "Triage", "internal", "Classify the request as bug, question or outage."),
     ("forensics", "Forensics", "confidential", "Correlate the incident timeline with deploys."),
 ]
+
+# The two tracker configurations (MCP-5) differ in their provider and what follows.
+TRACKER_DESK: dict[str, Any] = {
+    "model": "scripted-1",
+    "system_prompt": "You triage tickets in the team's tracker.",
+    "allowed_tools": [f"{TRACKER}.*"],
+}
+TRACKER_READS = {
+    "text": "Reading the ticket and its customer first.",
+    "tool_calls": [
+        {"name": "tracker.get_ticket", "arguments": {"ticket_id": "T-1"}},
+        {"name": "tracker.customer_lookup", "arguments": {"customer_id": "C-4411"}},
+    ],
+}
 
 CONFIGURATIONS: list[dict[str, Any]] = [
     dict(
@@ -238,6 +264,45 @@ CONFIGURATIONS: list[dict[str, Any]] = [
             ]
         },
     ),
+    # MCP-5: the tracker's three tools on a local provider: a read, a restricted read (a
+    # local zone may take it) and a write that waits for an approval.
+    dict(
+        slug="mcp-demo",
+        name="Ticket tracker over MCP (scripted, local)",
+        provider="local-scripted",
+        **TRACKER_DESK,
+        script={
+            "turns": [
+                TRACKER_READS,
+                {
+                    "text": "I will note the finding on the ticket; that needs your approval.",
+                    "tool_calls": [
+                        {
+                            "name": "tracker.add_comment",
+                            "arguments": {
+                                "ticket_id": "T-1",
+                                "text": "Customer in Berlin affected; rollback proposed.",
+                            },
+                        }
+                    ],
+                },
+                {"text": "Triaged T-1: the customer is affected and the ticket has a comment."},
+            ]
+        },
+    ),
+    # The same tools on a global provider: TOOL-2 refuses the restricted lookup.
+    dict(
+        slug="mcp-demo-global",
+        name="Ticket tracker over MCP (scripted, global provider)",
+        provider="global-scripted",
+        **TRACKER_DESK,
+        script={
+            "turns": [
+                TRACKER_READS,
+                {"text": "The customer record may not reach this provider; I used the ticket."},
+            ]
+        },
+    ),
     dict(
         slug="local-llm",
         name="Local model via Ollama",
@@ -251,6 +316,7 @@ CONFIGURATIONS: list[dict[str, Any]] = [
 
 
 def load_demo_data() -> None:
+    load_demo_mcp()
     for spec in PROVIDERS:
         Provider.objects.update_or_create(slug=spec["slug"], defaults=spec)
     for slug, name, data_class, text in SNIPPETS:
@@ -275,6 +341,52 @@ def load_demo_data() -> None:
             skill_ids=[Skill.objects.get(slug=s).pk for s in spec.get("skills", [])],
             fallback_ids=[Configuration.objects.get(slug=s).pk for s in spec.get("fallbacks", [])],
         )
+
+
+# The tracker's tools as the demo declares them (MCP-2); the server's own default is
+# confidential and write, so an undeclared tool needs an approval.
+TRACKER_TOOLS = {
+    "get_ticket": ("internal", "read_only"),
+    "add_comment": ("internal", "write"),
+    "customer_lookup": ("restricted", "read_only"),
+}
+
+
+def load_demo_mcp() -> None:
+    """MCP-5: register the demo's tracker at AGENTRUNS_DEMO_MCP_URL (where `manage.py
+    serve` runs it) and pin its tools, listed from the same server code in-process, so
+    nothing has to be running yet; then declare each tool's class and effect."""
+    url = settings.AGENTRUNS_DEMO_MCP_URL
+    if not url:
+        return
+    server, _ = McpServer.objects.update_or_create(
+        slug=TRACKER,
+        defaults={
+            "name": "Ticket tracker (the demo's own MCP server)",
+            "transport": McpServer.Transport.STREAMABLE_HTTP,
+            "url": url,
+            "active": True,
+        },
+    )
+    mcp_server_review(server=server, listed=tracker_listing())
+    mcp_server_accept(server_id=server.pk, listing=mcp_listing_digest(server))
+    for tool in McpTool.objects.filter(server=server, name__in=TRACKER_TOOLS):
+        output_class, effect = TRACKER_TOOLS[tool.name]
+        mcp_tool_declare(tool=tool, output_class=output_class, effect=effect)
+
+
+def tracker_listing() -> list[dict[str, Any]]:
+    """The tracker's tools/list, asked of its code in-process through the SDK's client."""
+
+    async def listing() -> list[dict[str, Any]]:
+        async with Client(build_tracker(), cache=None) as client:
+            listed = (await client.list_tools()).tools
+        return [
+            {"name": t.name, "description": t.description or "", "input_schema": t.input_schema}
+            for t in listed
+        ]
+
+    return run_async(listing)
 
 
 def load_demo_users() -> None:

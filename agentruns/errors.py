@@ -38,6 +38,12 @@ class Conflict(AgentrunsError):
     code = "conflict"
 
 
+class McpUnavailable(AgentrunsError):
+    """MCP-1: the server could not be listed (down, slow, refused, or not allowed)."""
+
+    code = "mcp_unavailable"
+
+
 class NotPermitted(AgentrunsError):
     """The user may not do this (SEC-2, FS-5, HITL-9): cancel, steer, answer, force."""
 

@@ -1,11 +1,12 @@
-"""SEC-9: where a URL that staff set (a webhook) may send the cluster.
+"""SEC-9: where a URL that staff set (a webhook, an MCP server) may send the cluster.
 
 Staff could otherwise register `http://127.0.0.1:5432/`, `http://169.254.169.254/…` or
 `http://10.0.0.1/` and have the cluster, which sits inside the network, call them. So a
 target must be `http` or `https` and every address its host resolves to must be public:
 not loopback, private, link-local (where cloud metadata lives), shared, reserved,
 unspecified or multicast, also when dressed as IPv6 (`::ffff:127.0.0.1`, 6to4, NAT64).
-A host listed in `AGENTRUNS_WEBHOOK_ALLOWED_HOSTS` skips the address check.
+A host the deployer listed (`AGENTRUNS_WEBHOOK_ALLOWED_HOSTS` for webhooks,
+`AGENTRUNS_MCP_ALLOWED_HOSTS` for MCP servers: `Exemptions`) skips the address check.
 
 The check runs when a webhook is saved and again on every connection, after DNS, and the
 connection goes to the address that was checked (`PinnedTransport`), so a name that
@@ -29,6 +30,7 @@ import ssl
 import threading
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -69,9 +71,39 @@ def address_problem(address: Address) -> str | None:
     return None
 
 
+def _bare(host: str) -> str:
+    return host.strip().lower().strip("[]")
+
+
+@dataclass(frozen=True)
+class Exemptions:
+    """The hosts one kind of target may reach despite their addresses: those listed in the
+    deployer's `setting`, and exact (host, port) pairs the product runs itself (the demo's
+    MCP server)."""
+
+    setting: str
+    pairs: tuple[tuple[str, int], ...] = ()
+
+    def allows(self, host: str, port: int | None = None) -> bool:
+        listed = {_bare(name) for name in getattr(settings, self.setting)}
+        return _bare(host) in listed or (_bare(host), port) in self.pairs
+
+
+WEBHOOKS = Exemptions("AGENTRUNS_WEBHOOK_ALLOWED_HOSTS")
+
+
+def mcp_exemptions() -> Exemptions:
+    """MCP servers: the hosts of AGENTRUNS_MCP_ALLOWED_HOSTS, and the one address the demo's
+    own server listens on (AGENTRUNS_DEMO_MCP_URL, which `manage.py serve` starts)."""
+    demo = urlsplit(settings.AGENTRUNS_DEMO_MCP_URL or "")
+    pairs: tuple[tuple[str, int], ...] = ()
+    if demo.hostname and demo.scheme in SCHEMES:
+        pairs = ((_bare(demo.hostname), demo.port or SCHEMES[demo.scheme]),)
+    return Exemptions("AGENTRUNS_MCP_ALLOWED_HOSTS", pairs)
+
+
 def host_allowed(host: str) -> bool:
-    listed = settings.AGENTRUNS_WEBHOOK_ALLOWED_HOSTS
-    return host.lower().strip("[]") in {name.strip().lower().strip("[]") for name in listed}
+    return WEBHOOKS.allows(host)
 
 
 def resolve(host: str, port: int) -> list[Address]:
@@ -99,7 +131,7 @@ def checked_address(host: str, port: int) -> Address:
     return addresses[0]
 
 
-def url_problem(url: str) -> str | None:
+def url_problem(url: str, exemptions: Exemptions = WEBHOOKS) -> str | None:
     """On save: why the cluster may never call `url`, or None. A name that does not
     resolve yet is accepted; the connection is checked again anyway."""
     parts = urlsplit(url)
@@ -108,15 +140,15 @@ def url_problem(url: str) -> str | None:
     host = parts.hostname or ""
     if not host:
         return "The URL needs a host."
-    if host_allowed(host):
-        return None
     try:
         port = parts.port or SCHEMES[parts.scheme]
+        if exemptions.allows(host, port):
+            return None
         checked_address(host, port)
     except ValueError:
         return "The URL's port is not a number from 0 to 65535."
     except TargetRefused as exc:
-        return f"{exc} Ask the deployer to list the host in AGENTRUNS_WEBHOOK_ALLOWED_HOSTS."
+        return f"{exc} Ask the deployer to list the host in {exemptions.setting}."
     except httpx.ConnectError:
         return None
     return None

@@ -11,22 +11,42 @@ from typing import Any
 from django.conf import settings
 from django.db.models import QuerySet
 
+from agentruns.classes import Enforcement
 from agentruns.events import LogEntry
 from agentruns.gate.audit import current_enforcement
-from agentruns.gate.core import ConfigView, Source, compose_sources
+from agentruns.gate.core import ConfigView, ResultSource, Source, compose_sources
 from agentruns.gate.lookups import (
     config_view,
     config_views,
     forced_for_composition,
     forced_for_resume,
 )
-from agentruns.gate.readout import readout
+from agentruns.gate.readout import GrantedTool, readout
 from agentruns.models import Configuration, Event, Run, ToolInvocation
 from agentruns.policy import is_approver, visible_runs
 from agentruns.providers.base import Message
-from agentruns.runtime.compose import log_view, next_request
+from agentruns.runtime.compose import LogView, log_view, next_request
 from agentruns.runtime.config import build_runtime_config
 from agentruns.store import on_postgres
+from agentruns.tools.mcp.pinned import sync_pinned
+from agentruns.tools.policy import INPUT, PERMISSION, granted_tools, needs_human
+
+WAITS_FOR: dict[str | None, str] = {PERMISSION: "approval", INPUT: "an answer"}
+
+
+def granted(configuration: Configuration) -> list[GrantedTool]:
+    """The tools the configuration grants, MCP tools pinned now included (MCP-2, MCP-4)."""
+    sync_pinned()
+    exempt = frozenset(configuration.approval_exempt_tools or [])
+    return [
+        (
+            tool.name,
+            tool.output_class,
+            tool.effect.value,
+            WAITS_FOR.get(needs_human(tool, exempt), ""),
+        )
+        for tool in granted_tools(configuration.allowed_tools or [])
+    ]
 
 
 def configuration_readout(
@@ -38,7 +58,9 @@ def configuration_readout(
     """CG-10 for a configuration, optionally with a forced set composed as a run would."""
     view = config_view(configuration)
     snippets, skills, dropped = forced_for_composition(forced_snippet_ids, forced_skill_ids)
-    data = readout(view, compose_sources(view, snippets, skills), current_enforcement())
+    sources = compose_sources(view, snippets, skills)
+    tools = granted(configuration)
+    data = readout(view, sources, current_enforcement(), tools=tools)
     data["dropped"] = [item.as_dict() for item in dropped]
     return data
 
@@ -54,8 +76,29 @@ def _sources(view: ConfigView, run: Run) -> list[Source]:
     return list(compose_sources(view, snippets, skills))
 
 
+def thread_log(run: Run, before: int | None = None) -> list[LogEntry]:
+    rows = Event.objects.filter(thread=run.thread_id)
+    if before is not None:
+        rows = rows.filter(sequence__lt=before)
+    fields = ("sequence", "type", "payload", "run_id")
+    return [LogEntry(*row) for row in rows.order_by("sequence").values_list(*fields)]
+
+
+def run_next_send(run: Run) -> LogView:
+    """What the run's next send would carry of its log, by the loop's own recipe
+    (`log_view`) against the live configuration and classes: its `withheld` results
+    (MCP-4) and the reachable `zone`."""
+    config = build_runtime_config(run.configuration)
+    return log_view(thread_log(run), config)
+
+
+def run_withheld(run: Run) -> tuple[ResultSource, ...]:
+    return run_next_send(run).withheld
+
+
 def run_readout(run: Run) -> dict[str, Any]:
-    """CG-10 for a run: the live configuration plus the run's forced set (RG-2)."""
+    """CG-10 for a run: the live configuration plus the run's forced set (RG-2), its
+    granted tools and the results its next send would withhold (MCP-4)."""
     return run_readouts([run])[run.pk]
 
 
@@ -65,10 +108,17 @@ def run_readouts(runs: Iterable[Run]) -> dict[int, dict[str, Any]]:
     runs = list(runs)
     views = config_views(run.configuration for run in runs)
     enforcement = current_enforcement()
+    tools = {run.configuration_id: granted(run.configuration) for run in runs}
     out = {}
     for run in runs:
         view = views[run.configuration_id]
-        out[run.pk] = readout(view, _sources(view, run), enforcement)
+        out[run.pk] = readout(
+            view,
+            _sources(view, run),
+            enforcement,
+            tools=tools[run.configuration_id],
+            withheld=run_withheld(run),
+        )
     return out
 
 
@@ -147,12 +197,11 @@ def turn_requests(run: Run, sequences: Sequence[int]) -> list[TurnRequest]:
         return []
     config = build_runtime_config(run.configuration)
     _, sources = run_sources(run)
-    rows = Event.objects.filter(thread=run.thread_id, sequence__lt=max(sequences))
-    fields = ("sequence", "type", "payload", "run_id")
-    log = [LogEntry(*row) for row in rows.order_by("sequence").values_list(*fields)]
+    log = thread_log(run, before=max(sequences))
+    enforce = current_enforcement() is Enforcement.ENFORCE  # CG-6: observing withholds nothing
     found = []
     for sequence in sequences:
-        view = log_view([e for e in log if e.sequence < sequence], config)
+        view = log_view([e for e in log if e.sequence < sequence], config, enforce=enforce)
         composed = next_request(view, sources=sources)  # the loop's own recipe (FS-3)
         tools = tuple(t.name for t in composed.tools)
         found.append(TurnRequest(view.mode.name, composed.system, composed.messages, tools))

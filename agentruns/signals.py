@@ -8,6 +8,8 @@ from agentruns.models import (
     ConfigurationFallback,
     ConfigurationSkill,
     ConfigurationSnippet,
+    McpServer,
+    McpTool,
     Provider,
     Skill,
     Snippet,
@@ -21,6 +23,9 @@ CATALOG_MODELS = (
     ConfigurationSnippet,
     ConfigurationSkill,
     ConfigurationFallback,
+    # MCP-2: a pinned tool, its class or effect, or its server's, changed.
+    McpServer,
+    McpTool,
 )
 
 

@@ -26,6 +26,7 @@ WORDS: dict[str, str] = {
         "Nothing was started: the Idempotency-Key is too long or holds characters it may "
         "not (at most 200 printable ASCII characters)."
     ),
+    "mcp_unavailable": "The MCP server could not be asked for its tools; nothing changed.",
     # CG-7, CG-8.
     "context_refused": (
         "The context gate refused this run: a source is classified above what the "

@@ -4,6 +4,7 @@
 embedded SQLite file under `var/` is used.
 """
 
+import json
 import os
 from pathlib import Path
 
@@ -33,6 +34,11 @@ def env_float(name: str, default: float) -> float:
 
 def env_list(name: str, default: str = "") -> list[str]:
     return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
+
+
+def env_json(name: str, default: object) -> object:
+    raw = os.environ.get(name, "").strip()
+    return json.loads(raw) if raw else default
 
 
 def persisted_secret_key() -> str:
@@ -310,6 +316,19 @@ AGENTRUNS_WEBHOOK_TIMEOUT = env_float("AGENTRUNS_WEBHOOK_TIMEOUT", 5.0)
 # SEC-9: hosts a webhook may reach although they resolve to a loopback, private or
 # link-local address (an internal receiver); every other target must be public.
 AGENTRUNS_WEBHOOK_ALLOWED_HOSTS = env_list("AGENTRUNS_WEBHOOK_ALLOWED_HOSTS")
+# MCP tool servers (MCP-1, README "MCP tool servers"). SEC-9 holds for their URLs as for a
+# webhook's; these hosts may be loopback or private (an internal MCP server).
+AGENTRUNS_MCP_ALLOWED_HOSTS = env_list("AGENTRUNS_MCP_ALLOWED_HOSTS")
+# stdio servers run only these commands, chosen by name in the admin, never typed there:
+# '{"files": ["npx", "-y", "@modelcontextprotocol/server-filesystem", "/srv/docs"]}'.
+AGENTRUNS_MCP_STDIO_COMMANDS = env_json("AGENTRUNS_MCP_STDIO_COMMANDS", {})
+# SEC-11 for MCP: the only variables a server's bearer token may come from. A list of its
+# own, so no key meant for an LLM vendor can be sent to an MCP server, nor the reverse.
+AGENTRUNS_MCP_KEY_VARS = env_list("AGENTRUNS_MCP_KEY_VARS")
+# MCP-5: the demo's own MCP server (a ticket tracker), which `manage.py serve` starts on
+# this URL when the demo data registered it; this one URL may be loopback. Empty: no demo
+# server (set it so in production).
+AGENTRUNS_DEMO_MCP_URL = os.environ.get("AGENTRUNS_DEMO_MCP_URL", "http://127.0.0.1:8765/mcp")
 AGENTRUNS_WEBHOOK_MAX_ATTEMPTS = env_int("AGENTRUNS_WEBHOOK_MAX_ATTEMPTS", 8)
 AGENTRUNS_WEBHOOK_BACKOFF_SECONDS = env_float("AGENTRUNS_WEBHOOK_BACKOFF_SECONDS", 10.0)
 AGENTRUNS_WEBHOOK_BACKOFF_MAX_SECONDS = env_float("AGENTRUNS_WEBHOOK_BACKOFF_MAX_SECONDS", 3600.0)

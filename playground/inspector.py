@@ -1,6 +1,7 @@
 """The playground inspector: the run page's live facts plus, per model turn, the request it
 was sent (system texts, conversation, tools offered) composed from the log exactly as the
-loop composes it, its reply and its tool calls."""
+loop composes it, its reply and its tool calls, each result marked if the next send
+withholds it (MCP-4)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 from django.conf import settings
 
 from agentruns.models import Run
-from agentruns.selectors import turn_requests
+from agentruns.selectors import run_next_send, turn_requests
 from agentruns.services.runs import message_dict
 from playground import timeline
 from playground.runs import live_context
@@ -17,7 +18,9 @@ from playground.runs import live_context
 
 def inspector_context(run: Run) -> dict[str, Any]:
     context = live_context(run)
-    turns = timeline.turns(run, context["events"])
+    next_send = run_next_send(run)
+    withheld = {r.sequence: r.data_class.label for r in next_send.withheld if r.data_class}
+    turns = timeline.turns(run, context["events"], withheld)
     # A refused run sent nothing, and a refusal never shows a source's text (CG-7).
     refused = (run.failure or {}).get("code") == "context_refused"
     system: tuple[str, ...] = ()
@@ -27,6 +30,7 @@ def inspector_context(run: Run) -> dict[str, Any]:
         {
             "turns": turns,
             "refused": refused,
+            "ceiling": next_send.ceiling.label,
             "system": system,
             "budget": {
                 "tool calls": f"{run.tool_calls_used} of {run.configuration.max_tool_calls}",

@@ -90,6 +90,7 @@ class Call:
     result: str = ""
     duration_ms: int | None = None
     ticket: dict[str, Any] | None = None
+    withheld: str = ""  # MCP-4: the class for which the next send withholds its result
 
 
 @dataclass
@@ -105,9 +106,10 @@ class Turn:
     mode: str = ""
 
 
-def turns(run: Run, events: list[Event]) -> list[Turn]:
+def turns(run: Run, events: list[Event], withheld: dict[int, str] | None = None) -> list[Turn]:
     """Each model turn with its reply and its tool calls (status, result, duration from
-    the invocation row, the approval wait if any)."""
+    the invocation row, the approval wait if any, and, by the result's sequence in
+    `withheld`, the class for which the next send withholds it)."""
     invocations = {i.call_id: i for i in ToolInvocation.objects.filter(run=run)}
     found: list[Turn] = []
     calls: dict[str, Call] = {}
@@ -130,6 +132,7 @@ def turns(run: Run, events: list[Event]) -> list[Turn]:
         elif event.type == ev.TOOL_RESULT and payload.get("call_id") in calls:
             call = calls[payload["call_id"]]
             call.status, call.result = payload.get("status", ""), str(payload.get("content", ""))
+            call.withheld = (withheld or {}).get(event.sequence, "")
         elif event.type == ev.TICKET_OPENED and payload.get("call_id") in calls:
             calls[payload["call_id"]].ticket = {**payload, "open": True}
             calls[payload["call_id"]].status = "awaiting"

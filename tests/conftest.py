@@ -70,3 +70,14 @@ def effects(tmp_path, monkeypatch):
     path = tmp_path / "effects.log"
     monkeypatch.setenv("AGENTRUNS_TEST_EFFECT_FILE", str(path))
     return path
+
+
+@pytest.fixture(autouse=True)
+def _no_pinned_tools_across_tests():
+    """MCP-2: pinned tools are read per catalog generation, and a rolled-back test takes
+    the generation back; each test starts from the tools registered in code."""
+    yield
+    forget_pinned()
+
+
+from agentruns.tools.mcp.pinned import forget_pinned  # noqa: E402

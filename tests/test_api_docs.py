@@ -11,9 +11,10 @@ import pytest
 from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
 
-from agentruns.demo import load_demo_data, load_demo_users
-from agentruns.models import Run, Ticket, Webhook
+from agentruns.demo import load_demo_data, load_demo_users, tracker_listing
+from agentruns.models import McpServer, Run, Ticket, Webhook
 from agentruns.runtime.loop import execute_run
+from agentruns.services.mcp import mcp_listing_digest, mcp_server_review
 from tests.support.hitl import park, submit
 
 METHODS = {"get", "post", "put", "patch", "delete"}
@@ -92,6 +93,13 @@ def a_ticket(body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     return str(run.pk), filled
 
 
+def a_listing(body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The demo tracker's listing under review, as a refresh leaves it, and its digest."""
+    server = McpServer.objects.get(slug="tracker")
+    mcp_server_review(server=server, listed=tracker_listing())
+    return "tracker", {**body, "listing": mcp_listing_digest(server)}
+
+
 def a_deferred_thread() -> str:
     run = submit(the_admin(), "deferred-demo", "Find the notes tools")
     assert execute_run(run.pk) == Run.Status.COMPLETED
@@ -108,6 +116,9 @@ PATH_VALUES: dict[str, Callable[[dict[str, Any]], tuple[str, dict[str, Any]]]] =
     "/api/webhooks/{id}/": lambda body: (a_webhook(), body),
     "/api/runs/{id}/resume/": a_ticket,
     "/api/threads/{id}/mode/": lambda body: (a_deferred_thread(), body),
+    "/api/mcp-servers/{slug}/": lambda body: ("wiki", body),
+    "/api/mcp-servers/{slug}/accept/": a_listing,
+    "/api/mcp-servers/{slug}/tools/{tool}/": lambda body: ("tracker", body),
 }
 
 
@@ -126,6 +137,7 @@ def test_ui7_each_documented_example_is_accepted_on_the_demo_data(client):
         if "{" in path:
             value, body = PATH_VALUES[path](body)
             url = path.replace("{slug}", value).replace("{id}", value)
+            url = url.replace("{tool}", "customer_lookup")
         response = getattr(api, method)(url, body, format="json")
         if response.status_code not in (200, 201):
             refused.append((method, url, summary, response.status_code, response.content[:300]))

@@ -1,7 +1,7 @@
 """`manage.py serve` (what `make run` starts), OPS-8: the web app under gunicorn, the
-cluster and the outbox, stopped together within 10 s by a terminal's Ctrl-C (SIGINT to the
-whole process group), a supervisor's SIGTERM, or a SIGINT to a background launch —
-nothing left."""
+cluster, the outbox and (MCP-5) the demo's own MCP server, stopped together within 10 s by
+a terminal's Ctrl-C (SIGINT to the whole process group), a supervisor's SIGTERM, or a
+SIGINT to a background launch — nothing left."""
 
 from __future__ import annotations
 
@@ -55,6 +55,27 @@ def _cluster_running(pgid: int) -> bool:
     return outbox and sum(b"qcluster" in command for command in commands) >= 4
 
 
+def _mcp_server_answers(port: int) -> bool:
+    """The demo tracker speaks MCP: an initialize request gets a JSON-RPC answer."""
+    body = (
+        b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":'
+        b'"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}'
+    )
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/mcp",
+        body,
+        headers={
+            "Content-Type": "application/json",
+            "Accept": "application/json, text/event-stream",
+        },
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=2) as response:
+            return b'"tracker"' in response.read()
+    except OSError:
+        return False
+
+
 def _sigint(disposition):
     return lambda: signal.signal(signal.SIGINT, disposition)
 
@@ -72,12 +93,15 @@ def _sigint(disposition):
 def test_ops8_serve_runs_gunicorn_and_stops_everything_within_10_seconds(
     tmp_path, how, stop, at_launch
 ):
-    port = _free_port()
+    port, mcp_port = _free_port(), _free_port()
     env = {**os.environ, "AGENTRUNS_VAR_DIR": str(tmp_path), "PORT": str(port)}
     env.pop("DATABASE_URL", None)
     env["AGENTRUNS_WEB_WORKERS"] = "2"
+    env["AGENTRUNS_DEMO_MCP_URL"] = f"http://127.0.0.1:{mcp_port}/mcp"
     manage = [sys.executable, "manage.py"]
     subprocess.run([*manage, "migrate", "-v0"], cwd=ROOT, env=env, check=True, timeout=120)
+    # The demo data registers the tracker, so serve starts it too (MCP-5).
+    subprocess.run([*manage, "demo_data"], cwd=ROOT, env=env, check=True, timeout=120)
     serve = subprocess.Popen(
         [*manage, "serve"],
         cwd=ROOT,
@@ -91,6 +115,7 @@ def test_ops8_serve_runs_gunicorn_and_stops_everything_within_10_seconds(
         server = wait_for(lambda: _server_header(port), timeout=90, what="the web server")
         assert server.startswith("gunicorn")
         wait_for(lambda: _cluster_running(serve.pid), timeout=90, what="the cluster")
+        wait_for(lambda: _mcp_server_answers(mcp_port), timeout=60, what="the demo MCP server")
         started = time.monotonic()
         if how == "group":
             os.killpg(serve.pid, stop)  # exactly what a terminal's Ctrl-C does

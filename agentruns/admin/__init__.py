@@ -13,7 +13,7 @@ from django.urls import reverse
 from django.utils.safestring import SafeString
 
 from agentruns import events as ev
-from agentruns.admin import ops  # noqa: F401  (webhooks, daily usage, the audit export)
+from agentruns.admin import mcp, ops  # noqa: F401  (MCP servers; webhooks, usage, audit export)
 from agentruns.admin.decisions import RunCancelAdminMixin, TicketDecisionAdminMixin
 from agentruns.admin.playground import PlaygroundAdminMixin
 from agentruns.admin.record import RecordAdmin, RecordInline

@@ -54,10 +54,11 @@ def crud(
     create: OpenApiExample,
     replace: OpenApiExample,
     change: OpenApiExample,
+    article: str = "",
 ) -> dict[str, Any]:
     """`extend_schema_view` arguments for a model viewset: each operation's summary, and an
     example body for each write."""
-    a = "an" if noun[0] in "aeiou" else "a"
+    a = article or ("an" if noun[0] in "aeiou" else "a")
     return {
         "list": extend_schema(summary=f"List {plural}"),
         "create": extend_schema(summary=f"Create {a} {noun}", examples=[create]),
@@ -236,6 +237,32 @@ WEBHOOK = {
     "secret": "change-me-to-a-long-random-secret",
     "description": "Team chat",
 }
+MCP_SERVER = {
+    "slug": "wiki",
+    "name": "The team wiki",
+    "transport": "streamable_http",
+    "url": "https://mcp.example.com/mcp",
+    "output_class": "internal",
+    "effect": "read_only",
+}
+MCP_SERVERS = crud(
+    "MCP server",
+    "MCP servers",
+    create=example("A streamable HTTP server whose tools only read internal data", MCP_SERVER),
+    replace=example("The same, listed within 20 s", {**MCP_SERVER, "timeout_seconds": 20}),
+    change=example("Its tools return confidential data", {"output_class": "confidential"}),
+    article="an",
+)
+MCP_ACCEPT_EXAMPLES = [
+    example("Pin the listing a refresh returned", {"listing": "<from POST .../refresh/>"})
+]
+MCP_DECLARE_EXAMPLES = [
+    example(
+        "tracker.customer_lookup returns restricted data and only reads",
+        {"output_class": "restricted", "effect": "read_only"},
+    )
+]
+
 WEBHOOKS = crud(
     "webhook",
     "webhooks",

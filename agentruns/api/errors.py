@@ -20,6 +20,8 @@ STATUS_BY_CODE = {
     "invalid_idempotency_key": status.HTTP_400_BAD_REQUEST,
     "not_found": status.HTTP_404_NOT_FOUND,
     "conflict": status.HTTP_409_CONFLICT,
+    # A server agentruns depends on failed; a 4xx, as nothing here is broken (SEC-3).
+    "mcp_unavailable": status.HTTP_424_FAILED_DEPENDENCY,
     "context_refused": status.HTTP_409_CONFLICT,
     "not_permitted": status.HTTP_403_FORBIDDEN,
     "self_approval": status.HTTP_403_FORBIDDEN,

@@ -8,12 +8,14 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
-from agentruns.classes import Enforcement, parse_enforcement
+from agentruns.classes import Enforcement, Zone, parse_enforcement
 from agentruns.errors import ContextRefused
 from agentruns.gate.core import (
     ConfigView,
     Decision,
+    ResultSource,
     Source,
+    Verdict,
     decide,
     refusal_fields,
     refusal_message,
@@ -82,3 +84,32 @@ def context_assert(
             raise refused
         logger.warning("context refusal observed: %s", refusal_message(decision))
     return Asserted(decision, enforcement, generation)
+
+
+def withheld_assert(
+    *,
+    config: ConfigView,
+    results: Sequence[ResultSource],
+    zone: Zone,
+    run_id: int | None = None,
+    epoch: int | None = None,
+) -> None:
+    """MCP-4: one `gate.refused` audit row per result a send carries withheld (observed,
+    and sent after all, when the gate only observes: CG-6). Names and classes only."""
+    enforcement = current_enforcement()
+    for result in results:
+        assert result.data_class is not None
+        row = GateAudit(
+            verdict=Verdict.REFUSED.value,
+            enforcement=enforcement.recorded,
+            configuration=config.slug,
+            run_id=run_id,
+            zone=zone.label,
+            ceiling=zone.ceiling.label,
+            source_kind=result.kind,
+            source_name=result.tool,
+            data_class=result.data_class.label,
+        )
+        save_audit(row, epoch=epoch)
+        if enforcement is Enforcement.OBSERVE:
+            logger.warning("withheld result observed: %s of %s", result.kind, result.tool)

@@ -176,3 +176,44 @@ def refusal_message(decision: Decision) -> str:
         f"zone {f['zone']}. Remedies: raise the provider's trust zone (or of the fallback "
         f"that lowers it), remove {source} from the context, or correct its data class."
     )
+
+
+# MCP-4: what a tool returned is a source of every later send, with its tool's class.
+TOOL_RESULT = "tool_result"
+SUMMARY = "summary"  # a compaction's summary of earlier results
+
+
+@dataclass(frozen=True)
+class ResultSource:
+    """A tool result in the context a send carries (or a summary of some, carrying the
+    strictest class of the results it summarised); `tool` names the tool whose class it
+    has. Never its text: the gate reads classes only."""
+
+    sequence: int
+    kind: str
+    tool: str
+    data_class: DataClass | None
+
+    def describe(self) -> str:
+        if self.kind == SUMMARY:
+            return f"the summary of earlier results (of {self.tool})"
+        return f"the result of {self.tool}"
+
+
+def withheld(results: Sequence[ResultSource], ceiling: DataClass) -> tuple[ResultSource, ...]:
+    """MCP-4: the results the reachable zone may not take now. They are withheld from the
+    send, which still carries one result per call (LOOP-7); nothing else is refused. A
+    class raised, a zone lowered or a fork onto another configuration since the result
+    came back all land here: the rule reads the live class and the live ceiling."""
+    return tuple(r for r in results if r.data_class is not None and r.data_class > ceiling)
+
+
+def withheld_note(result: ResultSource, zone: Zone) -> str:
+    """What the model reads in place of a withheld result: the tool and its class, never
+    a word of the result."""
+    assert result.data_class is not None
+    return (
+        f"Withheld by the context gate: {result.describe()} is classed "
+        f"{result.data_class.label}, above the ceiling {zone.ceiling.label} of this "
+        f"configuration's reachable zone ({zone.label}). It stays in the run's log."
+    )

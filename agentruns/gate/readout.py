@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from agentruns.classes import Enforcement
+from agentruns.classes import DataClass, Enforcement
 from agentruns.gate.core import (
     ConfigView,
+    ResultSource,
     Source,
     Verdict,
     decide,
@@ -36,7 +37,22 @@ def verdict_label(verdict: Verdict, mode: Enforcement) -> str:
     return verdict.value
 
 
-def readout(config: ConfigView, sources: Sequence[Source], mode: Enforcement) -> dict:
+# A granted tool as the readout shows it: (name, output class, effect, what a call waits
+# for: "approval", "an answer" or "").
+GrantedTool = tuple[str, DataClass, str, str]
+
+
+def readout(
+    config: ConfigView,
+    sources: Sequence[Source],
+    mode: Enforcement,
+    *,
+    tools: Sequence[GrantedTool] = (),
+    withheld: Sequence[ResultSource] = (),
+) -> dict:
+    """CG-10, and MCP-4's part: the tools the configuration grants with their classes
+    (a call to one over the ceiling is refused, TOOL-2), and for a run the results its
+    next send would carry withheld."""
     decision = decide(config, sources)
     zone = reachable_zone(config)
     effective = decision.source
@@ -57,4 +73,23 @@ def readout(config: ConfigView, sources: Sequence[Source], mode: Enforcement) ->
         "enforcement": mode.value,
         "verdict": verdict_label(decision.verdict, mode),
         "message": refusal_message(decision) if decision.refused else "",
+        "tools": [
+            {
+                "name": name,
+                "data_class": data_class.label,
+                "effect": effect,
+                "waits_for": waits_for,
+                "over_ceiling": data_class > zone.ceiling,
+            }
+            for name, data_class, effect, waits_for in tools
+        ],
+        "withheld": [
+            {
+                "sequence": result.sequence,
+                "kind": result.kind,
+                "tool": result.tool,
+                "data_class": result.data_class.label if result.data_class else UNDECLARED,
+            }
+            for result in withheld
+        ],
     }

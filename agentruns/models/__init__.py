@@ -9,6 +9,7 @@ from agentruns.models.catalog import (
     Skill,
     Snippet,
 )
+from agentruns.models.mcp import McpServer, McpTool
 from agentruns.models.ops import (
     AuditRecord,
     DailyUsage,
@@ -38,6 +39,8 @@ __all__ = [
     "DailyUsage",
     "Event",
     "GateAudit",
+    "McpServer",
+    "McpTool",
     "Note",
     "Provider",
     "Run",

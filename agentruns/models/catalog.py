@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from django.core.exceptions import ValidationError
-from django.core.validators import MinValueValidator
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
 from agentruns.classes import DATA_CLASS_CHOICES, ZONE_CHOICES, Enforcement, Zone
@@ -18,9 +18,12 @@ SERVER_ENV_PREFIXES = ("AGENTRUNS_", "DJANGO_", "Q_", "PG", "POSTGRES")
 SERVER_ENV_NAMES = frozenset({"SECRET_KEY", "DATABASE_URL", "TEST_DATABASE_NAME", "PG_URL"})
 
 
-def key_env_problem(name: str) -> str | None:
-    """SEC-1, SEC-5, SEC-11: why `name` may not hold a provider's key, or None if it may.
-    Checked when a provider is saved and again whenever a key is read, so a row written
+def key_env_problem(
+    name: str, *, setting: str = "AGENTRUNS_PROVIDER_KEY_VARS", what: str = "provider keys"
+) -> str | None:
+    """SEC-1, SEC-5, SEC-11: why `name` may not hold a key, or None if it may. `setting`
+    names the deployer's allow-list (providers and MCP servers each have their own).
+    Checked when a row is saved and again whenever a key is read, so a row written
     before the deployer narrowed the list can never send an unlisted variable."""
     if not ENV_NAME.match(name):
         return (
@@ -31,18 +34,18 @@ def key_env_problem(name: str) -> str | None:
 
     # SEC-11: the deployer's allow-list decides; a deny-list would let staff point a
     # provider of their own at any other secret of the worker (AWS_SECRET_ACCESS_KEY).
-    allowed = settings.AGENTRUNS_PROVIDER_KEY_VARS
+    allowed = getattr(settings, setting)
     if name not in allowed:
         return (
-            f"{name} is not a variable the deployer allows for provider keys "
-            f"(AGENTRUNS_PROVIDER_KEY_VARS: {', '.join(allowed) or 'none'})."
+            f"{name} is not a variable the deployer allows for {what} "
+            f"({setting}: {', '.join(allowed) or 'none'})."
         )
     # SEC-5 stays a floor under the list: not even the deployer can name a server secret.
     upper = name.upper()
     if not upper.endswith(KEY_ENV_SUFFIXES):
         return f"{name} does not end in _KEY or _TOKEN, as a key's variable must (OPENAI_API_KEY)."
     if upper in SERVER_ENV_NAMES or upper.startswith(SERVER_ENV_PREFIXES) or _is_setting(upper):
-        return f"{name} is one of the server's own settings or secrets, never a provider key."
+        return f"{name} is one of the server's own settings or secrets, never a key."
     return None
 
 
@@ -175,6 +178,12 @@ class Configuration(models.Model):
         "the default. Empty: one mode offering the allowed tools.",
     )
     max_tool_calls = models.PositiveIntegerField(default=10)
+    # MCP-3: how long one call to a tool outside this process (an MCP server) may take.
+    tool_timeout_seconds = models.FloatField(
+        default=30.0,
+        validators=[MinValueValidator(0.1), MaxValueValidator(600)],
+        help_text="Seconds one call to an MCP tool may take before the model is told it timed out.",
+    )
     approval_timeout_seconds = models.PositiveIntegerField(default=24 * 3600)
     context_budget_tokens = models.PositiveIntegerField(default=32000)
     require_second_approver = models.BooleanField(default=False)

@@ -2,9 +2,10 @@
 run and the inspector all follow, so they agree by construction: `log_view` reads from the
 log what the send carries besides the sources (the effective events after compaction,
 DEF-6; the mode the thread last switched to, DEF-1; the deferred tools the log activated,
-DEF-4), and `next_request` composes it with the sources: the redacted system context
-(CG-1, CG-11), the mode's offered tools and deferred catalog, and the log as provider
-messages (LOOP-7). Pure functions over plain values."""
+DEF-4; the tool results the reachable zone may no longer take, MCP-4), and
+`next_request` composes it with the sources: the redacted system context (CG-1, CG-11),
+the mode's offered tools and deferred catalog, and the log as provider messages (LOOP-7),
+each withheld result replaced by a note. Pure functions over plain values."""
 
 from __future__ import annotations
 
@@ -14,13 +15,21 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from agentruns import events as ev
+from agentruns.classes import DataClass, Zone
 from agentruns.events import LogEntry
-from agentruns.gate.core import Source
+from agentruns.gate.core import (
+    SUMMARY,
+    TOOL_RESULT,
+    ResultSource,
+    Source,
+    withheld,
+    withheld_note,
+)
 from agentruns.providers.base import Message, ToolSpec
 from agentruns.runtime.context import effective_events, project, system_texts
 from agentruns.runtime.deferred import active_deferred
 from agentruns.runtime.redaction import redact
-from agentruns.tools.policy import Mode, deferred_catalog, offered_tools
+from agentruns.tools.policy import Mode, deferred_catalog, offered_tools, result_class
 from agentruns.tools.registry import Tool
 
 if TYPE_CHECKING:
@@ -66,20 +75,93 @@ def thread_mode(events: Iterable[LogEntry]) -> str | None:
     return named
 
 
+# A result is what its tool returned (or failed with); the loop's own refusals, denials
+# and placeholders carry none of it.
+TOOL_OUTPUT = (ev.OK, ev.ERROR)
+
+
+def result_sources(effective: Sequence[LogEntry]) -> list[ResultSource]:
+    """MCP-4: every tool result (and summary of results) of the effective context, with
+    its tool's live class (`result_class`)."""
+    found = []
+    for event in effective:
+        payload = event.payload
+        if event.type == ev.TOOL_RESULT and payload.get("status") in TOOL_OUTPUT:
+            tool = str(payload.get("tool", ""))
+            cls = result_class(tool, str(payload.get("class", "")))
+            found.append(ResultSource(event.sequence, TOOL_RESULT, tool, cls))
+        elif event.type == ev.COMPACTION and payload.get("results"):
+            found.append(_summary_source(event))
+    return found
+
+
+def _summary_source(compaction: LogEntry) -> ResultSource:
+    classes = [
+        (result_class(tool, recorded), tool)
+        for tool, recorded in sorted(compaction.payload["results"].items())
+    ]
+    strictest = max(classes, key=lambda pair: pair[0] or 0)
+    return ResultSource(compaction.sequence, SUMMARY, strictest[1], strictest[0])
+
+
+def summarised_results(events: Sequence[LogEntry]) -> dict[str, str]:
+    """What a compaction records of the results it summarises: tool -> class then, so
+    the summary keeps their classes (MCP-4) after the results leave the context."""
+    results: dict[str, str] = {}
+    for event in events:
+        if event.type == ev.COMPACTION:
+            results.update(event.payload.get("results") or {})
+        elif event.type == ev.TOOL_RESULT and event.payload.get("status") in TOOL_OUTPUT:
+            tool = str(event.payload.get("tool", ""))
+            cls = result_class(tool, str(event.payload.get("class", "")))
+            results[tool] = cls.label if cls else ""
+    return results
+
+
+def withhold(
+    effective: Sequence[LogEntry], over: Sequence[ResultSource], zone: Zone
+) -> tuple[LogEntry, ...]:
+    """The effective events with each withheld result's content (a summary's text)
+    replaced by its note; the log itself is untouched."""
+    notes = {result.sequence: withheld_note(result, zone) for result in over}
+    if not notes:
+        return tuple(effective)
+    replaced = []
+    for event in effective:
+        note = notes.get(event.sequence)
+        if note is None:
+            replaced.append(event)
+            continue
+        field = "summary" if event.type == ev.COMPACTION else "content"
+        payload = {**event.payload, field: note, "withheld": True}
+        replaced.append(LogEntry(event.sequence, event.type, payload, event.run_id))
+    return tuple(replaced)
+
+
 @dataclass(frozen=True)
 class LogView:
-    """What a thread's log says its next send carries, besides the sources."""
+    """What a thread's log says its next send carries, besides the sources: `effective`
+    is the context after compaction with every result in `withheld` replaced by a note
+    (unless the gate only observes, CG-6)."""
 
     effective: tuple[LogEntry, ...]
     mode: Mode
     active: frozenset[str]
+    withheld: tuple[ResultSource, ...] = ()
+    zone: Zone = Zone.EXTERNAL_GLOBAL
+
+    @property
+    def ceiling(self) -> DataClass:
+        return self.zone.ceiling
 
 
-def log_view(log: Sequence[LogEntry], config: RuntimeConfig) -> LogView:
+def log_view(log: Sequence[LogEntry], config: RuntimeConfig, *, enforce: bool = True) -> LogView:
     effective = tuple(effective_events(log))
     mode = config.mode(thread_mode(log))
     active = active_deferred(effective, mode.deferred) if mode.deferred else set()
-    return LogView(effective, mode, frozenset(active))
+    over = withheld(result_sources(effective), config.zone.ceiling)
+    sent = withhold(effective, over, config.zone) if enforce else effective
+    return LogView(sent, mode, frozenset(active), over, config.zone)
 
 
 def next_request(view: LogView, *, sources: Sequence[Source]) -> Composed:

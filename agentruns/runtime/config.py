@@ -8,11 +8,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
 
-from agentruns.classes import DataClass
+from agentruns.classes import DataClass, Zone
 from agentruns.gate.core import ConfigView, Source, reachable_zone
 from agentruns.gate.lookups import config_view, forced_for_resume
 from agentruns.models import Configuration
 from agentruns.providers.base import Link, link_for
+from agentruns.tools.mcp.pinned import sync_pinned
 from agentruns.tools.policy import Mode, modes_from
 from agentruns.tools.registry import REGISTRY, digest
 
@@ -29,6 +30,7 @@ class RuntimeConfig:
     require_second_approver: bool
     active: bool
     daily_token_limit: int | None = None  # OPS-2
+    tool_timeout_seconds: float = 30.0  # MCP-3
 
     @property
     def id(self) -> int:
@@ -50,8 +52,12 @@ class RuntimeConfig:
         return self.links[0].model
 
     @cached_property
+    def zone(self) -> Zone:
+        return reachable_zone(self.view)
+
+    @property
     def ceiling(self) -> DataClass:
-        return reachable_zone(self.view).ceiling
+        return self.zone.ceiling
 
     def mode(self, name: str | None) -> Mode:
         for mode in self.modes:
@@ -80,7 +86,12 @@ class RuntimeConfig:
         )
 
 
-def build_runtime_config(configuration: Configuration) -> RuntimeConfig:
+def build_runtime_config(
+    configuration: Configuration, generation: int | None = None
+) -> RuntimeConfig:
+    """`generation`: the catalog generation the caller knows (the executor's); without it
+    the pinned MCP tools are checked against the live one (MCP-2)."""
+    sync_pinned(generation)
     return RuntimeConfig(
         view=config_view(configuration, hop=link_for),
         granted=frozenset(REGISTRY.expand(configuration.allowed_tools or [])),
@@ -92,6 +103,7 @@ def build_runtime_config(configuration: Configuration) -> RuntimeConfig:
         require_second_approver=configuration.require_second_approver,
         active=configuration.active,
         daily_token_limit=configuration.daily_token_limit,
+        tool_timeout_seconds=configuration.tool_timeout_seconds,
     )
 
 
@@ -101,12 +113,13 @@ _forced: dict[tuple, tuple[int, tuple[list[Source], list[Source]]]] = {}
 
 
 def runtime_config(configuration_id: int, generation: int) -> RuntimeConfig:
+    sync_pinned(generation)
     with _lock:
         cached = _configs.get(configuration_id)
     if cached and cached[0] == generation:
         return cached[1]
     configuration = Configuration.objects.select_related("provider").get(pk=configuration_id)
-    config = build_runtime_config(configuration)
+    config = build_runtime_config(configuration, generation)
     with _lock:
         _configs[configuration_id] = (generation, config)
     return config

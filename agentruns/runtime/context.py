@@ -61,7 +61,8 @@ def project(events: Sequence[LogEntry]) -> list[Message]:
                     call_id=payload["call_id"],
                     name=wire_name(payload.get("tool", "")),
                     content=_result_text(payload),
-                    is_error=payload.get("status") != ev.OK,
+                    # MCP-4: a withheld result reads as a failed call, never as its output.
+                    is_error=payload.get("status") != ev.OK or bool(payload.get("withheld")),
                 ),
             )
     messages: list[Message] = []

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agentruns.classes import DataClass
+from agentruns.classes import DataClass, parse_class
 from agentruns.tools.registry import REGISTRY, Effect, Human, Tool, digest
 
 SEARCH_TOOL = "tool_search"
@@ -59,6 +59,19 @@ def tool_refusal(
             f"{ceiling.label} of this configuration's reachable zone."
         )
     return None
+
+
+def granted_tools(allowed: Iterable[str]) -> list[Tool]:
+    """The tools a configuration's `allowed_tools` grant (names, groups, `<server>.*`)."""
+    tools = (REGISTRY.get(name) for name in sorted(REGISTRY.expand(allowed)))
+    return [tool for tool in tools if tool is not None]
+
+
+def result_class(tool_name: str, recorded: str = "") -> DataClass | None:
+    """MCP-4: a result carries its tool's live class; a tool no longer registered (its
+    server removed, say) keeps the class recorded with the result when it ran."""
+    tool = REGISTRY.get(tool_name)
+    return tool.output_class if tool else parse_class(recorded)
 
 
 PERMISSION = "permission"

@@ -12,6 +12,7 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
+from agentruns.answers import AnswerValidator
 from agentruns.classes import DataClass
 from agentruns.tools.names import WIRE_NAME, wire_name
 
@@ -39,6 +40,8 @@ class ToolContext:
     # The current mode's deferred catalog and what is already active (tool_search, DEF-3).
     catalog: tuple[str, ...] = ()
     active: tuple[str, ...] = ()
+    # MCP-3: how long a call outside this process may take (the configuration's).
+    timeout_seconds: float = 30.0
 
 
 @dataclass(frozen=True)
@@ -78,7 +81,8 @@ class Tool:
 
     @cached_property
     def validator(self) -> Draft202012Validator:
-        return Draft202012Validator(self.parameters)
+        # A pattern runs on RE2 (linear time): an MCP server's schema is hostile (MCP-2).
+        return AnswerValidator(self.parameters)
 
     def argument_errors(self, arguments: dict[str, Any]) -> list[str]:
         return sorted(
@@ -95,9 +99,16 @@ class Tool:
 
 
 class Registry:
+    """The tools registered in code, plus the MCP tools staff pinned (MCP-2), which
+    `replace_pinned` swaps as a whole whenever the catalog generation moved on. A tool
+    registered in code wins any clash of names or wire names."""
+
     def __init__(self) -> None:
         self._tools: dict[str, Tool] = {}
         self._by_wire: dict[str, Tool] = {}
+        # (by name, by wire name), replaced in one assignment: a reader on another thread
+        # sees the old set or the new one, never half of each.
+        self._pinned: tuple[dict[str, Tool], dict[str, Tool]] = ({}, {})
 
     def register(self, tool: Tool) -> Tool:
         Draft202012Validator.check_schema(tool.parameters)
@@ -110,22 +121,46 @@ class Registry:
         self._by_wire[tool.wire_name] = tool
         return tool
 
-    def get(self, name: str) -> Tool | None:
-        return self._tools.get(name)
+    def replace_pinned(self, tools: Iterable[Tool]) -> None:
+        by_name: dict[str, Tool] = {}
+        by_wire: dict[str, Tool] = {}
+        for tool in tools:
+            taken = {tool.name, tool.wire_name} & {*self._tools, *self._by_wire, *by_wire}
+            if taken or tool.name in by_name or not WIRE_NAME.match(tool.wire_name):
+                continue
+            by_name[tool.name] = by_wire[tool.wire_name] = tool
+        self._pinned = (by_name, by_wire)
 
-    def by_wire(self, name: str) -> Tool | None:
-        return self._by_wire.get(name) or self._tools.get(name)
-
-    def all(self) -> list[Tool]:
+    def in_code(self) -> list[Tool]:
+        """The tools registered in code (built-ins and the suite's), not pinned ones."""
         return sorted(self._tools.values(), key=lambda tool: tool.name)
 
+    def get(self, name: str) -> Tool | None:
+        return self._tools.get(name) or self._pinned[0].get(name)
+
+    def by_wire(self, name: str) -> Tool | None:
+        by_name, by_wire = self._pinned
+        return (
+            self._by_wire.get(name)
+            or self._tools.get(name)
+            or by_wire.get(name)
+            or by_name.get(name)
+        )
+
+    def all(self) -> list[Tool]:
+        every = {**self._pinned[0], **self._tools}
+        return sorted(every.values(), key=lambda tool: tool.name)
+
     def groups(self) -> set[str]:
-        return {tool.group for tool in self._tools.values()}
+        return {tool.group for tool in self.all()}
 
     def expand(self, names_or_groups: Iterable[str]) -> set[str]:
-        """A configuration's grant: tool names and whole groups."""
+        """A configuration's grant: tool names and whole groups (`notes`, or `tracker.*`
+        for every tool of an MCP server)."""
         wanted = set(names_or_groups)
-        return {tool.name for tool in self._tools.values() if {tool.name, tool.group} & wanted}
+        return {
+            tool.name for tool in self.all() if {tool.name, tool.group, f"{tool.group}.*"} & wanted
+        }
 
 
 REGISTRY = Registry()

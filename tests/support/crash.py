@@ -296,7 +296,9 @@ def expected_history(
     expected = []
     for kind, payload in baseline.history:
         if kind == ev.TOOL_RESULT and payload["call_id"] == uncertain_call:
-            payload = {**payload, "status": ev.UNCERTAIN, "content": UNKNOWN}
+            # No output was recorded, so neither is the class it would carry (MCP-4).
+            kept = {key: value for key, value in payload.items() if key != "class"}
+            payload = {**kept, "status": ev.UNCERTAIN, "content": UNKNOWN}
         expected.append((kind, payload))
     return expected
 

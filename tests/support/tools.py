@@ -1,7 +1,7 @@
 """Tools only the test suite registers, on import (child processes get them through
 AGENTRUNS_EXTRA_TOOL_MODULES=tests.support.tools): an external write effect with a
 watermark (TOOL-4's `uncertain` case), a tool that waits for a release file, a tool that
-fails, and one whose output is too sensitive for most zones."""
+fails, and ones whose output is too sensitive for most zones."""
 
 from __future__ import annotations
 
@@ -109,6 +109,22 @@ def register_test_tools() -> None:
             execute=echo,
         )
     )
+    REGISTRY.register(
+        Tool(
+            name="vault.customer_lookup",
+            description="Returns a restricted customer record (MCP-4's built-in case).",
+            parameters={**obj, "properties": {"customer": {"type": "string"}}},
+            group="vault",
+            output_class=DataClass.RESTRICTED,
+            effect=Effect.READ_ONLY,
+            version="1",
+            execute=customer_lookup,
+        )
+    )
+
+
+def customer_lookup(arguments: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+    return ToolOutput(f"{arguments.get('customer', 'C-1')}: J. Doe, Berlin")
 
 
 register_test_tools()

@@ -1,6 +1,7 @@
-"""Start the web server (gunicorn, as in production), the django-q2 cluster and the outbox
-(webhooks and mails, apart from the cluster: SEC-8) together; Ctrl-C stops all three, and
-everything they started, within 10 seconds (OPS-8)."""
+"""Start the web server (gunicorn, as in production), the django-q2 cluster, the outbox
+(webhooks and mails, apart from the cluster: SEC-8) and the demo's own MCP server when the
+demo data registered it (MCP-5) together; Ctrl-C stops them all, and everything they
+started, within 10 seconds (OPS-8)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,14 @@ import subprocess
 import sys
 import time
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
 from agentruns.cluster.process import adopt_orphans, descendants, wait_for
+from agentruns.demo_mcp import NAME as TRACKER
+from agentruns.models import McpServer
 
 # A terminal's Ctrl-C reaches every process of the foreground group at once; the children
 # are given this long to stop on their own before they are told again (a second signal
@@ -49,15 +53,21 @@ class Command(BaseCommand):
             subprocess.Popen([sys.executable, "manage.py", "qcluster"], cwd=root, env=cluster_env),
             subprocess.Popen([sys.executable, "manage.py", "outbox"], cwd=root),
         ]
+        essential = list(children)
+        tracker = _demo_mcp_command()
+        if tracker:
+            children.append(subprocess.Popen(tracker, cwd=root))
         self.stdout.write(
             self.style.SUCCESS(
                 f"\nagentruns is running at http://{host}:{port}/ "
                 f"(admin: http://{host}:{port}/admin/). Press Ctrl-C to stop.\n"
             )
         )
+        if tracker:
+            self.stdout.write(f"The demo's MCP server: {settings.AGENTRUNS_DEMO_MCP_URL}\n")
         told = False
         try:
-            while all(child.poll() is None for child in children):
+            while all(child.poll() is None for child in essential):
                 time.sleep(0.2)
         except _Terminated:
             told = True  # a supervisor signalled this process alone: pass it on at once
@@ -65,6 +75,19 @@ class Command(BaseCommand):
             pass
         finally:
             _stop(children, told=told)
+
+
+def _demo_mcp_command() -> list[str]:
+    """MCP-5: the demo tracker's command when the demo data registered it at
+    AGENTRUNS_DEMO_MCP_URL (and it is active); else nothing to start. A tracker that
+    cannot start (its port taken) costs the demo its MCP calls, never the rest."""
+    url = settings.AGENTRUNS_DEMO_MCP_URL
+    if not url or not McpServer.objects.filter(slug=TRACKER, url=url, active=True).exists():
+        return []
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    where = ["--host", parts.hostname or "127.0.0.1", "--port", str(port)]
+    return [sys.executable, "-m", "agentruns.demo_mcp", *where, "--path", parts.path or "/mcp"]
 
 
 class _Terminated(Exception):

@@ -16,8 +16,10 @@ from typing import Any
 from django.db import IntegrityError
 
 from agentruns import events as ev
+from agentruns.classes import Enforcement
 from agentruns.errors import Fenced
 from agentruns.events import LogEntry
+from agentruns.gate.audit import current_enforcement
 from agentruns.models import Run
 from agentruns.runtime import faults, journal
 from agentruns.runtime.compose import LogView, log_view
@@ -30,6 +32,7 @@ from agentruns.runtime.state import (
 )
 from agentruns.store import store
 from agentruns.store.records import Claim, Lease, Signals
+from agentruns.tools.mcp.pinned import sync_pinned
 from agentruns.tools.policy import (
     Mode,
     offered_tools,
@@ -83,9 +86,9 @@ class RunContext:
     state: RunState = field(default_factory=RunState)
     next_sequence: int = 1
     invocations: dict[str, Invocation] = field(default_factory=dict)
-    token_memo: dict[int, int] = field(default_factory=dict)
+    token_memo: dict[tuple[int, bool], int] = field(default_factory=dict)
     config_memo: tuple[int, RuntimeConfig] | None = None
-    view_memo: tuple[tuple[int, int], LogView] | None = None
+    view_memo: tuple[tuple[int, int, bool], LogView] | None = None
     # The catalog generation this executor decided on last (CG-9, SEC-6).
     generation: int = 0
     # OPS-2: (UTC day, the configuration's tokens that day) as this run's last write that
@@ -102,6 +105,7 @@ class RunContext:
     def load(cls, claim: Claim) -> RunContext:
         """REC-1 (and PERF-4): the thread's log and the newest checkpoint, read once."""
         lease = claim.lease
+        sync_pinned(claim.generation)  # MCP-2: the tools a recorded call may name
         events, checkpoint = journal.read(lease)
         mine = [event for event in events if event.run_id == lease.run_id]
         return cls(
@@ -134,10 +138,12 @@ class RunContext:
 
     def view(self) -> LogView:
         """What the log says the next send carries (`log_view`, the one recipe the dry run
-        and the inspector follow too); read again only when the log or catalog changed."""
-        key = (len(self.events), self.generation)
+        and the inspector follow too); read again only when the log, the catalog or the
+        enforcement changed (CG-6: an observing gate withholds nothing, MCP-4)."""
+        enforce = current_enforcement() is Enforcement.ENFORCE
+        key = (len(self.events), self.generation, enforce)
         if self.view_memo is None or self.view_memo[0] != key:
-            self.view_memo = (key, log_view(self.events, self.config))
+            self.view_memo = (key, log_view(self.events, self.config, enforce=enforce))
         return self.view_memo[1]
 
     @property

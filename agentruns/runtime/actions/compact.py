@@ -13,6 +13,7 @@ from agentruns.runtime import compaction
 from agentruns.runtime.actions.base import Outcome, RunContext
 from agentruns.runtime.actions.endings import finish_failed
 from agentruns.runtime.actions.send import Sent, send
+from agentruns.runtime.compose import summarised_results
 from agentruns.runtime.context import project
 from agentruns.runtime.redaction import redact
 
@@ -25,10 +26,11 @@ SUMMARY_INSTRUCTION = (
 
 
 def _event_tokens(ctx: RunContext, event: LogEntry) -> int:
-    tokens = ctx.token_memo.get(event.sequence)
+    key = (event.sequence, bool(event.payload.get("withheld")))  # MCP-4: a note is shorter
+    tokens = ctx.token_memo.get(key)
     if tokens is None:
         tokens = sum(message_tokens(message) for message in project([event]))
-        ctx.token_memo[event.sequence] = tokens
+        ctx.token_memo[key] = tokens
     return tokens
 
 
@@ -51,7 +53,10 @@ def compact_if_needed(
         messages=(UserMessage(compaction.transcript(summarised)),),
         purpose="summary",
     )
-    sent = send(ctx, request, composed_on=ctx.generation)  # CG-9: the summary is a send too
+    summarised_at = {event.sequence for event in summarised}
+    withheld = [result for result in ctx.view().withheld if result.sequence in summarised_at]
+    # CG-9: the summary is a send too, gated and audited like a turn (MCP-4).
+    sent = send(ctx, request, composed_on=ctx.generation, withheld=withheld)
     if not isinstance(sent, Sent):
         return sent  # the run's end, or None: the turn is composed again (the catalog moved)
     reply = sent.reply
@@ -61,6 +66,8 @@ def compact_if_needed(
         "kept_from": plan.kept_from,
         "active_deferred": sorted(ctx.active_deferred()),
         "summarised_events": len(summarised),
+        # MCP-4: the summary keeps the classes of the results it stands for.
+        **({"results": results} if (results := summarised_results(summarised)) else {}),
         "usage": reply.token_usage,  # OPS-1: the summary call is paid for too
     }
     ctx.commit([(ev.COMPACTION, payload)], durable=False)

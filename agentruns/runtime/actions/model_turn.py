@@ -91,7 +91,7 @@ def model_turn(ctx: RunContext, turn_index: int) -> Outcome | None:
         tools=composed.specs,
         continuation=ctx.state.continuation,
     )
-    sent = send(ctx, request, composed_on=composed_on)
+    sent = send(ctx, request, composed_on=composed_on, withheld=ctx.view().withheld)
     if not isinstance(sent, Sent):
         return sent  # the run's end, or None: compose the turn again
     reply, link = sent.reply, sent.link

@@ -10,10 +10,13 @@ maps a failed call to the run's failure, with the provider error's own code, onc
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from django.conf import settings
 
+from agentruns.gate.audit import withheld_assert
+from agentruns.gate.core import ResultSource
 from agentruns.providers.base import Link, ProviderError, ProviderRequest, Reply
 from agentruns.providers.dispatch import dispatch
 from agentruns.runtime import faults
@@ -31,10 +34,17 @@ class Sent:
     link: Link
 
 
-def send(ctx: RunContext, request: ProviderRequest, *, composed_on: int) -> Sent | Outcome | None:
+def send(
+    ctx: RunContext,
+    request: ProviderRequest,
+    *,
+    composed_on: int,
+    withheld: Sequence[ResultSource] = (),
+) -> Sent | Outcome | None:
     """The reply, or the run's end (a refusal, a failed call, an oversized reply). None
     when the gate found the catalog moved since the request was composed on generation
-    `composed_on` (SEC-6: no decision covers an earlier view): compose it again."""
+    `composed_on` (SEC-6: no decision covers an earlier view): compose it again.
+    `withheld`: the results the request carries withheld (MCP-4), audited before it goes."""
     refused = assert_context(ctx)
     if refused:
         return refused
@@ -42,6 +52,14 @@ def send(ctx: RunContext, request: ProviderRequest, *, composed_on: int) -> Sent
         ctx.recomposed += 1  # as often as a decision is taken again, then fail closed
         return unstable(ctx) if ctx.recomposed >= len(STABLE_VIEW_WAITS) else None
     ctx.recomposed = 0
+    if withheld:
+        withheld_assert(
+            config=ctx.config.view,
+            results=withheld,
+            zone=ctx.config.zone,
+            run_id=ctx.lease.run_id,
+            epoch=ctx.lease.epoch,
+        )
     release_connection()
     try:
         reply, link = dispatch(ctx.config.links, request)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
@@ -25,7 +27,7 @@ from agentruns.runtime.state import (
 )
 from agentruns.runtime.storable import storable_output
 from agentruns.store import store
-from agentruns.store.connection import release_connection
+from agentruns.store.connection import close_thread_connections, release_connection
 from agentruns.tools.policy import (
     needs_human,
     tool_refusal,
@@ -44,7 +46,8 @@ logger = logging.getLogger(__name__)
 
 def call_tools(ctx: RunContext, turn: Turn, calls: Sequence[ProposedCall]) -> Outcome | None:
     """HITL-1: calls that need no person run now; then the first that needs one parks
-    the run. Results reach the model only when the whole turn is answered."""
+    the run. Results reach the model only when the whole turn is answered. Calls that
+    wait on something outside this process (an MCP server, the web) run together."""
     ctx.load_invocations(turn, calls)
     if any(turn.decisions.get(call.id) == ev.ALLOW for call in calls):
         # RG-1..RG-4: a resumed run re-gates before the approved call runs; if its
@@ -53,6 +56,7 @@ def call_tools(ctx: RunContext, turn: Turn, calls: Sequence[ProposedCall]) -> Ou
         if refused:
             return refused
     waiting: list[ProposedCall] = []
+    together: list[Ready] = []
     for call in calls:
         stopped = boundary(ctx)
         if stopped:
@@ -65,13 +69,32 @@ def call_tools(ctx: RunContext, turn: Turn, calls: Sequence[ProposedCall]) -> Ou
         if human and turn.decisions.get(call.id) != ev.ALLOW:
             waiting.append(call)
             continue
-        _run_call(ctx, turn, call)
+        ready = _ready(ctx, turn, call)
+        if ready is None:
+            continue
+        if ready.tool.blocking and not ready.tool.transactional:
+            together.append(ready)
+        else:
+            _execute(ctx, [ready])
+    _execute(ctx, together)
     if waiting:
         return park(ctx, waiting[0])
     return None
 
 
-def _run_call(ctx: RunContext, turn: Turn, call: ProposedCall) -> None:
+@dataclass(frozen=True)
+class Ready:
+    """A call that passed the live gate, with everything needed to run it."""
+
+    call: ProposedCall
+    tool: Tool
+    context: ToolContext
+    invocation: Invocation
+
+
+def _ready(ctx: RunContext, turn: Turn, call: ProposedCall) -> Ready | None:
+    """The call, ready to run; None once a result that ends it is recorded (not
+    permitted, or TOOL-4's uncertain write)."""
     tool = REGISTRY.get(call.name)
     invocation = ctx.invocations.get(call.id)
     problem = _live_gate(ctx, call, tool, invocation, turn.decisions.get(call.id) == ev.ALLOW)
@@ -83,7 +106,10 @@ def _run_call(ctx: RunContext, turn: Turn, call: ProposedCall) -> None:
             f"Not permitted: {problem or 'this call is no longer permitted'}.",
             invocation_status=ToolInvocation.Status.NOT_PERMITTED,
         )
-        return
+        return None
+    if tool.effect is Effect.WRITE and not tool.transactional and invocation.effect_sent_at:
+        _record_uncertain(ctx, call)
+        return None
     context = ToolContext(
         run_id=ctx.lease.run_id,
         thread_id=ctx.lease.thread_id,
@@ -92,20 +118,50 @@ def _run_call(ctx: RunContext, turn: Turn, call: ProposedCall) -> None:
         configuration_id=ctx.lease.configuration_id,
         catalog=ctx.mode.deferred,
         active=tuple(sorted(ctx.active_deferred())),
+        timeout_seconds=ctx.config.tool_timeout_seconds,
     )
-    if tool.transactional:
-        _run_transactional(ctx, call, tool, context, invocation)
+    return Ready(call, tool, context, invocation)
+
+
+def _execute(ctx: RunContext, batch: Sequence[Ready]) -> None:
+    """TOOL-4: a transactional tool inside the step that records it; any other write
+    behind its `effect_sent_at` watermark, committed (for the whole batch at once) just
+    before the effects. Two or more calls of a batch run at the same time; each result
+    is recorded as it comes back (the model still reads them in model order, LOOP-7)."""
+    if not batch:
         return
-    if tool.effect is Effect.WRITE:
-        if invocation.effect_sent_at is not None:
-            _record_uncertain(ctx, call)
-            return
-        _mark_effect_sent(ctx, invocation)
-    if tool.blocking:
+    if len(batch) == 1 and batch[0].tool.transactional:
+        _run_transactional(ctx, batch[0])
+        return
+    writes = [ready.invocation for ready in batch if ready.tool.effect is Effect.WRITE]
+    if writes:
+        _mark_effect_sent(ctx, writes)
+    if any(ready.tool.blocking for ready in batch):
         release_connection()
-    output = run_tool(tool, call, context)
+    if len(batch) == 1:
+        _finished(ctx, batch[0], run_tool(batch[0].tool, batch[0].call, batch[0].context))
+        return
+    with ThreadPoolExecutor(max_workers=min(len(batch), MAX_TOGETHER)) as pool:
+        running = {pool.submit(_run_apart, ready): ready for ready in batch}
+        for future in as_completed(running):
+            _finished(ctx, running[future], future.result())
+
+
+MAX_TOGETHER = 8
+
+
+def _run_apart(ready: Ready) -> ToolOutput:
+    """On a pool thread: the tool, then that thread's connections given back."""
+    try:
+        return run_tool(ready.tool, ready.call, ready.context)
+    finally:
+        close_thread_connections()
+
+
+def _finished(ctx: RunContext, ready: Ready, output: ToolOutput) -> None:
     faults.fault_point(faults.TOOL_DONE)
-    _record_output(ctx, call, output, invocation, durable=tool.effect is Effect.WRITE)
+    durable = ready.tool.effect is Effect.WRITE
+    _record_output(ctx, ready, output, durable=durable)
 
 
 def _live_gate(
@@ -129,32 +185,24 @@ def _live_gate(
     return ""
 
 
-def _run_transactional(
-    ctx: RunContext, call: ProposedCall, tool: Tool, context: ToolContext, invocation: Invocation
-) -> None:
+def _run_transactional(ctx: RunContext, ready: Ready) -> None:
     """TOOL-4: the effect and the record of its result commit together or not at all."""
     with transaction.atomic():
-        output = run_tool(tool, call, context, savepoint=True)
+        output = run_tool(ready.tool, ready.call, ready.context, savepoint=True)
         written = ctx.write(
-            _output_items(call, output),
-            invocation_updates=[(invocation.pk, completion(output))],
+            _output_items(ready.call, output, ready.tool),
+            invocation_updates=[(ready.invocation.pk, completion(output))],
             checkpoints=((Checkpoint.Kind.TOOL_COMPLETED, None),),
         )
     ctx.committed(written)
 
 
-def _mark_effect_sent(ctx: RunContext, invocation: Invocation) -> None:
+def _mark_effect_sent(ctx: RunContext, invocations: Sequence[Invocation]) -> None:
     now = timezone.now()
-    ctx.commit(
-        [],
-        invocation_updates=[
-            (
-                invocation.pk,
-                {"effect_sent_at": now, "status": ToolInvocation.Status.EXECUTING},
-            )
-        ],
-    )
-    invocation.effect_sent_at = now
+    sent = {"effect_sent_at": now, "status": ToolInvocation.Status.EXECUTING}
+    ctx.commit([], invocation_updates=[(invocation.pk, sent) for invocation in invocations])
+    for invocation in invocations:
+        invocation.effect_sent_at = now
     faults.fault_point(faults.EFFECT_SENT)
 
 
@@ -164,31 +212,24 @@ def _record_uncertain(ctx: RunContext, call: ProposedCall) -> None:
     )
 
 
-def _output_items(call: ProposedCall, output: ToolOutput) -> Items:
+def _output_items(call: ProposedCall, output: ToolOutput, tool: Tool) -> Items:
+    """The result, with its tool's class as it ran: the class it keeps in later sends
+    should the tool stop being registered (MCP-4)."""
     content, redacted = redact(output.content)
     status = ev.OK if output.ok else ev.ERROR
-    extra = (
-        {"added_tool_names": output.data["added_tool_names"]}
-        if output.ok and "added_tool_names" in output.data
-        else {}
-    )
+    extra: dict[str, Any] = {"class": tool.output_class.label}
+    if output.ok and "added_tool_names" in output.data:
+        extra["added_tool_names"] = output.data["added_tool_names"]
     return [
         *redaction_items(f"tool:{call.name}", redacted),
         ev.result_item(call.id, call.name, status, content, **extra),
     ]
 
 
-def _record_output(
-    ctx: RunContext,
-    call: ProposedCall,
-    output: ToolOutput,
-    invocation: Invocation,
-    *,
-    durable: bool,
-) -> None:
+def _record_output(ctx: RunContext, ready: Ready, output: ToolOutput, *, durable: bool) -> None:
     ctx.commit(
-        _output_items(call, output),
-        invocation_updates=[(invocation.pk, completion(output))],
+        _output_items(ready.call, output, ready.tool),
+        invocation_updates=[(ready.invocation.pk, completion(output))],
         checkpoints=((Checkpoint.Kind.TOOL_COMPLETED, None),),
         durable=durable,
     )

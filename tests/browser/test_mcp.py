@@ -1,0 +1,149 @@
+"""MCP-5 in Chromium: the demo's MCP flow as a new user clicks it, offline. The demo's own
+tracker (its code, served on loopback as `manage.py serve` runs it) is registered by the
+demo data; a real cluster runs `mcp-demo`: the playground's readout lists the tracker's
+tools with their classes, the run reads a ticket and a restricted customer record and
+waits for approval of a comment; the approver allows it from the inbox after the
+configuration was re-pointed at a global provider, and the inspector shows the restricted
+result withheld by the context gate. `mcp-demo-global` is refused the lookup (TOOL-2), and
+the admin's "Refresh tools" shows the listing against what is pinned (MCP-2)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from django.contrib.auth import get_user_model
+from mcp.server.mcpserver import MCPServer
+from playwright.sync_api import Page, expect
+
+from agentruns.demo import load_demo_data, load_demo_users
+from agentruns.demo_mcp import build_tracker
+from agentruns.models import Configuration, Provider, Run, Ticket
+from tests.support.clusters import Clusters
+from tests.support.mcp import serve_http
+
+LIVE = 30_000
+
+
+@pytest.fixture
+def tracker(settings, transactional_db) -> Iterator[MCPServer]:
+    server = build_tracker()
+    with serve_http(server) as url:
+        settings.AGENTRUNS_DEMO_MCP_URL = url
+        load_demo_data()
+        load_demo_users()
+        yield server
+
+
+@pytest.fixture
+def tracker_url(tracker, settings) -> str:
+    return settings.AGENTRUNS_DEMO_MCP_URL
+
+
+@pytest.fixture
+def mcp_cluster(tracker_url: str, tmp_path: Path) -> Iterator[Clusters]:
+    """A cluster that knows where the demo tracker listens (its one SEC-9 exemption)."""
+    clusters = Clusters(tmp_path)
+    clusters.start("mcp", AGENTRUNS_DEMO_MCP_URL=tracker_url)
+    try:
+        yield clusters
+    finally:
+        clusters.close()
+
+
+def admin_user():
+    return get_user_model().objects.get(username="admin")
+
+
+def run_in_playground(page: Page, configuration: str) -> int:
+    page.goto(f"/playground/?configuration={configuration}")
+    page.get_by_label("Task").fill("Triage T-1")
+    page.get_by_role("button", name="Run", exact=True).click()
+    expect(page).to_have_url(re.compile(r"/playground/runs/\d+/$"))
+    return int(page.url.rstrip("/").rsplit("/", 1)[1])
+
+
+def test_mcp5_the_demo_calls_an_mcp_tool_asks_approval_refuses_and_withholds(
+    mcp_cluster, page_as, screenshot
+):
+    page = page_as(admin_user())
+    page.goto("/playground/?configuration=mcp-demo")
+    tools = page.get_by_role("table", name="Granted tools")
+    expect(tools).to_contain_text("tracker.customer_lookup")
+    expect(tools.locator("tr", has_text="tracker.customer_lookup")).to_contain_text("restricted")
+    screenshot(page, "mcp-playground-readout")
+
+    run_id = run_in_playground(page, "mcp-demo")
+    lookup = page.locator("[data-call]").filter(has_text="tracker.customer_lookup")
+    expect(lookup).to_contain_text("J. Doe", timeout=LIVE)
+    comment = page.locator("[data-call]").filter(has_text="tracker.add_comment")
+    expect(comment).to_contain_text("Waiting for approval", timeout=LIVE)
+    screenshot(page, "mcp-inspector-awaiting")
+
+    # Staff re-point the configuration at a global provider while the run waits.
+    configuration = Configuration.objects.get(slug="mcp-demo")
+    configuration.provider = Provider.objects.get(slug="global-scripted")
+    configuration.save()
+    ticket = Ticket.objects.get(run_id=run_id, status=Ticket.Status.ACTIVE)
+    inbox = page_as(admin_user())
+    inbox.goto(f"/inbox/{ticket.correlation_id}/")
+    card = inbox.locator(f'[data-ticket="{ticket.correlation_id}"]')
+    expect(card).to_contain_text("tracker.add_comment")
+    card.get_by_role("button", name="Approve").click()
+    expect(inbox.get_by_role("status").first).to_contain_text("Approved: tracker.add_comment")
+
+    expect(page.locator("#final-reply")).to_contain_text("Triaged T-1", timeout=LIVE)
+    expect(lookup.locator(".tag-withheld")).to_contain_text(
+        "withheld by the context gate from the next send: restricted"
+    )
+    last = page.locator("[data-turn]").last
+    last.locator("summary").first.click()  # what the last turn was sent
+    expect(last).to_contain_text(
+        "Withheld by the context gate: the result of tracker.customer_lookup is classed "
+        "restricted, above the ceiling internal"
+    )
+    expect(last).not_to_contain_text("J. Doe")
+    screenshot(page, "mcp-withheld")
+    assert Run.objects.get(pk=run_id).status == Run.Status.COMPLETED
+
+    refused_run = run_in_playground(page, "mcp-demo-global")
+    refused = page.locator("[data-call]").filter(has_text="tracker.customer_lookup")
+    expect(refused.locator(".status")).to_have_text("refused", timeout=LIVE)
+    expect(refused).to_contain_text("returns restricted data, above the ceiling internal")
+    expect(page.locator("#final-reply")).to_be_visible(timeout=LIVE)
+    screenshot(page, "mcp-refused")
+    assert Run.objects.get(pk=refused_run).status == Run.Status.COMPLETED
+
+
+def test_mcp2_the_admin_refreshes_the_trackers_tools_and_shows_the_difference(
+    tracker, page_as, screenshot
+):
+    """Upstream, add_comment gained a parameter and a new tool appeared: the review shows
+    both before anything is offered; accepting pins them."""
+    tracker.remove_tool("add_comment")
+
+    @tracker.tool(name="add_comment")
+    def add_comment(ticket_id: str, text: str, visibility: str = "internal") -> str:
+        """Add a comment to a ticket, visible to the team or to the customer."""
+        return "added"
+
+    @tracker.tool()
+    def close_ticket(ticket_id: str) -> str:
+        """Close a ticket."""
+        return "closed"
+
+    page = page_as(admin_user())
+    page.goto("/admin/agentruns/mcpserver/")
+    page.get_by_role("link", name="tracker", exact=True).click()
+    page.get_by_role("link", name="Refresh tools").click()
+    page.get_by_role("button", name="Refresh tools").click()
+    table = page.locator("table.mcp-changes")
+    expect(table.locator("tr.change-unchanged")).to_have_count(2)
+    expect(table.locator("tr.change-changed")).to_contain_text("tracker.add_comment")
+    expect(table.locator("tr.change-added")).to_contain_text("tracker.close_ticket")
+    screenshot(page, "mcp-admin-review")
+    page.get_by_role("button", name="Accept this listing").click()
+    expect(page.get_by_text("Accepted: 2 tool(s) pinned anew or again.")).to_be_visible()
+    expect(page.locator("#tools-group")).to_contain_text("close_ticket")
