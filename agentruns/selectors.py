@@ -13,13 +13,21 @@ from django.db.models import QuerySet
 from agentruns.events import LogEntry
 from agentruns.gate.audit import current_enforcement
 from agentruns.gate.core import ConfigView, Source, compose_sources
-from agentruns.gate.lookups import config_view, forced_for_composition, forced_for_resume
+from agentruns.gate.lookups import (
+    carried_for_send,
+    config_view,
+    forced_for_composition,
+    forced_for_resume,
+)
 from agentruns.gate.readout import readout
 from agentruns.models import Configuration, Event, Run, ToolInvocation
 from agentruns.policy import is_approver, visible_runs
 from agentruns.providers.base import Message
 from agentruns.runtime.compose import log_view, next_request
 from agentruns.runtime.config import build_runtime_config
+from agentruns.runtime.fork import carried_of
+
+LOG_FIELDS = ("sequence", "type", "payload", "run_id")
 
 
 def configuration_readout(
@@ -37,10 +45,13 @@ def configuration_readout(
 
 
 def run_sources(run: Run) -> tuple[ConfigView, list[Source]]:
-    """The live configuration and the sources a run's next send carries (RG-2)."""
+    """The live configuration and the sources a run's next send carries (RG-2), with what
+    a fork carried from its original (FORK-1; its thread's log opens with `run.forked`)."""
     view = config_view(run.configuration)
     snippets, skills = forced_for_resume(run.forced_snippet_ids, run.forced_skill_ids)
-    return view, list(compose_sources(view, snippets, skills))
+    opening = Event.objects.filter(thread=run.thread_id, sequence=1).values_list(*LOG_FIELDS)
+    carried = carried_for_send(carried_of([LogEntry(*row) for row in opening]))
+    return view, list(compose_sources(view, snippets, skills, carried))
 
 
 def run_readout(run: Run) -> dict[str, Any]:
@@ -108,8 +119,7 @@ def turn_requests(run: Run, sequences: Sequence[int]) -> list[TurnRequest]:
     config = build_runtime_config(run.configuration)
     _, sources = run_sources(run)
     rows = Event.objects.filter(thread=run.thread_id, sequence__lt=max(sequences))
-    fields = ("sequence", "type", "payload", "run_id")
-    log = [LogEntry(*row) for row in rows.order_by("sequence").values_list(*fields)]
+    log = [LogEntry(*row) for row in rows.order_by("sequence").values_list(*LOG_FIELDS)]
     found = []
     for sequence in sequences:
         view = log_view([e for e in log if e.sequence < sequence], config)

@@ -26,6 +26,7 @@ def _source_row(source: Source) -> dict:
         "title": source.title,
         "data_class": declared.label if declared else UNDECLARED,
         "forced": source.forced,
+        **source.carried,
     }
 
 
@@ -47,7 +48,12 @@ def readout(config: ConfigView, sources: Sequence[Source], mode: Enforcement) ->
         if effective and effective.data_class
         else UNDECLARED,
         "effective_source": (
-            {"kind": effective.kind, "name": effective.name, "forced": effective.forced}
+            {
+                "kind": effective.kind,
+                "name": effective.name,
+                "forced": effective.forced,
+                **effective.carried,
+            }
             if effective
             else None
         ),

@@ -73,7 +73,7 @@ class Submission:
         return salted_hmac(DIGEST_SALT, canonical_json(body), algorithm="sha256").hexdigest()
 
 
-def _configuration(slug: str) -> Configuration:
+def startable_configuration(slug: str) -> Configuration:
     configuration = Configuration.objects.select_related("provider").filter(slug=slug).first()
     if configuration is None:
         raise InvalidRequest(
@@ -129,7 +129,7 @@ def _validate(user: User, submission: Submission) -> tuple[Configuration, Thread
         raise InvalidRequest(
             "Input too long.", fields={"input": [f"At most {MAX_INPUT_CHARS} characters."]}
         )
-    configuration = _configuration(submission.configuration)
+    configuration = startable_configuration(submission.configuration)
     _check_ids(Snippet, submission.forced_snippets, "forced_snippets")
     _check_ids(Skill, submission.forced_skills, "forced_skills")
     thread = _thread(user, submission.thread, configuration) if submission.thread else None
@@ -156,7 +156,7 @@ def run_submit(
         if existing:
             return existing, False
     configuration, thread = _validate(user, submission)
-    _check_daily_limit(configuration)
+    check_daily_limit(configuration)
     try:
         with transaction.atomic():
             run = _create(owner, configuration, thread, submission, idempotency_key)
@@ -171,7 +171,7 @@ def run_submit(
     return run, True
 
 
-def _check_daily_limit(configuration: Configuration) -> None:
+def check_daily_limit(configuration: Configuration) -> None:
     """OPS-2: over the limit, a new run would only fail before its first turn."""
     limit = configuration.daily_token_limit
     if DailyUsage.at_limit(configuration.pk, limit):
@@ -231,7 +231,7 @@ def _opening(
     return items
 
 
-def _log(rows: QuerySet[Event]) -> list[LogEntry]:
+def log_entries(rows: QuerySet[Event]) -> list[LogEntry]:
     """Event rows as the runtime reads them, in log order."""
     fields = ("sequence", "type", "payload", "run_id")
     return [LogEntry(*row) for row in rows.order_by("sequence").values_list(*fields)]
@@ -240,7 +240,7 @@ def _log(rows: QuerySet[Event]) -> list[LogEntry]:
 def thread_mode_name(thread: Thread) -> str:
     """The thread's mode by name (DEF-1): the one its log last switched to, else the
     configuration's default."""
-    named = thread_mode(_log(Event.objects.filter(thread=thread, type=ev.MODE_SWITCHED)))
+    named = thread_mode(log_entries(Event.objects.filter(thread=thread, type=ev.MODE_SWITCHED)))
     return build_runtime_config(thread.configuration).mode(named).name
 
 
@@ -254,7 +254,7 @@ def run_dry(*, user: User, submission: Submission) -> dict[str, Any]:
         submission.forced_snippets, submission.forced_skills
     )
     sources = compose_sources(config.view, snippets, skills)
-    logged = _log(Event.objects.filter(thread=thread)) if thread is not None else []
+    logged = log_entries(Event.objects.filter(thread=thread)) if thread is not None else []
     text, kinds = redact(submission.input)
     # The run's first send: the thread's log with the events this submission would append.
     opening = _opening(submission, thread, text, kinds)
@@ -319,7 +319,7 @@ def _cancel_parked(run: Run, *, by: str) -> None:
     Ticket.objects.filter(run=run, status=Ticket.Status.ACTIVE).update(
         status=Ticket.Status.VOID, resolved_at=now
     )
-    state = restore(None, _log(Event.objects.filter(run=run)))
+    state = restore(None, log_entries(Event.objects.filter(run=run)))
     turn = state.turn
     open_calls = turn.open_calls() if turn else []
     rows = store().invocations(run.pk, turn.index, [c.id for c in open_calls]) if turn else []

@@ -15,7 +15,8 @@ from agentruns.gate.core import Source, compose_sources
 from agentruns.gate.lookups import forced_for_composition
 from agentruns.runtime.actions.base import Items, Outcome, RunContext
 from agentruns.runtime.actions.endings import finish_failed
-from agentruns.runtime.config import forced_sources
+from agentruns.runtime.config import carried_sources, forced_sources
+from agentruns.runtime.fork import carried_of
 from agentruns.store import store
 from agentruns.store.connection import release_connection
 
@@ -50,9 +51,11 @@ def compose(ctx: RunContext) -> None:
 
 
 def sources(ctx: RunContext) -> tuple[Source, ...]:
-    """CG-1 against the live configuration; the forced set by identity (RG-1, RG-2)."""
+    """CG-1 against the live configuration; the forced set and what a fork carried by
+    identity (RG-1, RG-2, FORK-1)."""
     snippets, skills = forced_sources(ctx.forced_snippet_ids, ctx.forced_skill_ids, ctx.generation)
-    return compose_sources(ctx.config.view, snippets, skills)
+    carried = carried_sources(carried_of(ctx.events), ctx.generation)
+    return compose_sources(ctx.config.view, snippets, skills, carried)
 
 
 def assert_context(ctx: RunContext) -> Outcome | None:
