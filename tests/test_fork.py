@@ -214,7 +214,7 @@ def test_fork1_onto_an_unknown_configuration_is_a_400(staff, api):
 # --- the copy as a pure function (DEF-4, DEF-6) -------------------------------------------
 
 
-def entry(sequence: int, kind: str, run: int = 7, **payload: Any) -> LogEntry:
+def entry(sequence: int, kind: str, run: int | None = 7, **payload: Any) -> LogEntry:
     return LogEntry(sequence, kind, payload, run)
 
 

@@ -81,7 +81,7 @@ def run_fork(*, user: User, run_id: int, request: ForkRequest) -> Run:
         )
     except BadForkPoint as bad:
         raise InvalidRequest(str(bad), fields={"at": [str(bad)]}) from bad
-    owner = user if user.is_authenticated else None
+    owner: Any = user if user.is_authenticated else None
     text, kinds = redact(prompt) if prompt else (original.input, {})
     with transaction.atomic():
         thread = Thread.objects.create(configuration=configuration, created_by=owner)

@@ -11,8 +11,9 @@ from django.utils import timezone
 from agentruns import events as ev
 from agentruns.errors import ContextRefused
 from agentruns.gate.audit import context_assert
-from agentruns.gate.core import Source, compose_sources
+from agentruns.gate.core import Source, Verdict, compose_sources
 from agentruns.gate.lookups import forced_for_composition
+from agentruns.gate.readout import verdict_label
 from agentruns.runtime.actions.base import Items, Outcome, RunContext
 from agentruns.runtime.actions.endings import finish_failed
 from agentruns.runtime.config import carried_sources, forced_sources
@@ -81,6 +82,8 @@ def assert_context(ctx: RunContext) -> Outcome | None:
             if refused.generation is not None and refused.generation != known:
                 ctx.generation = refused.generation  # decided on a stale catalog
                 continue
+            if ctx.trace:
+                ctx.trace.verdict = Verdict.REFUSED.value
             return finish_failed(
                 ctx,
                 "context_refused",
@@ -90,6 +93,8 @@ def assert_context(ctx: RunContext) -> Outcome | None:
             )
         ctx.generation = asserted.generation
         if asserted.generation == known:
+            if ctx.trace:
+                ctx.trace.verdict = verdict_label(asserted.decision.verdict, asserted.enforcement)
             if asserted.observed_refusal and not ctx.state.observed:
                 ctx.commit([(ev.CONTEXT_OBSERVED, {"verdict": "refused (observed)"})])
             return None

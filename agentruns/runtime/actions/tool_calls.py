@@ -65,7 +65,11 @@ def call_tools(ctx: RunContext, turn: Turn, calls: Sequence[ProposedCall]) -> Ou
         if human and turn.decisions.get(call.id) != ev.ALLOW:
             waiting.append(call)
             continue
+        trace = ctx.trace
+        span = trace.tool(ctx, turn, call) if trace else None  # OPS-7
         _run_call(ctx, turn, call)
+        if trace:
+            trace.tool_done(ctx, span, call)
     if waiting:
         return park(ctx, waiting[0])
     return None
