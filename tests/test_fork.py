@@ -297,3 +297,20 @@ def test_fork1_with_a_new_prompt_everything_copied_is_history():
     plan = plan_fork(ORIGINAL, run_id=7, at=None, new_prompt=True, forked={})
     assert [own for own, _, _ in plan.items][1:] == [False] * (len(plan.items) - 1)
     assert plan.at == 14
+
+
+def test_fork1_a_dry_run_on_a_forks_thread_reads_out_the_carried_sources(staff, api):
+    """CG-10: the readout folds the list the gate folds, carried sources included."""
+    records = make_snippet("ledger", data_class="confidential")
+    scripted_configuration("kept", [{"text": "ok"}], snippets=[records])
+    scripted_configuration("other", [{"text": "ok"}])
+    original = submit(staff, "kept", "hello")
+    assert execute_run(original.pk) == Run.Status.COMPLETED
+    forked = fork(api, original.pk, configuration="other", input="more").json()
+    assert execute_run(forked["id"]) == Run.Status.COMPLETED
+
+    body = {"configuration": "other", "input": "again", "thread": forked["thread"], "dry_run": True}
+    dry = api.post("/api/runs/", body, format="json").json()
+    (carried,) = [row for row in dry["readout"]["sources"] if row.get("carried_from")]
+    assert (carried["name"], carried["carried_from"]) == ("ledger", original.pk)
+    assert "text of snippet ledger" not in str(dry["messages"])

@@ -17,7 +17,7 @@ from agentruns.errors import Conflict, DailyLimitReached, InvalidRequest, NotFou
 from agentruns.events import LogEntry
 from agentruns.gate.audit import current_enforcement
 from agentruns.gate.core import compose_sources
-from agentruns.gate.lookups import forced_for_composition
+from agentruns.gate.lookups import carried_for_send, forced_for_composition
 from agentruns.gate.readout import readout
 from agentruns.models import (
     Configuration,
@@ -35,6 +35,7 @@ from agentruns.providers.base import AssistantMessage, Message, ToolResultMessag
 from agentruns.runtime.closing import close_open_calls
 from agentruns.runtime.compose import log_view, next_request, thread_mode
 from agentruns.runtime.config import build_runtime_config
+from agentruns.runtime.fork import carried_of
 from agentruns.runtime.redaction import redact
 from agentruns.runtime.state import restore
 from agentruns.services.log import append_events
@@ -253,8 +254,9 @@ def run_dry(*, user: User, submission: Submission) -> dict[str, Any]:
     snippets, skills, dropped = forced_for_composition(
         submission.forced_snippets, submission.forced_skills
     )
-    sources = compose_sources(config.view, snippets, skills)
     logged = log_entries(Event.objects.filter(thread=thread)) if thread is not None else []
+    # FORK-1: a fork's thread carries its original's sources; the readout folds them too.
+    sources = compose_sources(config.view, snippets, skills, carried_for_send(carried_of(logged)))
     text, kinds = redact(submission.input)
     # The run's first send: the thread's log with the events this submission would append.
     opening = _opening(submission, thread, text, kinds)
