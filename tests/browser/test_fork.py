@@ -21,7 +21,8 @@ def completed(user) -> Run:
 
 
 def first_turn(run: Run) -> int:
-    return Event.objects.filter(run=run, type=ev.ASSISTANT).order_by("sequence").first().sequence
+    rows = Event.objects.filter(run=run, type=ev.ASSISTANT).order_by("sequence")
+    return rows.values_list("sequence", flat=True)[0]
 
 
 def test_fork2_fork_from_a_turn_in_the_inspector_then_find_it_under_its_original(
