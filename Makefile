@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PG_URL ?= postgres://postgres@127.0.0.1:5432/agentruns
 PYTEST_ARGS ?=
 
-.PHONY: run test install postgres lint bench bench-peers bench-cluster
+.PHONY: run test install postgres lint bench bench-cluster bench-scale
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -43,19 +43,26 @@ lint: install
 	DATABASE_URL=$(PG_URL) $(VENV)/bin/mypy .
 	$(VENV)/bin/lint-imports
 
+# Benchmarks (SPEC §14) on databases of their own; the peers (LangGraph, DBOS) are installed
+# into .venv-peers by the benchmark on first use, never as project dependencies.
 BENCH_URL ?= postgres://postgres@127.0.0.1:5432/agentruns_bench
+BENCH_SCALE_URL ?= $(BENCH_URL)_scale
+BENCH_ARGS ?=
+
+# $(call bench_db,URL): the database exists and is migrated.
+define bench_db
+	psql -q "$(dir $(1))postgres" -c 'CREATE DATABASE "$(notdir $(1))"' 2>/dev/null || true
+	DATABASE_URL=$(1) $(PY) manage.py migrate --noinput -v0
+endef
 
 bench: install postgres
-	createdb -h 127.0.0.1 -U postgres agentruns_bench 2>/dev/null || true
-	DATABASE_URL=$(BENCH_URL) $(PY) manage.py migrate --noinput -v0
-	DATABASE_URL=$(BENCH_URL) $(PY) manage.py bench
+	$(call bench_db,$(BENCH_URL))
+	DATABASE_URL=$(BENCH_URL) $(PY) manage.py bench $(BENCH_ARGS)
 
 bench-cluster: install postgres
-	createdb -h 127.0.0.1 -U postgres agentruns_bench 2>/dev/null || true
-	DATABASE_URL=$(BENCH_URL) $(PY) manage.py migrate --noinput -v0
-	DATABASE_URL=$(BENCH_URL) $(PY) manage.py bench_cluster
+	$(call bench_db,$(BENCH_URL))
+	DATABASE_URL=$(BENCH_URL) $(PY) manage.py bench_cluster $(BENCH_ARGS)
 
-# The peers of SPEC §14 in their own virtual environment, never project dependencies.
-bench-peers:
-	test -x .venv-peers/bin/python || $(PYTHON) -m venv .venv-peers
-	.venv-peers/bin/pip install -q langgraph langgraph-checkpoint-postgres "psycopg[binary,pool]" dbos
+bench-scale: install postgres
+	$(call bench_db,$(BENCH_SCALE_URL))
+	DATABASE_URL=$(BENCH_SCALE_URL) $(PY) manage.py bench_scale $(BENCH_ARGS)

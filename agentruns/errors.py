@@ -24,6 +24,12 @@ class InvalidRequest(AgentrunsError):
     code = "invalid"
 
 
+class InvalidIdempotencyKey(InvalidRequest):
+    """CLU-5, SEC-14: the Idempotency-Key is longer than its bound or not printable ASCII."""
+
+    code = "invalid_idempotency_key"
+
+
 class NotFound(AgentrunsError):
     code = "not_found"
 
@@ -49,6 +55,12 @@ class DailyLimitReached(AgentrunsError):
     """OPS-2: the configuration used its daily tokens; nothing more is sent today (UTC)."""
 
     code = "daily_limit_reached"
+
+
+class Throttled(AgentrunsError):
+    """SEC-14: the person started or answered too often; `retry_after` seconds to wait."""
+
+    code = "throttled"
 
 
 class Fenced(AgentrunsError):

@@ -44,6 +44,10 @@ EVENT_TYPES = (
     RUN_FORKED,
 )
 
+# OPS-5: the events the audit export carries (beside the gate's rows). The log indexes them
+# by time, and only them (models/runs.py `event_audit_time`).
+AUDITED = (TICKET_DECIDED, SECRET_REDACTED, RUN_CANCELLED)
+
 
 @dataclass(frozen=True)
 class LogEntry:

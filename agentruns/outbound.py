@@ -11,17 +11,31 @@ The check runs when a webhook is saved and again on every connection, after DNS,
 connection goes to the address that was checked (`PinnedTransport`), so a name that
 resolves to a public address at the check and to 127.0.0.1 a moment later (DNS
 rebinding) still reaches only the public one.
+
+SEC-8: every attempt has one total deadline. httpx's and smtplib's timeouts bound each
+network operation, so a receiver sending a byte a second, or a mail server trickling its
+greeting, never trips them. `DeadlineBackend` gives each webhook connection a deadline
+that every connect, read and write shares; `DeadlineEmailBackend` closes an SMTP
+connection's socket when its deadline passes, whatever smtplib is waiting for.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
+import smtplib
 import socket
+import ssl
+import threading
+import time
+from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlsplit
 
+import httpcore
 import httpx
 from django.conf import settings
+from django.core.mail.backends.smtp import EmailBackend
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 SCHEMES = {"http": 80, "https": 443}
@@ -113,11 +127,15 @@ class PinnedTransport(httpx.BaseTransport):
     the URL's host is replaced by that address, while the Host header and, for https, the
     TLS server name (so the certificate is verified against the name) stay the host's."""
 
-    def __init__(self, **options: Any) -> None:
+    def __init__(self, *, deadline_seconds: float | None = None, **options: Any) -> None:
         # No connection is kept for a later request: each one is resolved and checked
         # anew, and a TLS session verified for one name never carries another's request.
+        # So each request has a connection of its own, and its deadline (SEC-8).
         options.setdefault("limits", httpx.Limits(max_keepalive_connections=0))
         self._inner = httpx.HTTPTransport(**options)
+        if deadline_seconds is not None:
+            # httpx takes no network backend; its connection pool (httpcore) does.
+            self._inner._pool._network_backend = DeadlineBackend(deadline_seconds)
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         url = request.url
@@ -132,3 +150,104 @@ class PinnedTransport(httpx.BaseTransport):
 
     def close(self) -> None:
         self._inner.close()
+
+
+# ---- SEC-8: one total deadline per attempt ---------------------------------------------
+
+CHUNK = 16_384  # a write is cut into pieces so a receiver that reads slowly meets it too
+
+
+def _left(deadline: float, timeout: float | None, late: type[Exception]) -> float:
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise late("the attempt's deadline passed")
+    return left if timeout is None else min(timeout, left)
+
+
+class DeadlineStream(httpcore.NetworkStream):
+    def __init__(self, inner: httpcore.NetworkStream, deadline: float) -> None:
+        self._inner = inner
+        self._deadline = deadline
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self._inner.read(max_bytes, _left(self._deadline, timeout, httpcore.ReadTimeout))
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        for start in range(0, len(buffer), CHUNK):
+            wait = _left(self._deadline, timeout, httpcore.WriteTimeout)
+            self._inner.write(buffer[start : start + CHUNK], wait)
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def start_tls(
+        self,
+        ssl_context: ssl.SSLContext,
+        server_hostname: str | None = None,
+        timeout: float | None = None,
+    ) -> httpcore.NetworkStream:
+        wait = _left(self._deadline, timeout, httpcore.ConnectTimeout)
+        return DeadlineStream(
+            self._inner.start_tls(ssl_context, server_hostname, wait), self._deadline
+        )
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._inner.get_extra_info(info)
+
+
+class DeadlineBackend(httpcore.NetworkBackend):
+    """Connections whose every operation, together, ends `seconds` after connecting."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self._inner = httpcore.SyncBackend()
+
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.NetworkStream:
+        deadline = time.monotonic() + self.seconds
+        wait = _left(deadline, timeout, httpcore.ConnectTimeout)
+        stream = self._inner.connect_tcp(host, port, wait, local_address, socket_options)
+        return DeadlineStream(stream, deadline)
+
+
+class DeadlineSMTP(smtplib.SMTP):
+    """smtplib's client whose `timeout` bounds the whole connection, not each read: its
+    socket is shut down that long after connecting, so a blocked read returns and
+    smtplib gives up (disconnected)."""
+
+    _timer: threading.Timer | None = None
+
+    def _get_socket(self, host: str, port: int, timeout: Any) -> socket.socket:
+        sock = super()._get_socket(host, port, timeout)  # type: ignore[misc]  # untyped
+        if isinstance(timeout, int | float):
+            self._timer = threading.Timer(timeout, _shut, args=(sock,))
+            self._timer.daemon = True
+            self._timer.start()
+        return sock
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        super().close()
+
+
+def _shut(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):  # already closed
+        sock.shutdown(socket.SHUT_RDWR)
+
+
+class DeadlineEmailBackend(EmailBackend):
+    """Django's SMTP backend with one total deadline per connection: EMAIL_TIMEOUT seconds
+    for connecting, the greeting, STARTTLS, login and the messages of one send together,
+    so a mail server that accepts and never answers, or answers a byte at a time, holds a
+    send EMAIL_TIMEOUT at most (SEC-8). Implicit TLS (EMAIL_USE_SSL) keeps smtplib's."""
+
+    @property
+    def connection_class(self) -> type[smtplib.SMTP]:
+        return smtplib.SMTP_SSL if self.use_ssl else DeadlineSMTP

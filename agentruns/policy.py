@@ -11,13 +11,16 @@ that read application data and must apply it too; this module names it for the r
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
-from django.db.models import Q, QuerySet
+from django.db.models import Model, Q, QuerySet
 
 from agentruns.models import Note, Run, Thread, Ticket
+from agentruns.models.runs import sees_all_runs
+
+Row = TypeVar("Row", bound=Model)
 
 APPROVE_RUN = "agentruns.approve_run"
 USE_PLAYGROUND = "agentruns.use_playground"
@@ -49,7 +52,23 @@ def visible_notes(user: Any) -> QuerySet[Note]:
 
 
 def visible_tickets(user: Any) -> QuerySet[Ticket]:
-    return Ticket.objects.filter(run__in=Run.objects.visible_to(user))
+    return of_visible_runs(Ticket.objects.all(), user)
+
+
+def of_visible_runs(rows: QuerySet[Row], user: Any, *, run: str = "run") -> QuerySet[Row]:
+    """What hangs off a run (tickets, invocations, checkpoints, gate audits) is visible iff
+    its run is; `run` names the field holding the run (a key or a plain id)."""
+    if sees_all_runs(user):
+        return rows
+    return rows.filter(**{f"{run}__in": Run.objects.visible_to(user).values("pk")})
+
+
+def of_visible_threads(rows: QuerySet[Row], user: Any, *, thread: str = "thread") -> QuerySet[Row]:
+    """What hangs off a thread (its events, their webhook deliveries) is visible iff the
+    thread is: events between runs, such as a mode switch, belong to no run."""
+    if sees_all_runs(user):
+        return rows
+    return rows.filter(**{f"{thread}__in": Thread.objects.visible_to(user).values("pk")})
 
 
 # FS-5: the playground, and what it does anywhere (forcing sources, dry runs), is for
@@ -100,7 +119,8 @@ def answerable_tickets(user: Any) -> QuerySet[Ticket]:
     tickets = (
         visible_tickets(user)
         .filter(status=Ticket.Status.ACTIVE)
-        .select_related("run", "run__configuration", "run__created_by")
+        # The provider too: each inbox card's readout names it (PERF-8: a query per card).
+        .select_related("run", "run__configuration__provider", "run__created_by")
         .order_by("deadline", "id")
     )
     if is_approver(user):

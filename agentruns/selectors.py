@@ -3,6 +3,7 @@ what is `agentruns.policy`'s, and nothing here writes or commits."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -10,12 +11,14 @@ from typing import Any
 from django.conf import settings
 from django.db.models import QuerySet
 
+from agentruns import events as ev
 from agentruns.events import LogEntry
 from agentruns.gate.audit import current_enforcement
 from agentruns.gate.core import ConfigView, Source, compose_sources
 from agentruns.gate.lookups import (
     carried_for_send,
     config_view,
+    config_views,
     forced_for_composition,
     forced_for_resume,
 )
@@ -26,6 +29,7 @@ from agentruns.providers.base import Message
 from agentruns.runtime.compose import log_view, next_request
 from agentruns.runtime.config import build_runtime_config
 from agentruns.runtime.fork import carried_of
+from agentruns.store import on_postgres
 
 LOG_FIELDS = ("sequence", "type", "payload", "run_id")
 
@@ -48,16 +52,57 @@ def run_sources(run: Run) -> tuple[ConfigView, list[Source]]:
     """The live configuration and the sources a run's next send carries (RG-2), with what
     a fork carried from its original (FORK-1; its thread's log opens with `run.forked`)."""
     view = config_view(run.configuration)
+    return view, _sources(view, run, _carried([run]).get(run.thread_id, ()))
+
+
+def _sources(view: ConfigView, run: Run, carried: Sequence[dict]) -> list[Source]:
     snippets, skills = forced_for_resume(run.forced_snippet_ids, run.forced_skill_ids)
-    opening = Event.objects.filter(thread=run.thread_id, sequence=1).values_list(*LOG_FIELDS)
-    carried = carried_for_send(carried_of([LogEntry(*row) for row in opening]))
-    return view, list(compose_sources(view, snippets, skills, carried))
+    return list(compose_sources(view, snippets, skills, carried_for_send(carried)))
+
+
+def _carried(runs: Sequence[Run]) -> dict[int, tuple[dict, ...]]:
+    """FORK-1: what each fork's thread carries (by thread id), in one query for all."""
+    openings = Event.objects.filter(
+        thread__in={run.thread_id for run in runs}, sequence=1, type=ev.RUN_FORKED
+    ).values_list("thread_id", *LOG_FIELDS)
+    return {thread: carried_of([LogEntry(*row)]) for thread, *row in openings}
 
 
 def run_readout(run: Run) -> dict[str, Any]:
     """CG-10 for a run: the live configuration plus the run's forced set (RG-2)."""
-    view, sources = run_sources(run)
-    return readout(view, sources, current_enforcement())
+    return run_readouts([run])[run.pk]
+
+
+def run_readouts(runs: Iterable[Run]) -> dict[int, dict[str, Any]]:
+    """`run_readout` of each run (by id), the configurations read in 3 queries together
+    (PERF-8: the inbox shows a readout on every card)."""
+    runs = list(runs)
+    views = config_views(run.configuration for run in runs)
+    carried = _carried(runs)
+    enforcement = current_enforcement()
+    out = {}
+    for run in runs:
+        view = views[run.configuration_id]
+        sources = _sources(view, run, carried.get(run.thread_id, ()))
+        out[run.pk] = readout(view, sources, enforcement)
+    return out
+
+
+EXACT_COUNT_UP_TO = 10_000
+
+
+def bounded_count(rows: QuerySet) -> tuple[int, bool]:
+    """(how many rows a list has, whether that is exact) for its pagination: exact up to
+    EXACT_COUNT_UP_TO, the planner's estimate beyond (PERF-8: counting a year's million
+    runs costs more than showing a page of them)."""
+    rows = rows.order_by()
+    exact = rows[: EXACT_COUNT_UP_TO + 1].count()
+    if exact <= EXACT_COUNT_UP_TO:
+        return exact, True
+    if not on_postgres():
+        return rows.count(), True
+    plan = json.loads(rows.explain(format="json"))
+    return max(exact, int(plan[0]["Plan"]["Plan Rows"])), False
 
 
 # UI-7: the task a new user's first click runs (the demo's multi-tool-demo completes it).

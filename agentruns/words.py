@@ -22,6 +22,10 @@ WORDS: dict[str, str] = {
     "not_found": "That does not exist, or you may not see it.",
     "conflict": "That cannot be done now: the run changed in the meantime.",
     "not_permitted": "You do not have permission to do that.",
+    "invalid_idempotency_key": (
+        "Nothing was started: the Idempotency-Key is too long or holds characters it may "
+        "not (at most 200 printable ASCII characters)."
+    ),
     # CG-7, CG-8.
     "context_refused": (
         "The context gate refused this run: a source is classified above what the "
@@ -64,6 +68,11 @@ WORDS: dict[str, str] = {
     "self_approval": (
         "Nothing was approved: four-eyes. You started this run, and its configuration needs "
         "a second person to approve its tool calls; ask another approver (you may deny)."
+    ),
+    # SEC-14: the same per-person rates as the API.
+    "throttled": (
+        "Nothing was done: you have started or answered runs too often in a short time. "
+        "Wait a little and send it again."
     ),
     # UI-5: Django's CSRF check refused the post before any view saw it.
     "csrf_failed": (

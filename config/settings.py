@@ -190,6 +190,28 @@ if env_bool("AGENTRUNS_BEHIND_TLS_PROXY", False):
 SESSION_COOKIE_HTTPONLY = True
 X_FRAME_OPTIONS = "DENY"
 
+# SEC-14: throttle counters live where every web process sees them (gunicorn runs several
+# workers): Redis when REDIS_URL is set, else a table in the database (created by the
+# migration agentruns 0013), never process memory.
+REDIS_URL = os.environ.get("REDIS_URL", "").strip()
+CACHES = {
+    "default": (
+        {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            # Keeps this deployment's keys apart on a Redis other applications share.
+            "KEY_PREFIX": os.environ.get("AGENTRUNS_CACHE_PREFIX", "agentruns"),
+        }
+        if REDIS_URL
+        else {
+            "BACKEND": "django.core.cache.backends.db.DatabaseCache",
+            "LOCATION": "agentruns_cache",
+            # Culling past MAX_ENTRIES would drop live counters; expired rows go first.
+            "OPTIONS": {"MAX_ENTRIES": env_int("AGENTRUNS_CACHE_MAX_ENTRIES", 100_000)},
+        }
+    )
+}
+
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "rest_framework.authentication.SessionAuthentication",
@@ -203,7 +225,8 @@ REST_FRAMEWORK = {
     # JSON only: what the schema documents is what is parsed (a form body is a 415).
     "DEFAULT_PARSER_CLASSES": ["agentruns.api.limits.BoundedJSONParser"],
     "TEST_REQUEST_DEFAULT_FORMAT": "json",
-    # SEC-3: per user (or client address) on run submission and resume; generous defaults.
+    # SEC-3, SEC-14: per user on run submission and resume (API, pages and admin alike:
+    # agentruns/throttles.py); generous defaults.
     "DEFAULT_THROTTLE_CLASSES": ["agentruns.api.limits.ActionThrottle"],
     "DEFAULT_THROTTLE_RATES": {
         "submit": os.environ.get("AGENTRUNS_THROTTLE_SUBMIT", "600/minute"),
@@ -281,7 +304,8 @@ AGENTRUNS_DEFAULT_CONFIGURATION = os.environ.get(
 # Operating and integrating (README "Operating and integrating").
 # OPS-3: a bearer token for `GET /metrics` (Prometheus); without it only staff sessions.
 AGENTRUNS_METRICS_TOKEN = os.environ.get("AGENTRUNS_METRICS_TOKEN", "")
-# OPS-4: webhook sends: per-request timeout, attempts before giving up, backoff base/cap.
+# OPS-4: webhook sends: the total deadline of one attempt (connect, send and read together,
+# SEC-8), attempts before giving up, backoff base/cap.
 AGENTRUNS_WEBHOOK_TIMEOUT = env_float("AGENTRUNS_WEBHOOK_TIMEOUT", 5.0)
 # SEC-9: hosts a webhook may reach although they resolve to a loopback, private or
 # link-local address (an internal receiver); every other target must be public.
@@ -296,7 +320,8 @@ AGENTRUNS_REMINDER_SECONDS = env_float("AGENTRUNS_REMINDER_SECONDS", 3600.0)
 EMAIL_HOST = os.environ.get("EMAIL_HOST", "")
 EMAIL_BACKEND = os.environ.get(
     "EMAIL_BACKEND",
-    "django.core.mail.backends.smtp.EmailBackend"
+    # SEC-8: Django's SMTP backend with EMAIL_TIMEOUT as one deadline per send.
+    "agentruns.outbound.DeadlineEmailBackend"
     if EMAIL_HOST
     else "django.core.mail.backends.console.EmailBackend",
 )

@@ -27,8 +27,9 @@ from agentruns.forms.decisions import command_from_post, decision_context
 from agentruns.forms.questions import typed_fields, unplaced_errors
 from agentruns.models import Ticket
 from agentruns.policy import answerable_tickets, visible_tickets
-from agentruns.selectors import run_readout, uncertain_invocations
+from agentruns.selectors import run_readout, run_readouts, uncertain_invocations
 from agentruns.services.resume import run_resume
+from agentruns.throttles import RESUME, throttle_check
 from agentruns.words import decided_sentence, field_errors, sentence, ticket_outcome
 from playground.polls import poll, signature, unchanged
 
@@ -87,6 +88,7 @@ def resume(request: HttpRequest, correlation_id: UUID) -> HttpResponse:
     ticket = _ticket(request, correlation_id)
     back = _back(request)
     try:
+        throttle_check(request, RESUME)  # SEC-14: the API's rate, the same counter
         command = command_from_post(request.POST, ticket.schema)
         run_resume(user=request.user, run_id=ticket.run_id, command=command)
     except InvalidInput as exc:
@@ -167,7 +169,10 @@ def _partial(request: HttpRequest, context: dict[str, Any]) -> HttpResponse:
 
 
 def _with_cards(request: HttpRequest, context: dict[str, Any]) -> dict[str, Any]:
-    context.setdefault("cards", [_card(request, ticket) for ticket in context["tickets"]])
+    if "cards" not in context:
+        tickets = list(context["tickets"])
+        readouts = run_readouts(ticket.run for ticket in tickets)  # PERF-8: not one per card
+        context["cards"] = [_card(request, t, readout=readouts[t.run_id]) for t in tickets]
     return context
 
 
@@ -177,6 +182,7 @@ def _card(
     *,
     typed: dict[str, str] | None = None,
     errors: dict[str, list[str]] | None = None,
+    readout: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """What a card shows (UI-3, UI-6). Text goes through the template's autoescape."""
     run, user = ticket.run, request.user
@@ -188,7 +194,7 @@ def _card(
         "run": run,
         "initiator": initiator.get_username() if initiator else "",
         "arguments": json.dumps(ticket.arguments or {}, indent=2, ensure_ascii=False),
-        "readout": run_readout(run),
+        "readout": run_readout(run) if readout is None else readout,
         "own_run": run.created_by_id == user.pk,
         "form_errors": unplaced_errors(form["controls"], errors or {}),
     }

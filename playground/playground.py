@@ -16,7 +16,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 
 from agentruns.forms.playground import PlaygroundForm, form_context
 from agentruns.policy import may_use_playground, visible_runs
-from agentruns.services.runs import run_dry, run_submit
+from agentruns.services.runs import run_dry
 from playground import inspector as inspect
 from playground.polls import poll
 from playground.runs import live_response, visible_forks
@@ -49,7 +49,7 @@ def playground(request: HttpRequest) -> HttpResponse:
             context = {**form_context(form, request.POST), "dry": dry}
             return render(request, "playground/playground.html", context)
     else:
-        run = form.attempt(request, lambda s: run_submit(user=request.user, submission=s)[0])
+        run = form.start(request)
         if run is not None:
             messages.success(request, f"Run #{run.pk} started; it fills in below as it goes.")
             return redirect("playground:inspector", run_id=run.pk)

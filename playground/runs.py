@@ -14,10 +14,12 @@ from typing import Any
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
+from django.db.models import Exists, OuterRef, Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.functional import cached_property
 from django.views.decorators.http import require_POST
 from django_htmx.http import HttpResponseStopPolling
 from django_htmx.middleware import HtmxDetails
@@ -26,10 +28,17 @@ from agentruns import events as ev
 from agentruns.errors import AgentrunsError
 from agentruns.models import Configuration, Event, Run, Ticket
 from agentruns.policy import may_use_playground, visible_runs
-from agentruns.selectors import EXAMPLE_TASK, configuration_choices, preselected, run_readout
+from agentruns.selectors import (
+    EXAMPLE_TASK,
+    bounded_count,
+    configuration_choices,
+    preselected,
+    run_readout,
+)
 from agentruns.services.fork import ForkRequest, run_fork
 from agentruns.services.runs import Submission, run_submit
 from agentruns.services.usage import run_usage
+from agentruns.throttles import SUBMIT, throttle_check
 from agentruns.words import failure_sentence, field_errors, sentence
 from playground import timeline
 from playground.polls import SIGNATURE, poll, signature, unchanged
@@ -40,6 +49,22 @@ FORK_DEPTH = 20  # levels of forks of forks the runs list nests before it stops 
 
 class HtmxHttpRequest(HttpRequest):
     htmx: HtmxDetails
+
+
+class RunPaginator(Paginator):
+    """Counted exactly up to a bound, estimated beyond it (PERF-8); `exact` says which."""
+
+    @cached_property
+    def _counted(self) -> tuple[int, bool]:
+        return bounded_count(self.object_list)  # type: ignore[arg-type]  # a QuerySet here
+
+    @cached_property
+    def count(self) -> int:
+        return self._counted[0]
+
+    @property
+    def exact(self) -> bool:
+        return self._counted[1]
 
 
 @login_required
@@ -76,9 +101,12 @@ def _listed(request: HttpRequest) -> dict[str, Any]:
     if configuration:
         runs = runs.filter(configuration__slug=configuration)
     runs = runs.select_related("configuration", "created_by")
-    # FORK-2: a fork is listed under its original, so a page holds originals.
-    roots = runs.exclude(forked_from__in=runs)
-    page = Paginator(roots, PAGE_SIZE).get_page(request.GET.get("page"))
+    # FORK-2: a fork is listed under its original (when the list shows that too), so a
+    # page holds originals; a per-row primary-key probe keeps PERF-8's index order.
+    roots = runs.filter(
+        Q(forked_from__isnull=True) | ~Exists(runs.filter(pk=OuterRef("forked_from_id")))
+    )
+    page = RunPaginator(roots, PAGE_SIZE).get_page(request.GET.get("page"))
     rows = _with_forks(list(page.object_list), runs)
     shown = signature([page.paginator.count, *(f"{r.pk}:{r.status}" for r, _ in rows)])
     query = request.GET.copy()
@@ -126,6 +154,7 @@ def run_start(request: HttpRequest) -> HttpResponse:
         configuration=request.POST.get("configuration", ""), input=request.POST.get("task", "")
     )
     try:
+        throttle_check(request, SUBMIT)  # SEC-14: the API's rate, the same counter
         run, _ = run_submit(user=request.user, submission=submission)
     except AgentrunsError as error:
         problems = [m for msgs in field_errors(error).values() for m in msgs]
@@ -148,6 +177,7 @@ def run_fork_page(request: HttpRequest, run_id: int) -> HttpResponse:
     )
     inspector = request.POST.get("view") == "inspector" and may_use_playground(request.user)
     try:
+        throttle_check(request, SUBMIT)  # SEC-14: a fork is a submission
         fork = run_fork(user=request.user, run_id=run_id, request=fork_request)
     except AgentrunsError as error:
         problems = [m for msgs in field_errors(error).values() for m in msgs]

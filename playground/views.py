@@ -1,12 +1,16 @@
-"""The home page and the navigation's live inbox count (polled where the inbox's own
-cards are not on the page: there the count comes with them, see `inbox.cards`)."""
+"""The home page, the navigation's live inbox count (polled where the inbox's own cards
+are not on the page: there the count comes with them, see `inbox.cards`), sign-in and the
+password reset."""
 
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
-from django.contrib.auth.views import LoginView
+from django.contrib.auth.forms import PasswordResetForm
+from django.contrib.auth.views import LoginView, PasswordResetView
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
@@ -34,3 +38,18 @@ class SignIn(LoginView):
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         return {**super().get_context_data(**kwargs), "demo_users": demo_credentials()}
+
+
+class SitePasswordResetForm(PasswordResetForm):
+    """SEC-14: the mailed link is built on AGENTRUNS_SITE_URL, like every mailed link,
+    never on the request's Host header (which a client chooses: a reset link pointing at
+    the attacker's host would hand them the token)."""
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        site = urlsplit(settings.AGENTRUNS_SITE_URL)
+        kwargs.update(domain_override=site.netloc, use_https=site.scheme == "https")
+        super().save(*args, **kwargs)
+
+
+class PasswordReset(PasswordResetView):
+    form_class = SitePasswordResetForm

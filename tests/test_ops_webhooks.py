@@ -12,6 +12,7 @@ import time
 import pytest
 from django.utils import timezone
 
+from agentruns.cluster.process import wait_for
 from agentruns.models import Run, Webhook, WebhookAttempt, WebhookDelivery
 from agentruns.runtime.loop import execute_run
 from agentruns.services.webhooks import NO_RESPONSE, backoff_seconds, webhook_deliver_due
@@ -242,27 +243,26 @@ def test_ops4_the_loops_events_are_queued_by_its_step_statement(staff):
     assert len({r.delivery_id for r in rows}) == 2
 
 
-def test_ops4_the_heartbeat_kick_runs_one_background_pass_at_a_time(monkeypatch):
-    """A worker's heartbeat starts the outbox on a thread of its own and never waits for
-    it: a receiver that hangs delays neither the heartbeat nor a second pass."""
-    from agentruns.cluster import outbox
+def test_ops4_the_outbox_loop_sends_what_is_due_until_stopped(staff):
+    """`manage.py outbox`'s loop (SEC-8: its own process) delivers a queued event, and a
+    stop request ends it after the pass in flight."""
+    from agentruns.cluster.outbox import serve_outbox
 
-    entered, release = threading.Event(), threading.Event()
-
-    def slow_pass() -> dict:
-        entered.set()
-        release.wait(10)
-        return {}
-
-    monkeypatch.setattr(outbox, "run_outbox", slow_pass)
-    assert outbox.kick() is True
-    assert entered.wait(10)
-    started = time.monotonic()
-    assert outbox.kick() is False  # still busy: skipped, not queued
-    assert time.monotonic() - started < 0.5
-    release.set()
-    assert outbox._busy.acquire(timeout=10)  # the pass finished and let go
-    outbox._busy.release()
+    receiver = Receiver(statuses=[200])
+    stop = threading.Event()
+    loop = threading.Thread(target=serve_outbox, args=(stop,), kwargs={"interval": 0.05})
+    try:
+        hook(receiver.url, ["message.user"])
+        submit(staff)
+        loop.start()
+        delivered = WebhookDelivery.objects.filter(status=WebhookDelivery.Status.DELIVERED)
+        wait_for(delivered.exists, timeout=20, what="the outbox loop to deliver")
+        assert delivered.count() == 1 and len(receiver.received) == 1
+    finally:
+        stop.set()
+        loop.join(timeout=20)
+        receiver.close()
+    assert not loop.is_alive()
 
 
 def test_ops4_a_webhook_switched_off_after_queueing_sends_nothing(staff):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from agentruns import policy
-from agentruns.models import Ticket
+from agentruns.models import Event, Ticket
 from tests.conftest import grant
 from tests.support.factories import make_configuration
 from tests.support.runs import submit
@@ -54,6 +54,9 @@ def test_seeing_and_steering_the_predicate_and_the_queryset_agree(people, ticket
         assert policy.may_see_run(user, run) is listed
         assert policy.visible_threads(user).filter(pk=run.thread_id).exists() is listed
         assert policy.visible_tickets(user).filter(pk=ticket.pk).exists() is listed
+        # What hangs off a thread follows it (the admin's event and delivery lists).
+        events = policy.of_visible_threads(Event.objects.filter(run=run), user)
+        assert events.exists() is listed
         # SEC-10: steering is the initiator's alone, whoever else sees the thread.
         assert policy.may_steer(user, run.thread) is (role == "initiator")
     sees_all = role in ("view_all_runs", "approve_run", "superuser")

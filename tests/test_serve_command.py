@@ -1,6 +1,7 @@
-"""`manage.py serve` (what `make run` starts), OPS-8: the web app under gunicorn and the
-cluster, stopped together within 10 s by a terminal's Ctrl-C (SIGINT to the whole process
-group), a supervisor's SIGTERM, or a SIGINT to a background launch — nothing left."""
+"""`manage.py serve` (what `make run` starts), OPS-8: the web app under gunicorn, the
+cluster and the outbox, stopped together within 10 s by a terminal's Ctrl-C (SIGINT to the
+whole process group), a supervisor's SIGTERM, or a SIGINT to a background launch —
+nothing left."""
 
 from __future__ import annotations
 
@@ -36,15 +37,22 @@ def _server_header(port: int) -> str | None:
         return None
 
 
-def _cluster_running(pgid: int) -> bool:
-    """The q2 sentinel, pusher, monitor and workers are up (more than the two mains)."""
+def _commands(pgid: int) -> list[bytes]:
     commands = []
     for pid in group_pids(pgid):
         try:
             commands.append(Path(f"/proc/{pid}/cmdline").read_bytes())
         except OSError:
             continue
-    return sum(b"qcluster" in command for command in commands) >= 4
+    return commands
+
+
+def _cluster_running(pgid: int) -> bool:
+    """The q2 sentinel, pusher, monitor and workers are up (more than the two mains), and
+    the outbox (SEC-8: webhooks and mails in a process of their own)."""
+    commands = _commands(pgid)
+    outbox = any(command.endswith(b"manage.py\x00outbox\x00") for command in commands)
+    return outbox and sum(b"qcluster" in command for command in commands) >= 4
 
 
 def _sigint(disposition):

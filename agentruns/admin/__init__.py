@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 from django import forms
 from django.contrib import admin
 from django.db.models import QuerySet
@@ -14,6 +16,7 @@ from agentruns import events as ev
 from agentruns.admin import ops  # noqa: F401  (webhooks, daily usage, the audit export)
 from agentruns.admin.decisions import RunCancelAdminMixin, TicketDecisionAdminMixin
 from agentruns.admin.playground import PlaygroundAdminMixin
+from agentruns.admin.record import RecordAdmin, RecordInline
 from agentruns.admin.tool_fields import ConfigurationAdminForm
 from agentruns.errors import AgentrunsError
 from agentruns.models import (
@@ -34,10 +37,13 @@ from agentruns.models import (
     Ticket,
     ToolInvocation,
 )
+from agentruns.models.runs import NoteQuerySet, RunQuerySet, ThreadQuerySet
+from agentruns.policy import of_visible_runs, of_visible_threads
 from agentruns.selectors import configuration_readout, run_readout
 from agentruns.services.catalog import fallback_problem
 from agentruns.services.runs import run_cancel
 from agentruns.services.usage import run_usage
+from agentruns.throttles import RESUME, throttle_check
 from agentruns.words import sentence
 
 # UI-7: the product's name, not "Django administration".
@@ -164,7 +170,7 @@ class ConfigurationAdmin(PlaygroundAdminMixin):
 
 
 @admin.register(GateAudit)
-class GateAuditAdmin(admin.ModelAdmin):
+class GateAuditAdmin(RecordAdmin):
     list_display = [
         "created_at",
         "configuration",
@@ -180,19 +186,14 @@ class GateAuditAdmin(admin.ModelAdmin):
     list_filter = ["verdict", "enforcement", "zone"]
     search_fields = ["configuration", "source_name"]
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
+    def visible(self, rows: QuerySet, user: Any) -> QuerySet:
+        return of_visible_runs(rows, user, run="run_id")
 
 
-class EventInline(admin.TabularInline):
+class EventInline(RecordInline):
     """UI-1: the run timeline, in log order, read-only (LOOP-3: the log is append-only)."""
 
     model = Event
-    extra = 0
-    can_delete = False
     ordering = ["sequence"]
     fields = ("sequence", "type", "summary", "created_at")
     readonly_fields = fields
@@ -201,12 +202,9 @@ class EventInline(admin.TabularInline):
     def summary(self, event: Event) -> str:
         return ev.summary(event.type, event.payload)
 
-    def has_add_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
-
 
 @admin.register(Run)
-class RunAdmin(RunCancelAdminMixin):
+class RunAdmin(RunCancelAdminMixin, RecordAdmin):
     list_display = ["id", "configuration", "status", "created_by", "created_at", "attempts"]
     list_filter = ["status", "configuration"]
     search_fields = ["input", "final_reply"]
@@ -217,8 +215,8 @@ class RunAdmin(RunCancelAdminMixin):
     ]
     actions = ["cancel_runs"]
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
+    def visible(self, rows: QuerySet, user: Any) -> QuerySet:
+        return cast(RunQuerySet, rows).visible_to(user)
 
     def get_inlines(self, request: HttpRequest, obj: Run | None = None) -> list:
         return [RunEventInline] if obj else []
@@ -238,6 +236,11 @@ class RunAdmin(RunCancelAdminMixin):
 
     @admin.action(description="Cancel selected runs")
     def cancel_runs(self, request: HttpRequest, queryset: QuerySet) -> None:
+        try:
+            throttle_check(request, RESUME)  # SEC-14: one action, counted once
+        except AgentrunsError as exc:
+            self.message_user(request, sentence(exc), level="error")
+            return
         for run in queryset:
             try:
                 run_cancel(user=request.user, run_id=run.pk)
@@ -250,70 +253,70 @@ class RunEventInline(EventInline):
 
 
 @admin.register(Ticket)
-class TicketAdmin(TicketDecisionAdminMixin):
+class TicketAdmin(TicketDecisionAdminMixin, RecordAdmin):
+    """A ticket changes only by a decision (TicketDecisionAdminMixin, through run_resume)."""
+
     list_display = ["correlation_id", "run", "kind", "tool", "status", "deadline", "resolved_by"]
     list_filter = ["status", "kind"]
     readonly_fields = [field.name for field in Ticket._meta.fields]
 
+    def visible(self, rows: QuerySet, user: Any) -> QuerySet:
+        return of_visible_runs(rows, user)
+
     def view_on_site(self, obj: Ticket) -> str:
         return reverse("playground:run", args=[obj.run_id])
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False  # a ticket changes only by a decision (TicketDecisionAdminMixin)
-
 
 @admin.register(ToolInvocation)
-class ToolInvocationAdmin(admin.ModelAdmin):
+class ToolInvocationAdmin(RecordAdmin):
     list_display = ["run", "step", "call_id", "tool", "status", "effect_sent_at", "completed_at"]
     list_filter = ["status", "tool"]
     readonly_fields = [field.name for field in ToolInvocation._meta.fields]
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
+    def visible(self, rows: QuerySet, user: Any) -> QuerySet:
+        return of_visible_runs(rows, user)
 
 
 @admin.register(Note)
-class NoteAdmin(admin.ModelAdmin):
+class NoteAdmin(RecordAdmin):
+    """Written by `notes.write` in the transaction that records its result."""
+
     list_display = ["title", "run", "call_id", "created_at"]
     search_fields = ["title", "body"]
 
+    def visible(self, rows: QuerySet, user: Any) -> QuerySet:
+        return cast(NoteQuerySet, rows).visible_to(user)
+
 
 @admin.register(Thread)
-class ThreadAdmin(admin.ModelAdmin):
+class ThreadAdmin(RecordAdmin):
     list_display = ["id", "configuration", "created_by", "created_at"]
     inlines = [EventInline]
 
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    """The log and its caches are written by the runtime only (LOOP-3)."""
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
+    def visible(self, rows: QuerySet, user: Any) -> QuerySet:
+        return cast(ThreadQuerySet, rows).visible_to(user)
 
 
 @admin.register(Event)
-class EventAdmin(ReadOnlyAdmin):
+class EventAdmin(RecordAdmin):
     list_display = ["thread", "sequence", "run", "type", "created_at"]
     list_filter = ["type"]
     search_fields = ["=thread__id", "=run__id"]
 
+    def visible(self, rows: QuerySet, user: Any) -> QuerySet:
+        return of_visible_threads(rows, user)
+
 
 @admin.register(Checkpoint)
-class CheckpointAdmin(ReadOnlyAdmin):
+class CheckpointAdmin(RecordAdmin):
     list_display = ["run", "kind", "last_sequence", "created_at"]
     list_filter = ["kind"]
     search_fields = ["=run__id"]
 
+    def visible(self, rows: QuerySet, user: Any) -> QuerySet:
+        return of_visible_runs(rows, user)
+
 
 @admin.register(CatalogGeneration)
-class CatalogGenerationAdmin(ReadOnlyAdmin):
+class CatalogGenerationAdmin(RecordAdmin):
     list_display = ["id", "value"]

@@ -18,6 +18,7 @@ from agentruns.forms.decisions import command_from_post, decision_context
 from agentruns.models import Run, Ticket
 from agentruns.services.resume import run_resume
 from agentruns.services.runs import run_cancel
+from agentruns.throttles import RESUME, throttle_check
 from agentruns.words import decided_sentence, field_errors, sentence
 
 
@@ -45,8 +46,9 @@ class TicketDecisionAdminMixin(admin.ModelAdmin):
     def decide_view(self, request: HttpRequest, ticket_id: int) -> HttpResponse:
         if request.method != "POST":
             return HttpResponseNotAllowed(["POST"])
-        ticket = get_object_or_404(Ticket, pk=ticket_id)
+        ticket = get_object_or_404(self.get_queryset(request), pk=ticket_id)
         try:
+            throttle_check(request, RESUME)  # SEC-14: the API's rate, the same counter
             command = command_from_post(request.POST, ticket.schema)
             run_resume(user=request.user, run_id=ticket.run_id, command=command)
         except AgentrunsError as exc:
@@ -79,6 +81,7 @@ class RunCancelAdminMixin(admin.ModelAdmin):
         if request.method != "POST":
             return HttpResponseNotAllowed(["POST"])
         try:
+            throttle_check(request, RESUME)
             run = run_cancel(user=request.user, run_id=run_id)
         except AgentrunsError as exc:
             self.message_user(request, sentence(exc), level="error")

@@ -12,18 +12,11 @@ from django.db import models
 from django.db.models import Max, Min, QuerySet
 from django.http import HttpRequest, StreamingHttpResponse
 
+from agentruns.admin.record import RecordAdmin, RecordInline
 from agentruns.models import AuditRecord, DailyUsage, Webhook, WebhookAttempt, WebhookDelivery
-from agentruns.policy import may_export_audit
+from agentruns.policy import may_export_audit, of_visible_threads
 from agentruns.services.audit import AuditFilter, audit_response
 from agentruns.services.usage import day_usage
-
-
-class ReadOnly(admin.ModelAdmin):
-    def has_add_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
 
 
 @admin.register(Webhook)
@@ -57,19 +50,16 @@ class WebhookAdmin(admin.ModelAdmin):
         super().save_model(request, obj, form, change)
 
 
-class AttemptInline(admin.TabularInline):
+class AttemptInline(RecordInline):
     model = WebhookAttempt
-    extra = 0
-    can_delete = False
     fields = ("at", "status_code", "latency_ms", "error")
     readonly_fields = fields
 
-    def has_add_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
-
 
 @admin.register(WebhookDelivery)
-class WebhookDeliveryAdmin(ReadOnly):
+class WebhookDeliveryAdmin(RecordAdmin):
+    """A delivery carries its event's payload: seen like the event (SEC-2)."""
+
     list_display = [
         "delivery_id",
         "webhook",
@@ -84,15 +74,23 @@ class WebhookDeliveryAdmin(ReadOnly):
     list_filter = ["status", "event_type"]
     inlines = [AttemptInline]
 
+    def visible(self, rows: QuerySet, user: Any) -> QuerySet:
+        return of_visible_threads(rows, user, thread="thread_id")
+
 
 @admin.register(WebhookAttempt)
-class WebhookAttemptAdmin(ReadOnly):
+class WebhookAttemptAdmin(RecordAdmin):
     list_display = ["at", "delivery", "status_code", "latency_ms", "error"]
     list_filter = ["status_code"]
 
+    def visible(self, rows: QuerySet, user: Any) -> QuerySet:
+        return of_visible_threads(rows, user, thread="delivery__thread_id")
+
 
 @admin.register(DailyUsage)
-class DailyUsageAdmin(ReadOnly):
+class DailyUsageAdmin(RecordAdmin):
+    """OPS-2's counters: deleting a day's row would lift its limit."""
+
     list_display = ["day", "configuration", "input_tokens", "output_tokens", "cost"]
     list_filter = ["day", "configuration"]
     date_hierarchy = "day"
@@ -109,9 +107,10 @@ def _period(queryset: QuerySet[AuditRecord]) -> AuditFilter:
 
 
 @admin.register(AuditRecord)
-class AuditRecordAdmin(ReadOnly):
+class AuditRecordAdmin(RecordAdmin):
     """OPS-5 in the admin: select gate decisions and export the whole audit (decisions,
-    approvals, denials, expiries, redactions, cancels) of the period they span."""
+    approvals, denials, expiries, redactions, cancels) of the period they span. Whoever
+    may export the audit sees all of it (`may_export_audit`)."""
 
     list_display = [
         "created_at",

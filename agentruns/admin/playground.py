@@ -17,7 +17,6 @@ from django.urls import URLPattern, path, reverse
 from agentruns.forms.playground import PlaygroundForm, form_context
 from agentruns.models import Configuration
 from agentruns.policy import may_use_playground
-from agentruns.services.runs import run_submit
 
 
 class PlaygroundAdminMixin(admin.ModelAdmin):
@@ -51,7 +50,7 @@ class PlaygroundAdminMixin(admin.ModelAdmin):
         submitting = request.method == "POST" and data.get("action") != "readout"
         form = PlaygroundForm(data if submitting else None)
         if submitting:
-            run = form.attempt(request, lambda s: run_submit(user=request.user, submission=s)[0])
+            run = form.start(request)
             if run is not None:
                 messages.success(request, f"Run #{run.pk} started with the forced sources.")
                 return redirect(reverse("playground:inspector", args=[run.pk]))

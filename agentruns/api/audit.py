@@ -41,12 +41,14 @@ def parse_moment(raw: str | None, name: str, *, end: bool = False) -> datetime |
     """A date (the whole day; `to` includes it) or an ISO datetime, in UTC if naive."""
     if not raw:
         return None
-    moment = parse_datetime(raw)
-    if moment is None:
-        day = parse_date(raw)
-        if day is None:
-            raise InvalidRequest("Bad date.", fields={name: ["Use YYYY-MM-DD or ISO 8601."]})
+    # The date first: parse_datetime also reads "2026-08-16", as that day's midnight,
+    # which as `to` would exclude the very day it names.
+    day = parse_date(raw)
+    moment = parse_datetime(raw) if day is None else None
+    if day is not None:
         moment = datetime.combine(day + timedelta(days=1) if end else day, time.min)
+    if moment is None:
+        raise InvalidRequest("Bad date.", fields={name: ["Use YYYY-MM-DD or ISO 8601."]})
     if timezone.is_naive(moment):
         moment = timezone.make_aware(moment, UTC)
     return moment

@@ -17,6 +17,7 @@ from agentruns.errors import AgentrunsError
 STATUS_BY_CODE = {
     "invalid": status.HTTP_400_BAD_REQUEST,
     "malformed": status.HTTP_400_BAD_REQUEST,
+    "invalid_idempotency_key": status.HTTP_400_BAD_REQUEST,
     "not_found": status.HTTP_404_NOT_FOUND,
     "conflict": status.HTTP_409_CONFLICT,
     "context_refused": status.HTTP_409_CONFLICT,
@@ -34,6 +35,7 @@ STATUS_BY_CODE = {
     "catalog_mismatch": status.HTTP_409_CONFLICT,
     "call_mismatch": status.HTTP_409_CONFLICT,
     "daily_limit_reached": status.HTTP_429_TOO_MANY_REQUESTS,
+    "throttled": status.HTTP_429_TOO_MANY_REQUESTS,
 }
 
 

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
 from rest_framework.exceptions import ParseError
 from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.parsers import JSONParser
-from rest_framework.settings import api_settings
-from rest_framework.throttling import ScopedRateThrottle
+from rest_framework.throttling import BaseThrottle
+
+from agentruns.selectors import bounded_count
+from agentruns.throttles import ScopeThrottle
 
 # PostgreSQL's bigint: a larger id or offset is no row, never a database error.
 MAX_ID = 2**63 - 1
@@ -72,24 +75,31 @@ class StorableRequestMiddleware:
 
 
 class Pagination(LimitOffsetPagination):
+    """`count` is exact up to selectors.EXACT_COUNT_UP_TO, an estimate beyond (PERF-8)."""
+
     max_limit = 500
+
+    def get_count(self, queryset: Any) -> int:
+        if not isinstance(queryset, QuerySet):  # a list a service built (usage)
+            return len(queryset)
+        return bounded_count(queryset)[0]
 
     def get_offset(self, request: Any) -> int:
         return min(super().get_offset(request), MAX_OFFSET)
 
 
-class ActionThrottle(ScopedRateThrottle):
+class ActionThrottle(BaseThrottle):
     """Throttles only the actions named in the view's `throttle_scopes` (action -> scope),
-    at the rates in REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"] read on each request."""
+    counting in the same shared counter as the pages (`agentruns.throttles`, SEC-14)."""
+
+    limit: ScopeThrottle | None = None
 
     def allow_request(self, request: Any, view: Any) -> bool:
-        self.scope = getattr(view, "throttle_scopes", {}).get(getattr(view, "action", None))
-        if not self.scope:
+        scope = getattr(view, "throttle_scopes", {}).get(getattr(view, "action", None))
+        if not scope:
             return True
-        rate = api_settings.DEFAULT_THROTTLE_RATES.get(self.scope)
-        if not rate:
-            return True
-        self.rate = str(rate)
-        self.num_requests, self.duration = self.parse_rate(self.rate)
-        # ScopedRateThrottle.allow_request would re-read the scope from the view.
-        return super(ScopedRateThrottle, self).allow_request(request, view)
+        self.limit = ScopeThrottle(scope)
+        return self.limit.allow_request(request, view)
+
+    def wait(self) -> float | None:
+        return self.limit.wait() if self.limit else None

@@ -39,6 +39,7 @@ from agentruns.services.runs import (
     thread_switch_mode,
 )
 from agentruns.services.usage import Usage, run_usage, runs_usage
+from agentruns.throttles import RESUME, SUBMIT
 
 
 class SubmitSerializer(serializers.Serializer):
@@ -192,7 +193,12 @@ def event_dict(event: Event) -> dict[str, Any]:
 
 class RunViewSet(viewsets.GenericViewSet):
     serializer_class = SubmitSerializer
-    throttle_scopes = {"create": "submit", "fork": "submit", "resume": "resume"}
+    throttle_scopes = {
+        "create": SUBMIT,
+        "fork": SUBMIT,
+        "resume": RESUME,
+        "cancel": RESUME,
+    }  # SEC-14
 
     def get_queryset(self) -> Any:
         return visible_runs(self.request.user)
@@ -339,13 +345,14 @@ class NoteViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gen
 
 
 class TicketViewSet(viewsets.GenericViewSet):
-    """Active tickets the caller may act on (HITL-9)."""
+    """Active tickets the caller may act on (HITL-9), a page at a time (SEC-14)."""
 
     def get_queryset(self) -> Any:
-        return Ticket.objects.none()
+        return answerable_tickets(self.request.user)
 
     @extend_schema(summary="List the tickets you may answer", responses={200: TicketsOut})
     def list(self, request: Request) -> Response:
+        page = self.paginate_queryset(self.get_queryset()) or []
         rows = [
             {
                 **(ticket_dict(ticket) or {}),
@@ -355,11 +362,11 @@ class TicketViewSet(viewsets.GenericViewSet):
                     ticket.run.created_by.get_username() if ticket.run.created_by else None
                 ),
             }
-            for ticket in answerable_tickets(request.user)
+            for ticket in page
         ]
-        return Response(
-            {"count": len(rows), "results": rows, "uncertain": uncertain_calls(request.user)}
-        )
+        response = self.get_paginated_response(rows)
+        response.data["uncertain"] = uncertain_calls(request.user)  # at most 200, newest
+        return response
 
 
 def uncertain_calls(user: Any) -> list[dict[str, Any]]:

@@ -108,6 +108,8 @@ class QueuedTicketOut(TicketOut):
 
 class TicketsOut(serializers.Serializer):
     count = serializers.IntegerField()
+    next = serializers.URLField(allow_null=True)
+    previous = serializers.URLField(allow_null=True)
     results = QueuedTicketOut(many=True)
     uncertain = UncertainOut(many=True)
 

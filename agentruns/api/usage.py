@@ -12,6 +12,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from agentruns.api.limits import Pagination
 from agentruns.errors import InvalidRequest
 from agentruns.services.usage import daily_usage
 
@@ -45,4 +46,6 @@ class UsageView(APIView):
             end=_day(request, "to"),
             configuration=request.query_params.get("configuration") or None,
         )
-        return Response({"results": [row.as_dict() for row in rows]})
+        paginator = Pagination()  # SEC-14: every list a page at a time
+        page = paginator.paginate_queryset(rows, request, view=self) or []
+        return paginator.get_paginated_response([row.as_dict() for row in page])

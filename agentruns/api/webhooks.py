@@ -15,8 +15,6 @@ from agentruns.events import EVENT_TYPES
 from agentruns.models import Webhook, WebhookAttempt, WebhookDelivery
 from agentruns.outbound import url_problem
 
-RECENT_DELIVERIES = 50
-
 
 class WebhookSerializer(serializers.ModelSerializer):
     events = serializers.ListField(
@@ -98,16 +96,16 @@ class WebhookViewSet(viewsets.ModelViewSet):
         serializer.save(created_by=self.request.user)
 
     @extend_schema(
-        summary="A webhook's recent deliveries",
+        summary="A webhook's deliveries, newest first",
         request=None,
         responses={200: DeliverySerializer(many=True)},
     )
-    @action(
-        detail=True, methods=["get"], serializer_class=DeliverySerializer, pagination_class=None
-    )
+    @action(detail=True, methods=["get"], serializer_class=DeliverySerializer)
     def deliveries(self, request: Request, pk: str | None = None) -> Response:
-        """The newest deliveries of this webhook, each with every attempt."""
+        """This webhook's deliveries, newest first, each with every attempt, a page at a
+        time (SEC-14)."""
         rows: QuerySet[WebhookDelivery] = (
             self.get_object().deliveries.prefetch_related("attempt_log").order_by("-id")
         )
-        return Response(DeliverySerializer(rows[:RECENT_DELIVERIES], many=True).data)
+        page = self.paginate_queryset(rows) or []
+        return self.get_paginated_response(DeliverySerializer(page, many=True).data)

@@ -37,7 +37,6 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError, connections, transaction
 from psycopg_pool import PoolTimeout
 
-from agentruns.cluster.outbox import kick
 from agentruns.cluster.sweeper import sweep
 from agentruns.store.connection import (
     close_thread_connections,
@@ -271,8 +270,7 @@ class Driver:
             now = time.monotonic()
             if not self._shutting_down and now - self._last_sweep >= self.config.sweep_seconds:
                 self._last_sweep = now
-                sweep()
-                kick()  # webhooks and mails, on a thread of their own (OPS-4, OPS-6)
+                sweep()  # webhooks and mails are the outbox process's (SEC-8), never here
         except Exception:
             logger.exception("heartbeat failed")
         finally:

@@ -119,14 +119,16 @@ def start_cluster(
     env: Mapping[str, str] | None = None,
     *,
     python: str | None = None,
+    command: str = "qcluster",
 ) -> ClusterProcess:
-    """Start `manage.py qcluster` with the current environment plus `env`."""
+    """Start `manage.py qcluster` (or another long-running `command`, such as `outbox`)
+    with the current environment plus `env`."""
     full_env = {**os.environ, **(env or {})}
     full_env.setdefault("PYTHONUNBUFFERED", "1")
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("ab") as log:
         popen = subprocess.Popen(
-            [python or sys.executable, str(manage_py()), "qcluster"],
+            [python or sys.executable, str(manage_py()), command],
             cwd=str(manage_py().parent),
             env=full_env,
             stdout=log,

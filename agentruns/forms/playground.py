@@ -13,7 +13,7 @@ from django.contrib import messages
 from django.http import HttpRequest, QueryDict
 
 from agentruns.errors import AgentrunsError
-from agentruns.models import Configuration, Skill, Snippet
+from agentruns.models import Configuration, Run, Skill, Snippet
 from agentruns.selectors import (
     EXAMPLE_TASK,
     configuration_choices,
@@ -21,7 +21,8 @@ from agentruns.selectors import (
     mode_names,
     preselected,
 )
-from agentruns.services.runs import Submission
+from agentruns.services.runs import Submission, run_submit
+from agentruns.throttles import SUBMIT, throttle_check
 from agentruns.words import field_errors, sentence
 
 T = TypeVar("T")
@@ -60,6 +61,15 @@ class PlaygroundForm(forms.Form):
             self.show_error(error)
             messages.error(request, sentence(error))
             return None
+
+    def start(self, request: HttpRequest) -> Run | None:
+        """Run: the run `run_submit` started, under the API's submission rate (SEC-14)."""
+
+        def submit(submission: Submission) -> Run:
+            throttle_check(request, SUBMIT)
+            return run_submit(user=request.user, submission=submission)[0]
+
+        return self.attempt(request, submit)
 
     def show_error(self, error: AgentrunsError) -> None:
         for name, problems in field_errors(error).items():

@@ -10,6 +10,7 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from agentruns import events as ev
 from agentruns.models.catalog import Configuration
 
 
@@ -142,7 +143,11 @@ class Run(models.Model):
                 name="run_idempotency_key_once",
             ),
         ]
-        indexes = [models.Index(fields=["status", "lease_expires_at"], name="run_status_lease")]
+        indexes = [
+            models.Index(fields=["status", "lease_expires_at"], name="run_status_lease"),
+            # PERF-8: the run list, newest first, pages through this without sorting.
+            models.Index(fields=["created_at", "id"], name="run_newest"),
+        ]
         permissions = [
             ("use_playground", "Can use the tool playground"),
             ("approve_run", "Can approve tool calls and answer questions of runs"),
@@ -194,7 +199,16 @@ class Event(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["thread", "sequence"], name="event_sequence_once")
         ]
-        indexes = [models.Index(fields=["run", "sequence"], name="event_run_sequence")]
+        indexes = [
+            models.Index(fields=["run", "sequence"], name="event_run_sequence"),
+            # PERF-8, OPS-5: the audit export reads the few audited events by time; partial,
+            # so the steps of the loop (none of them audited) never maintain it.
+            models.Index(
+                fields=["created_at", "id"],
+                name="event_audit_time",
+                condition=models.Q(type__in=ev.AUDITED),
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.thread_id}#{self.sequence} {self.type}"
@@ -269,7 +283,15 @@ class ToolInvocation(models.Model):
 
     class Meta:
         ordering = ["run", "id"]
-        indexes = [models.Index(fields=["run", "step", "call_id"], name="invocation_call")]
+        indexes = [
+            models.Index(fields=["run", "step", "call_id"], name="invocation_call"),
+            # PERF-8, TOOL-4: the inbox lists the uncertain writes, a handful among millions.
+            models.Index(
+                fields=["-effect_sent_at"],
+                name="invocation_uncertain",
+                condition=models.Q(status="uncertain"),
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.tool} {self.call_id} ({self.status})"

@@ -1,6 +1,7 @@
 """Approvers hear of work (OPS-6): a mail when a ticket opens, and a reminder before its
-deadline, sent by the cluster after the ticket committed (never inside a run's
-transaction).
+deadline, sent by the outbox process after the ticket committed (never inside a run's
+transaction, never on a process that drives runs: SEC-8). Each send has one total
+deadline, EMAIL_TIMEOUT (`agentruns.outbound.DeadlineEmailBackend`).
 
 Each mail is claimed first with a conditional update of the ticket's `notified_at` /
 `reminded_at`, so two machines never send the same one; a send that fails clears the
@@ -12,6 +13,7 @@ prefetches the link cannot approve). It never carries the call's arguments.
 from __future__ import annotations
 
 import logging
+import time
 from datetime import timedelta
 
 from django.conf import settings
@@ -59,10 +61,14 @@ def _claim(ticket_id: int, mark: str) -> bool:
     )
 
 
-def _send(tickets: list[Ticket], mark: str) -> int:
+def _send(tickets: list[Ticket], mark: str, budget_seconds: float) -> int:
+    """Mail each ticket's recipients until the budget is spent (the rest stay due)."""
     approving = approver_emails() if tickets else set()
     sent = 0
+    deadline = time.monotonic() + budget_seconds
     for ticket in tickets:
+        if time.monotonic() > deadline:
+            break
         to = recipients(ticket, approving)
         if not to or not _claim(ticket.pk, mark):
             continue
@@ -78,17 +84,17 @@ def _send(tickets: list[Ticket], mark: str) -> int:
     return sent
 
 
-def tickets_notify_due(*, limit: int = 100) -> int:
+def tickets_notify_due(*, limit: int = 100, budget_seconds: float = 20.0) -> int:
     """Mail every active ticket nobody was told of yet; returns tickets mailed."""
     due = (
         Ticket.objects.filter(status=Ticket.Status.ACTIVE, notified_at__isnull=True)
         .select_related("run__configuration", "run__created_by")
         .order_by("id")[:limit]
     )
-    return _send(list(due), OPENED)
+    return _send(list(due), OPENED, budget_seconds)
 
 
-def tickets_remind_due(*, limit: int = 100) -> int:
+def tickets_remind_due(*, limit: int = 100, budget_seconds: float = 20.0) -> int:
     """A reminder once a ticket's deadline is within AGENTRUNS_REMINDER_SECONDS; a ticket
     opened already inside that window had its first mail just now and gets none."""
     lead = timedelta(seconds=float(settings.AGENTRUNS_REMINDER_SECONDS))
@@ -105,4 +111,4 @@ def tickets_remind_due(*, limit: int = 100) -> int:
         .select_related("run__configuration", "run__created_by")
         .order_by("deadline")[:limit]
     )
-    return _send(list(due), REMINDER)
+    return _send(list(due), REMINDER, budget_seconds)

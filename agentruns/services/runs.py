@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,7 +14,14 @@ from django.utils import timezone
 from django.utils.crypto import salted_hmac
 
 from agentruns import events as ev
-from agentruns.errors import Conflict, DailyLimitReached, InvalidRequest, NotFound, NotPermitted
+from agentruns.errors import (
+    Conflict,
+    DailyLimitReached,
+    InvalidIdempotencyKey,
+    InvalidRequest,
+    NotFound,
+    NotPermitted,
+)
 from agentruns.events import LogEntry
 from agentruns.gate.audit import current_enforcement
 from agentruns.gate.core import compose_sources
@@ -152,6 +160,7 @@ def run_submit(
     Returns (run, created); the same Idempotency-Key and body return the original (CLU-5)."""
     check_playground(user, submission)
     owner = user if user.is_authenticated else None
+    check_idempotency_key(idempotency_key)
     if idempotency_key:
         existing = _idempotent_match(owner, idempotency_key, submission)
         if existing:
@@ -170,6 +179,27 @@ def run_submit(
             "The thread already has a run in progress; wait for it or cancel it."
         ) from exc
     return run, True
+
+
+MAX_IDEMPOTENCY_KEY = Run._meta.get_field("idempotency_key").max_length or 200
+_KEY_CHARACTERS = re.compile(r"[\x20-\x7e]+")
+
+
+def check_idempotency_key(key: str | None) -> None:
+    """SEC-14: a key is 1 to MAX_IDEMPOTENCY_KEY printable ASCII characters (a UUID, a
+    token); longer, or holding NUL or another control character, it names nothing."""
+    if key is None:
+        return
+    if len(key) > MAX_IDEMPOTENCY_KEY:
+        raise InvalidIdempotencyKey(
+            f"The Idempotency-Key is {len(key)} characters long; at most "
+            f"{MAX_IDEMPOTENCY_KEY} are allowed."
+        )
+    if not _KEY_CHARACTERS.fullmatch(key):
+        raise InvalidIdempotencyKey(
+            "The Idempotency-Key may hold only printable ASCII characters (no NUL, no "
+            "control characters)."
+        )
 
 
 def check_daily_limit(configuration: Configuration) -> None:

@@ -1,4 +1,4 @@
-"""Webhooks (OPS-4): the outbox, and the sender the cluster runs.
+"""Webhooks (OPS-4): the outbox, and the sender the outbox process runs.
 
 Queueing is the outbox pattern, like the wake-ups: a delivery row is written in the same
 transaction as the event it carries, so a host hears of every committed event and of no
@@ -6,11 +6,13 @@ rolled-back one. The matching rule lives on the model (`Webhook.wants`, `MATCH_S
 store writes the rows (`SystemStore.queue_deliveries` for the services' appends, and the
 loop's step write, where on PostgreSQL `WebhookDelivery.insert_sql` is one more CTE).
 
-Sending happens on the cluster, never on a run's thread: `webhook_deliver_due` claims due
-rows (`FOR UPDATE SKIP LOCKED`, then pushes `next_attempt_at` past the send so no other
-machine takes them), sends each with a short timeout outside any transaction, and records
-every attempt. Failures back off exponentially with jitter until the attempt budget is
-spent. Delivery is at least once: a receiver deduplicates by `X-Agentruns-Delivery`.
+Sending happens in the outbox process, never on a process or thread that drives runs
+(SEC-8): `webhook_deliver_due` claims due rows (`FOR UPDATE SKIP LOCKED`, then pushes
+`next_attempt_at` past the send so no other machine takes them), sends each outside any
+transaction within one total deadline per attempt (AGENTRUNS_WEBHOOK_TIMEOUT for
+connecting, sending and reading together), and records every attempt. Failures back off
+exponentially with jitter until the attempt budget is spent. Delivery is at least once: a
+receiver deduplicates by `X-Agentruns-Delivery`.
 """
 
 from __future__ import annotations
@@ -161,12 +163,13 @@ def webhook_deliver_due(*, limit: int = 100, budget_seconds: float = 20.0) -> in
     if not ids:
         return 0
     deadline = time.monotonic() + budget_seconds
-    timeout = httpx.Timeout(float(settings.AGENTRUNS_WEBHOOK_TIMEOUT))
+    seconds = float(settings.AGENTRUNS_WEBHOOK_TIMEOUT)
+    timeout = httpx.Timeout(seconds)
     sent = 0
     rows = WebhookDelivery.objects.select_related("webhook").filter(pk__in=ids)
     # SEC-9: each connection goes to an address checked after DNS; redirects are not
-    # followed (a 3xx is recorded as a failed attempt).
-    transport = PinnedTransport()
+    # followed (a 3xx is recorded as a failed attempt). SEC-8: the deadline is per attempt.
+    transport = PinnedTransport(deadline_seconds=seconds)
     with httpx.Client(timeout=timeout, follow_redirects=False, transport=transport) as client:
         for delivery in _in_order(rows, ids):
             if time.monotonic() > deadline:

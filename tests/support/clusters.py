@@ -73,9 +73,10 @@ class Clusters:
         env.update({key: str(value) for key, value in overrides.items()})
         return env
 
-    def start(self, name: str, **overrides: Any) -> ClusterProcess:
+    def start(self, name: str, *, command: str = "qcluster", **overrides: Any) -> ClusterProcess:
+        """`manage.py qcluster`, or another long-running command (`outbox`)."""
         log = self.tmp_path / f"cluster-{name}-{len(self.started)}.log"
-        cluster = start_cluster(name, log, self.env(**overrides))
+        cluster = start_cluster(name, log, self.env(**overrides), command=command)
         self.started.append(cluster)
         return cluster
 

@@ -1,9 +1,11 @@
-"""Helpers for the operations tests: a real HTTP receiver on loopback, and a parked run."""
+"""Helpers for the operations tests: a real HTTP receiver on loopback, a slow TCP server
+(a trickling receiver, a silent or trickling mail server), and a parked run."""
 
 from __future__ import annotations
 
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -124,3 +126,77 @@ def answer(user, run_id: int, decision: str = "allow", note: str = "") -> None:
 
 
 Sender = Callable[[], int]
+
+
+@dataclass
+class Connection:
+    opened: float  # time.monotonic() when accepted
+    closed: float | None = None  # when the client was seen to hang up
+
+
+class SlowServer:
+    """A TCP server on loopback that sends `payload` one byte every `interval` seconds on
+    each connection, and nothing at all once it is sent (or with an empty payload: a mail
+    server that accepts and never greets). It records when each client connected and when
+    it hung up, so a test sees how long a sender held on (SEC-8)."""
+
+    def __init__(self, payload: bytes = b"", interval: float = 0.5) -> None:
+        self.payload, self.interval = payload, interval
+        self.connections: list[Connection] = []
+        self._stop = threading.Event()
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener.settimeout(0.1)
+        self._threads = [threading.Thread(target=self._accept, daemon=True)]
+        self._threads[0].start()
+
+    @property
+    def port(self) -> int:
+        return int(self._listener.getsockname()[1])
+
+    def closed(self) -> list[Connection]:
+        return [c for c in list(self.connections) if c.closed is not None]
+
+    def _accept(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            record = Connection(opened=time.monotonic())
+            self.connections.append(record)
+            thread = threading.Thread(target=self._serve, args=(conn, record), daemon=True)
+            self._threads.append(thread)
+            thread.start()
+
+    def _serve(self, conn: socket.socket, record: Connection) -> None:
+        conn.settimeout(self.interval)
+        left = self.payload
+        with conn:
+            while not self._stop.is_set():
+                try:
+                    if not conn.recv(65536):  # the client hung up
+                        break
+                except TimeoutError:
+                    try:
+                        if left:
+                            conn.sendall(left[:1])
+                            left = left[1:]
+                    except OSError:
+                        break
+                except OSError:
+                    break
+            record.closed = time.monotonic()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._listener.close()
+        for thread in self._threads:
+            thread.join(timeout=5)
+
+
+# A status line that never ends: a receiver sending a byte a second would hold it for ever.
+TRICKLED_HTTP = b"HTTP/1.1 200 " + b"O" * 400 + b"K\r\n\r\n"
+# A greeting that never ends.
+TRICKLED_SMTP = b"220 " + b"x" * 400 + b"\r\n"

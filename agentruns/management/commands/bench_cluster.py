@@ -1,27 +1,31 @@
 """`manage.py bench_cluster`: the cluster's performance figures, measured on a real cluster
-started the way the README configures it (PERF-5, PERF-6).
+started the way the README configures it (PERF-5, PERF-6, PERF-7), beside LangGraph's
+asyncio peer at the same sizes in the same run.
 
 - PERF-5, approval to execution: a run parks on `notes.write` (needs approval); from
   `run_resume` returning to the approved tool starting (the Note row's creation time; the
   tool creates it first thing), median over `--perf5-samples` resumes, one at a time.
 - PERF-6, concurrency: N runs in flight at once (`--sizes`) with a scripted provider that
   answers in `--latency-ms`, `--turns` turns of one read-only tool call each, then a final
-  reply (like `bench/peer_langgraph_concurrency.py`). All N are submitted in ONE
-  transaction, so their wake-ups appear together; wall time runs from that commit to the
-  last run's terminal write. Ideal = (turns + 1) x latency. Also the most runs seen
-  `running` at once and the most PostgreSQL connections seen (`pg_stat_activity`).
+  reply (the shape of `agentruns/bench/peers/langgraph_concurrency.py`, which runs right
+  after ours at each size). All N are submitted in ONE transaction, so their wake-ups
+  appear together; wall time runs from that commit to the last run's terminal write.
+  Ideal = (turns + 1) x latency. Also the most runs seen `running` at once and the most
+  PostgreSQL connections seen (`pg_stat_activity`, this database and the whole server).
+- PERF-7, memory: the cluster's proportional set size (every process of its group): its
+  peak during a batch less the warm idle cluster's, per run in flight at once; and what
+  `--parked` runs parked on a ticket add, per parked run (with the bytes each keeps in
+  PostgreSQL).
 - `--alternatives` repeats PERF-6 for other shapes of the same machine (more processes with
   fewer threads, one process, one run per process) to show why the default is what it is.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
-import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +36,15 @@ from django.db import connection, connections, transaction
 from django.db.models import Count, Max
 from django.utils import timezone
 
+from agentruns.bench import harness
+from agentruns.bench.sampling import Sampler, pss_kb
 from agentruns.cluster.process import ClusterProcess, start_cluster, wait_for
 from agentruns.store import on_postgres
+
+PERF5_TARGET_MS = 50
+PERF6_TARGET, PERF6_CONNECTIONS = 0.8, 50
+PERF7_PARKED_KB, PERF7_IN_FLIGHT_KB = 50, 300
+SEED_RUNS = 20_000
 
 
 @dataclass(frozen=True)
@@ -64,58 +75,24 @@ ALTERNATIVES = (
 )
 
 
-@dataclass
-class Sampler:
-    """Samples connections and running runs in the background while a batch runs."""
-
-    configuration_id: int
-    max_connections: int = 0
-    max_connections_db: int = 0
-    max_running: int = 0
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
-
-    def __enter__(self) -> Sampler:
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._thread:
-            self._thread.join()
-
-    def _loop(self) -> None:
-        from agentruns.models import Run
-
-        try:
-            while not self._stop.wait(0.25):
-                with connection.cursor() as cursor:
-                    cursor.execute(
-                        "SELECT count(*), count(*) FILTER (WHERE datname = current_database()) "
-                        "FROM pg_stat_activity WHERE backend_type = 'client backend'"
-                    )
-                    total, here = cursor.fetchone()
-                running = Run.objects.filter(
-                    configuration_id=self.configuration_id, status=Run.Status.RUNNING
-                ).count()
-                self.max_connections = max(self.max_connections, total)
-                self.max_connections_db = max(self.max_connections_db, here)
-                self.max_running = max(self.max_running, running)
-        finally:
-            connection.close()
-
-
 class Command(BaseCommand):
-    help = "Measure PERF-5 and PERF-6 on a real django-q2 cluster (PostgreSQL)."
+    help = "Measure PERF-5..PERF-7 on a real django-q2 cluster (PostgreSQL), beside LangGraph."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--sizes", default="50,200,400,500")
+        parser.add_argument("--sizes", default="50,200,500,1000")
         parser.add_argument("--latency-ms", type=int, default=1000)
         parser.add_argument("--turns", type=int, default=3)
         parser.add_argument("--perf5-samples", type=int, default=20)
+        parser.add_argument("--parked", type=int, default=1000, help="Runs parked for PERF-7.")
+        parser.add_argument(
+            "--seed-runs",
+            type=int,
+            default=SEED_RUNS,
+            help="Finished runs the database holds before measuring (seeded once).",
+        )
         parser.add_argument("--skip-perf5", action="store_true")
         parser.add_argument("--skip-perf6", action="store_true")
+        parser.add_argument("--skip-perf7", action="store_true")
         parser.add_argument(
             "--alternatives",
             action="store_true",
@@ -134,7 +111,8 @@ class Command(BaseCommand):
             action="store_true",
             help="Use a cluster that is already running instead of starting one.",
         )
-        parser.add_argument("--json", dest="json_path", help="Also write the results here.")
+        parser.add_argument("--peer-pool", type=int, default=20, help="LangGraph's pool size.")
+        harness.add_options(parser, "bench_cluster", peers="install")
 
     # ---- orchestration ------------------------------------------------------------------
 
@@ -143,33 +121,60 @@ class Command(BaseCommand):
             raise CommandError("bench_cluster needs PostgreSQL (set DATABASE_URL).")
         ensure_database()
         call_command("migrate", interactive=False, verbosity=0)
-        self.stamp = int(time.time())
-        self.user = bench_user()
-        self.provider = bench_provider()
-        results: dict[str, Any] = {"perf6": [], "perf5": None}
+        self.opts, self.stamp = opts, int(time.time())
+        self.user, self.provider = bench_user(), bench_provider()
+        self.python = harness.peers_chosen(opts["peers"], self.say)
         shape = Shape("default", opts["workers"], opts["threads"], opts["pool_max"])
-        sizes = [int(s) for s in opts["sizes"].split(",") if s.strip()]
-        self.stdout.write(
+        result: dict[str, Any] = {
+            "benchmark": "bench_cluster",
+            "machine": harness.machine(),
+            "cluster": shape.describe(),
+            "lease_seconds": settings.AGENTRUNS_LEASE_SECONDS,
+            "peers": {"versions": harness.peer_versions(self.python), "errors": []},
+            "perf5": None,
+            "perf6": [],
+            "peer_concurrency": [],
+            "perf7": None,
+        }
+        self.result = result
+        self.say(
             f"bench_cluster: {os.cpu_count()} cores, cluster {shape.describe()}, lease "
-            f"{settings.AGENTRUNS_LEASE_SECONDS:g}s"
+            f"{settings.AGENTRUNS_LEASE_SECONDS:g}s, load {result['machine']['load_before']}; "
+            f"LangGraph peer: {'yes' if self.python else 'not installed'}"
         )
-        seed_history(self.configuration("seed", latency_ms=0, turns=1))
-        with self.cluster(shape, external=opts["external"]):
+        seed_history(self.configuration("seed", latency_ms=0, turns=1), opts["seed_runs"])
+        try:
+            self.measure(shape, result)
+        except Exception as failed:  # what was measured before it is still worth keeping
+            result["failed"] = repr(failed)
+            raise
+        finally:
+            self.report(result)
+            plot = Path(opts["plot"]) if opts["plot"] else None
+            self.say(harness.write_result(result, Path(opts["json"]), plot, self.python))
+
+    def measure(self, shape: Shape, result: dict[str, Any]) -> None:
+        opts = self.opts
+        with self.cluster(shape, external=opts["external"]) as cluster:
             if not opts["skip_perf5"]:
-                results["perf5"] = self.perf5(opts["perf5_samples"])
+                result["perf5"] = self.perf5(opts["perf5_samples"])
             if not opts["skip_perf6"]:
-                for n in sizes:
-                    results["perf6"].append(self.perf6(shape, n, opts["latency_ms"], opts["turns"]))
+                # Smallest first: each batch's peak memory, less the idle cluster's, is then
+                # what that many runs in flight cost (a heap, once grown, stays grown).
+                for n in sorted(harness.csv_ints(opts["sizes"])):
+                    result["perf6"].append(self.perf6(shape, n, cluster))
+                    result["peer_concurrency"].extend(self.peer_concurrency(n))
+            if not opts["skip_perf7"] and opts["parked"]:
+                result["perf7"] = {"parked": self.parked(cluster, opts["parked"])}
         if opts["alternatives"]:
-            alt_sizes = [int(s) for s in opts["alternative_sizes"].split(",") if s.strip()]
             for alt in ALTERNATIVES:
-                with self.cluster(alt, external=False):
-                    for n in alt_sizes:
-                        results["perf6"].append(
-                            self.perf6(alt, n, opts["latency_ms"], opts["turns"])
-                        )
-        if opts["json_path"]:
-            Path(opts["json_path"]).write_text(json.dumps(results, indent=2, default=str))
+                with self.cluster(alt, external=False) as cluster:
+                    for n in harness.csv_ints(opts["alternative_sizes"]):
+                        result["perf6"].append(self.perf6(alt, n, cluster))
+
+    def say(self, line: str) -> None:
+        self.stdout.write(line)
+        self.stdout.flush()
 
     def cluster(self, shape: Shape, *, external: bool) -> _ClusterContext:
         return _ClusterContext(self, shape, external)
@@ -182,27 +187,35 @@ class Command(BaseCommand):
 
     # ---- PERF-5 ---------------------------------------------------------------------------
 
-    def perf5(self, samples: int) -> dict[str, Any] | None:
-        from agentruns.bench.workload import allow_as_shown
-        from agentruns.models import Note, Run, Ticket
-        from agentruns.services.resume import run_resume
-
-        vacuum_hot_tables()
+    def park(self, name: str, n: int) -> list[int]:
+        """n runs parked on a `notes.write` ticket."""
+        from agentruns.models import Run
 
         slug = self.configuration(
-            "perf5",
+            name,
             latency_ms=0,
             turns=1,
             tool="notes.write",
             arguments={"title": "bench", "body": "approved"},
             allowed=["notes"],
         )
-        ids = self.submit(slug, samples)
+        with transaction.atomic():
+            ids = self.submit(slug, n)
         wait_for(
             lambda: Run.objects.filter(pk__in=ids, status=Run.Status.AWAITING).count() == len(ids),
-            timeout=120,
-            what="PERF-5 runs to park",
+            timeout=120 + n * 0.1,
+            what=f"{name}: {n} runs to park",
+            every=0.1,
         )
+        return ids
+
+    def perf5(self, samples: int) -> dict[str, Any] | None:
+        from agentruns.bench.workload import allow_as_shown
+        from agentruns.models import Note, Ticket
+        from agentruns.services.resume import run_resume
+
+        vacuum_hot_tables()
+        ids = self.park("perf5", samples)
         latencies = []
         for run_id in ids:
             ticket = Ticket.objects.get(run_id=run_id, status="active")
@@ -221,27 +234,29 @@ class Command(BaseCommand):
             "median_ms": round(statistics.median(latencies), 1),
             "p90_ms": round(latencies[int(0.9 * (len(latencies) - 1))], 1),
             "max_ms": round(latencies[-1], 1),
+            "target_ms": PERF5_TARGET_MS,
         }
-        self.stdout.write(
+        self.say(
             f"PERF-5 approval->execution: median {result['median_ms']} ms, p90 "
-            f"{result['p90_ms']} ms, max {result['max_ms']} ms over {len(latencies)} "
-            f"resumes (target: median <= 250 ms)"
+            f"{result['p90_ms']} ms, max {result['max_ms']} ms over {len(latencies)} resumes"
         )
         return result
 
-    # ---- PERF-6 ---------------------------------------------------------------------------
+    # ---- PERF-6 and PERF-7 ----------------------------------------------------------------
 
-    def perf6(self, shape: Shape, n: int, latency_ms: int, turns: int) -> dict[str, Any]:
+    def perf6(self, shape: Shape, n: int, cluster: _ClusterContext) -> dict[str, Any]:
         from agentruns.models import Configuration, Run
 
+        latency_ms, turns = self.opts["latency_ms"], self.opts["turns"]
         slug = self.configuration(f"perf6-{n}", latency_ms=latency_ms, turns=turns)
         vacuum_hot_tables()
+        before = cluster.idle_kb  # the heap a batch grows stays grown: count it to the batch
         with transaction.atomic():
             ids = self.submit(slug, n)
         start = timezone.now()
         ideal = (turns + 1) * latency_ms / 1000
         config_id = Configuration.objects.get(slug=slug).pk
-        with Sampler(config_id) as sampler:
+        with Sampler(config_id, pids=cluster.pids) as sampler:
             self.wait_terminal(ids, timeout=ideal * 10 + 120, configuration_id=config_id)
         end = Run.objects.filter(pk__in=ids).aggregate(end=Max("updated_at"))["end"]
         wall = (end - start).total_seconds()
@@ -252,7 +267,7 @@ class Command(BaseCommand):
             .annotate(n=Count("id"))
             .values_list("status", "n")
         )
-        completed = Run.objects.filter(pk__in=ids, status=Run.Status.COMPLETED).count()
+        completed = statuses.get(Run.Status.COMPLETED, 0)
         result = {
             "shape": shape.name,
             "cluster": shape.describe(),
@@ -266,17 +281,127 @@ class Command(BaseCommand):
             "max_connections": sampler.max_connections,
             "max_connections_this_db": sampler.max_connections_db,
             "completed": completed,
+            "pss_idle_kb": before,
+            "pss_peak_kb": sampler.max_pss_kb,
+            "kb_per_in_flight": (
+                round((sampler.max_pss_kb - before) / max(1, sampler.max_running), 1)
+                if before
+                else None
+            ),
         }
         if completed != n:
             result["statuses"] = statuses
-        self.stdout.write(
-            f"PERF-6 [{shape.describe()}] in-flight={n} turns={turns} "
-            f"latency={latency_ms / 1000:g}s wall_s={wall:.2f} ideal_s={ideal:.2f} "
-            f"efficiency={ideal / wall:.0%} max_running={sampler.max_running} "
-            f"max_connections={sampler.max_connections} "
-            f"(this db {sampler.max_connections_db}) completed={completed}/{n}"
+        self.say(
+            f"PERF-6 [{shape.describe()}] in-flight={n} wall_s={wall:.2f} ideal_s={ideal:.2f} "
+            f"efficiency={ideal / wall:.0%} max_running={sampler.max_running} connections="
+            f"{sampler.max_connections_db} (server {sampler.max_connections}) "
+            f"kb_per_in_flight={result['kb_per_in_flight']} completed={completed}/{n}"
         )
         return result
+
+    def peer_concurrency(self, n: int) -> list[dict[str, Any]]:
+        """LangGraph's asyncio process at the same size, right after ours."""
+        if self.python is None:
+            return []
+        env = {
+            "PEER_DB": harness.peer_database("langgraph"),
+            "SIZES": str(n),
+            "TURNS": str(self.opts["turns"]),
+            "LATENCY": str(self.opts["latency_ms"] / 1000),
+            "POOL": str(self.opts["peer_pool"]),
+        }
+        try:
+            rows = harness.run_peer(self.python, "langgraph_concurrency", env)
+        except harness.PeerFailed as failed:
+            self.result["peers"]["errors"].append(str(failed))
+            self.say(f"  {failed}")
+            return []
+        for row in rows:
+            self.say(
+                f"PERF-6 [LangGraph asyncio, pool {row['connections']}] in-flight={n} "
+                f"wall_s={row['wall_s']:.2f} efficiency={row['efficiency']:.0%} "
+                f"kb_per_in_flight={row['kb_per_in_flight']}"
+            )
+        return rows
+
+    def parked(self, cluster: _ClusterContext, n: int) -> dict[str, Any]:
+        """PERF-7: what n parked runs hold in the cluster's memory, and on PostgreSQL's disk.
+        Two batches park and are cancelled unmeasured first: the workers' heaps grow to
+        their peak concurrency once (measured on a fresh cluster: +15 MB, then +47 MB for
+        1000 runs, then nothing), which is no cost of parking."""
+        from agentruns.bench.loop import stored_bytes
+        from agentruns.services.runs import run_cancel
+
+        for warm in range(2):
+            for run_id in self.park(f"parked-warm{warm}", n):
+                run_cancel(user=self.user, run_id=run_id)
+        vacuum_hot_tables()
+        before = pss_kb(cluster.pids())
+        ids = self.park("parked", n)
+        after = pss_kb(cluster.pids())
+        result = {
+            "runs": n,
+            "pss_before_kb": before,
+            "pss_after_kb": after,
+            "kb_per_parked": round((after - before) / n, 2) if before else None,
+            "db_bytes_per_parked": round(stored_bytes(ids) / n),
+        }
+        for run_id in ids:  # leave no tickets behind
+            run_cancel(user=self.user, run_id=run_id)
+        self.say(
+            f"PERF-7 {n} parked runs: cluster memory {before} -> {after} KB "
+            f"({result['kb_per_parked']} KB per parked run), "
+            f"{result['db_bytes_per_parked']} B each in PostgreSQL"
+        )
+        return result
+
+    # ---- the report -----------------------------------------------------------------------
+
+    def report(self, result: dict[str, Any]) -> None:
+        perf5 = result["perf5"]
+        if perf5:
+            ok = perf5["median_ms"] <= PERF5_TARGET_MS
+            self.say(
+                f"{'PERF-5 approval to execution, median':<44} {perf5['median_ms']:>7.1f} ms"
+                f"  target <= {PERF5_TARGET_MS} ms  {_ok(ok)}"
+            )
+        peers = {row["in_flight"]: row for row in result["peer_concurrency"]}
+        for row in (r for r in result["perf6"] if r["shape"] == "default"):
+            peer = peers.get(row["in_flight"])
+            versus = f"   LangGraph {peer['efficiency']:.0%}" if peer else ""
+            self.say(
+                f"{'PERF-6 ' + str(row['in_flight']) + ' in flight, % of ideal':<44} "
+                f"{row['efficiency']:>7.0%}   {row['max_connections_this_db']} connections"
+                f"{versus}"
+            )
+        largest = max(
+            (r for r in result["perf6"] if r["shape"] == "default"),
+            key=lambda r: r["in_flight"],
+            default=None,
+        )
+        if largest:
+            ok = (
+                largest["in_flight"] >= 1000
+                and largest["efficiency"] >= PERF6_TARGET
+                and largest["max_connections_this_db"] <= PERF6_CONNECTIONS
+            )
+            self.say(f"{'PERF-6 target: 1000 at >= 80 %, <= 50 connections':<44} {_ok(ok)}")
+            if largest["kb_per_in_flight"] is not None:
+                peer = peers.get(largest["in_flight"])
+                versus = f"   LangGraph {peer['kb_per_in_flight']:.0f} KB" if peer else ""
+                ok = largest["kb_per_in_flight"] <= PERF7_IN_FLIGHT_KB
+                self.say(
+                    f"{'PERF-7 memory per in-flight run':<44} "
+                    f"{largest['kb_per_in_flight']:>7.0f} KB  target <= {PERF7_IN_FLIGHT_KB} KB"
+                    f"  {_ok(ok)}{versus}"
+                )
+        parked = (result["perf7"] or {}).get("parked")
+        if parked and parked["kb_per_parked"] is not None:
+            ok = parked["kb_per_parked"] <= PERF7_PARKED_KB
+            self.say(
+                f"{'PERF-7 memory per parked run':<44} {parked['kb_per_parked']:>7.1f} KB"
+                f"  target <= {PERF7_PARKED_KB} KB  {_ok(ok)}"
+            )
 
     # ---- helpers --------------------------------------------------------------------------
 
@@ -336,10 +461,15 @@ class Command(BaseCommand):
         )
 
 
+def _ok(passed: bool) -> str:
+    return "ok" if passed else "MISSED"
+
+
 class _ClusterContext:
     def __init__(self, command: Command, shape: Shape, external: bool) -> None:
         self.command, self.shape, self.external = command, shape, external
         self.process: ClusterProcess | None = None
+        self.idle_kb = 0
 
     def __enter__(self) -> _ClusterContext:
         if not self.external:
@@ -348,13 +478,23 @@ class _ClusterContext:
                 / f"bench-cluster-{self.shape.workers}x{self.shape.threads}.log"
             )
             log.unlink(missing_ok=True)
-            self.process = start_cluster(f"bench-{self.shape.name}", log, self.shape.env())
+            env = {
+                **self.shape.env(),
+                "DATABASE_URL": harness.database_url(),  # the one this command measures
+                "SECRET_KEY": settings.SECRET_KEY,
+            }
+            self.process = start_cluster(f"bench-{self.shape.name}", log, env)
         try:
             self.command.warm_up(self.shape)
         except Exception:
             self.__exit__()
             raise
+        self.idle_kb = pss_kb(self.pids())  # PERF-7's baseline: up, warm, idle
         return self
+
+    def pids(self) -> list[int]:
+        """The cluster's processes (none known for an external one)."""
+        return self.process.pids() if self.process is not None else []
 
     def __exit__(self, *exc: object) -> None:
         if self.process is not None:
@@ -363,37 +503,19 @@ class _ClusterContext:
         connections.close_all()
 
 
-SEED_THREADS = 20_000
-
-
-def seed_history(slug: str) -> None:
+def seed_history(slug: str, runs: int) -> None:
     """A production database is not empty: give the planner tables of a realistic size
     (20,000 finished conversations of 10 events) before measuring, once per database.
     Measured on empty tables, prepared statements keep plans made for a handful of rows
     while the benchmark itself grows them."""
-    from django.db import connection
-
+    from agentruns.bench.seed import History
+    from agentruns.bench.seed import seed_history as seed
     from agentruns.models import Configuration, Thread
 
-    if Thread.objects.count() >= SEED_THREADS:
+    if Thread.objects.count() >= runs:
         return
     config_id = Configuration.objects.get(slug=slug).pk
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "WITH t AS (INSERT INTO agentruns_thread (configuration_id, mode, created_at) "
-            "SELECT %s, '', now() FROM generate_series(1, %s) RETURNING id), "
-            "r AS (INSERT INTO agentruns_run (thread_id, configuration_id, input, status, "
-            "created_at, updated_at, final_reply, epoch, lease_owner, attempts, "
-            "cancel_requested, cancel_requested_by, wake_task_id, request_digest, steps, "
-            "tool_calls_used, last_sequence) SELECT id, %s, 'seed', 'completed', now(), now(), "
-            "'done', 1, '', 0, false, '', '', '', 1, 1, 10 FROM t RETURNING id, thread_id), "
-            "e AS (INSERT INTO agentruns_event (thread_id, run_id, sequence, type, payload, "
-            "created_at) SELECT r.thread_id, r.id, g, 'message.user', '{\"text\": \"seed\"}', "
-            "now() FROM r, generate_series(1, 10) g RETURNING 1) "
-            "INSERT INTO agentruns_checkpoint (run_id, kind, last_sequence, state, created_at) "
-            "SELECT r.id, 'terminal', 10, '{\"last_sequence\": 10}', now() FROM r",
-            [config_id, SEED_THREADS, config_id],
-        )
+    seed(History(runs=runs, active_tickets=0), configuration_ids=[config_id], user_ids=[None])
     vacuum_hot_tables()
 
 

@@ -1,5 +1,6 @@
-"""Start the web server (gunicorn, as in production) and the django-q2 cluster together;
-Ctrl-C stops both, and everything they started, within 10 seconds (OPS-8)."""
+"""Start the web server (gunicorn, as in production), the django-q2 cluster and the outbox
+(webhooks and mails, apart from the cluster: SEC-8) together; Ctrl-C stops all three, and
+everything they started, within 10 seconds (OPS-8)."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ SHUTDOWN_SECONDS = "4"
 
 
 class Command(BaseCommand):
-    help = "Run the web server (gunicorn) and the execution cluster side by side."
+    help = "Run the web server (gunicorn), the execution cluster and the outbox side by side."
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--host", default=os.environ.get("AGENTRUNS_HOST", "127.0.0.1"))
@@ -46,6 +47,7 @@ class Command(BaseCommand):
         children = [
             subprocess.Popen([*gunicorn, "--bind", f"{host}:{port}"], cwd=root),
             subprocess.Popen([sys.executable, "manage.py", "qcluster"], cwd=root, env=cluster_env),
+            subprocess.Popen([sys.executable, "manage.py", "outbox"], cwd=root),
         ]
         self.stdout.write(
             self.style.SUCCESS(
@@ -105,5 +107,5 @@ def _wait(children: list[subprocess.Popen[bytes]], seconds: float) -> None:
         wait_for(
             lambda: all(child.poll() is not None for child in children),
             timeout=max(0.0, seconds),
-            what="the web server and the cluster to stop",
+            what="the web server, the cluster and the outbox to stop",
         )

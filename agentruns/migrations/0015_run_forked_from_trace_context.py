@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('agentruns', '0011_thread_mode_audit_enforcement'),
+        ('agentruns', '0014_outbox_off_the_cluster'),
     ]
 
     operations = [

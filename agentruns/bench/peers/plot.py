@@ -1,0 +1,113 @@
+"""Draw a benchmark's JSON result as a PNG, ours beside the peers (run from .venv-peers, so
+matplotlib stays out of the project's dependencies).
+
+    python -m agentruns.bench.peers.plot RESULT.json OUT.png
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import defaultdict
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+from matplotlib.ticker import NullFormatter, ScalarFormatter
+
+STYLE = {
+    "agentruns": {"color": "tab:blue", "marker": "o"},
+    "langgraph": {"color": "tab:orange", "marker": "s"},
+    "langgraph_async": {"color": "tab:orange", "marker": "s"},
+    "dbos": {"color": "tab:green", "marker": "^"},
+}
+
+
+def series(rows: list[dict[str, Any]], x: str, y: str) -> dict[str, tuple[list, list]]:
+    out: dict[str, tuple[list, list]] = defaultdict(lambda: ([], []))
+    for row in sorted(rows, key=lambda r: r[x]):
+        if row.get(y) is not None:
+            out[row["system"]][0].append(row[x])
+            out[row["system"]][1].append(row[y])
+    return out
+
+
+def lines(ax: Any, rows: list[dict[str, Any]], x: str, y: str, scale: float = 1.0) -> None:
+    for system, (xs, ys) in series(rows, x, y).items():
+        ax.plot(xs, [v * scale for v in ys], label=system, **STYLE.get(system, {}))
+
+
+def bench(result: dict[str, Any], fig: Any) -> None:
+    time_ax, bytes_ax = fig.subplots(1, 2)
+    rows = result["lengths"]
+    lines(time_ax, rows, "steps", "ms_per_step")
+    floors = {"floor": ("--", "durable commit"), "floor_no_wal": (":", "temp-table commit")}
+    for name, (style, label) in floors.items():
+        if name in result["figures"]:
+            median = result["figures"][name]["median"]
+            time_ax.axhline(median, color="grey", linestyle=style, label=label)
+    time_ax.set(xscale="log", xlabel="durable steps per run", ylabel="ms per durable step")
+    time_ax.set_title("Loop overhead per durable step (PERF-1)")
+    lines(bytes_ax, rows, "steps", "bytes_per_run", 1 / 1024)
+    bytes_ax.set(xscale="log", yscale="log", xlabel="durable steps per run", ylabel="KB stored")
+    bytes_ax.set_title("Stored per run (PERF-3)")
+    for ax in (time_ax, bytes_ax):
+        ax.xaxis.set_major_formatter(ScalarFormatter())
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+
+
+def cluster(result: dict[str, Any], fig: Any) -> None:
+    eff_ax, mem_ax = fig.subplots(1, 2)
+    rows = [
+        {**row, "system": "agentruns"} for row in result["perf6"] if row["shape"] == "default"
+    ] + [{**row, "system": "langgraph_async"} for row in result.get("peer_concurrency", [])]
+    lines(eff_ax, rows, "in_flight", "efficiency", 100)
+    eff_ax.axhline(80, color="grey", linestyle="--", label="PERF-6 target")
+    eff_ax.set(xlabel="runs in flight", ylabel="% of ideal throughput", ylim=(0, 105))
+    latency = rows[0]["latency_s"] if rows else 1
+    eff_ax.set_title(f"Concurrency, {latency:g} s provider (PERF-6)")
+    lines(mem_ax, rows, "in_flight", "kb_per_in_flight")
+    mem_ax.axhline(300, color="grey", linestyle="--", label="PERF-7 target")
+    mem_ax.set(xlabel="runs in flight", ylabel="KB resident per in-flight run")
+    mem_ax.set_title("Memory per in-flight run (PERF-7)")
+    for ax in (eff_ax, mem_ax):
+        ax.grid(True, alpha=0.3)
+        ax.legend()
+
+
+def scale(result: dict[str, Any], fig: Any) -> None:
+    ax = fig.subplots(1, 1)
+    rows = result["probes"]
+    names = [row["probe"] for row in rows]
+    ax.barh(names, [row["p95_ms"] for row in rows], color="tab:blue", label="p95")
+    ax.scatter([row["p50_ms"] for row in rows], names, color="black", zorder=3, label="p50")
+    ax.axvline(result["target_ms"], color="grey", linestyle="--", label="PERF-8 target")
+    ax.invert_yaxis()
+    runs = result["rows"]
+    ax.set(xlabel="ms per request (test client, the real views)")
+    ax.set_title(f"{runs['runs']:,} runs, {runs['events']:,} events (PERF-8)")
+    ax.grid(True, axis="x", alpha=0.3)
+    ax.legend()
+
+
+def main(source: str, target: str) -> None:
+    with open(source) as f:
+        result = json.load(f)
+    fig = plt.figure(figsize=(12, 4.8), layout="constrained")
+    draw = {"bench": bench, "bench_cluster": cluster, "bench_scale": scale}
+    draw[result["benchmark"]](result, fig)
+    machine = result.get("machine", {})
+    fig.suptitle(
+        f"{result['benchmark']} {machine.get('date', '')}: {machine.get('cores', '?')} cores "
+        f"{machine.get('cpu', '')}, load {machine.get('load_before', '?')}",
+        fontsize=9,
+    )
+    fig.savefig(target, dpi=110)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])

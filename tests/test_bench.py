@@ -1,0 +1,152 @@
+"""PERF-2 counted by a test; PERF-9: `manage.py bench` runs at a tiny size on every schema.
+
+The peers (LangGraph, DBOS) take part only when `.venv-peers` is already there (a
+developer's machine after one `make bench`): a clean clone has none, and installing it
+(about 20 s here, more on a cold network) would buy CI nothing a schema change could
+break. The floor runs through the same child-process protocol everywhere, from the
+project's interpreter.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import psycopg
+import pytest
+from django.core.management import call_command
+from django.db import connection
+
+from agentruns.bench import harness, loop, workload
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+# Every statement one warm reference run sends (10 turns x 2 calls = 31 durable steps).
+REFERENCE_STATEMENTS = 44
+
+
+def test_the_reference_run_sends_exactly_the_known_number_of_statements_perf2():
+    statements = loop.reference_statements(workload.bench_user())
+    durable_steps = loop.steps(*loop.REFERENCE)
+    shapes = Counter(" ".join(sql.split())[:90] for sql in statements)
+    listing = "\n".join(f"{n:3} x {sql}" for sql, n in shapes.most_common())
+    assert len(statements) == REFERENCE_STATEMENTS, (
+        f"The reference run sent {len(statements)} statements, not {REFERENCE_STATEMENTS} "
+        f"({len(statements) / durable_steps:.2f} per durable step; PERF-2 allows 2). "
+        "More is a regression: find the new statement below. Fewer is progress: set "
+        f"REFERENCE_STATEMENTS in {__file__} to {len(statements)} in the same commit.\n" + listing
+    )
+    assert len(statements) / durable_steps <= 2
+
+
+@pytest.fixture
+def peer_databases():
+    """The peers' databases are named after the test database: drop them with it."""
+    yield
+    names = [f"{connection.settings_dict['NAME']}_{peer}" for peer in ("langgraph", "dbos")]
+    with psycopg.connect(harness.database_url("postgres"), autocommit=True) as admin:
+        for name in names:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def test_bench_runs_end_to_end_at_a_tiny_size_perf9(tmp_path, peer_databases):
+    out = tmp_path / "bench.json"
+    peers = harness.peer_python(install=False) is not None
+    call_command(
+        "bench",
+        "--runs=1",
+        "--rounds=1",
+        "--floor-rounds=20",
+        "--lengths=2,3",
+        "--length-steps=1",
+        "--resume-turns=1,3",
+        "--peers=present",
+        f"--json={out}",
+        f"--plot={tmp_path / 'bench.png'}",
+        stdout=(tmp_path / "stdout.txt").open("w"),
+    )
+    result = json.loads(out.read_text())
+    printed = (tmp_path / "stdout.txt").read_text()
+    assert {"floor", "agentruns"} <= set(result["figures"])
+    assert result["ratios"]["floor"]["median"] > 0
+    assert "PERF-1 agentruns / durable commit" in printed
+    assert result["ratios"]["floor_no_wal"]["median"] > 0
+    assert result["perf2"]["statements"] == REFERENCE_STATEMENTS
+    assert result["perf4"]["statements"][0] == result["perf4"]["statements"][1]
+    assert [p["turns"] for p in result["lengths"] if p["system"] == "agentruns"] == [2, 3]
+    assert result["machine"]["cores"]
+    assert not result["peers"]["errors"]
+    if peers:
+        assert {"langgraph", "dbos"} <= set(result["figures"])
+        assert (tmp_path / "bench.png").stat().st_size > 0
+    else:
+        assert "no plot" in printed
+
+
+@pytest.mark.slow
+def test_bench_cluster_runs_end_to_end_at_a_tiny_size_perf9(tmp_path, peer_databases):
+    out = tmp_path / "bench_cluster.json"
+    call_command(
+        "bench_cluster",
+        "--sizes=3",
+        "--latency-ms=20",
+        "--turns=1",
+        "--perf5-samples=2",
+        "--parked=2",
+        "--seed-runs=20",
+        "--workers=1",
+        "--threads=8",
+        "--pool-max=3",
+        "--peers=present",
+        f"--json={out}",
+        f"--plot={tmp_path / 'bench_cluster.png'}",
+        stdout=(tmp_path / "stdout.txt").open("w"),
+    )
+    result = json.loads(out.read_text())
+    printed = (tmp_path / "stdout.txt").read_text()
+    assert result["perf5"]["samples"] == 2
+    [batch] = result["perf6"]
+    assert batch["completed"] == 3
+    assert batch["kb_per_in_flight"] is not None
+    assert result["perf7"]["parked"]["runs"] == 2
+    assert result["perf7"]["parked"]["db_bytes_per_parked"] > 0
+    assert "PERF-6 3 in flight" in printed
+    assert not result["peers"]["errors"]
+    if harness.peer_python(install=False) is not None:
+        assert result["peer_concurrency"][0]["in_flight"] == 3
+        assert (tmp_path / "bench_cluster.png").stat().st_size > 0
+
+
+def test_bench_scale_seeds_and_probes_every_page_at_a_tiny_size_perf8_perf9(tmp_path):
+    out = tmp_path / "bench_scale.json"
+    call_command(
+        "bench_scale",
+        "--runs=300",
+        "--active-tickets=3",
+        "--samples=2",
+        "--peers=present",
+        f"--json={out}",
+        f"--plot={tmp_path / 'bench_scale.png'}",
+        stdout=(tmp_path / "stdout.txt").open("w"),
+    )
+    result = json.loads(out.read_text())
+    printed = (tmp_path / "stdout.txt").read_text()
+    probes = {row["probe"]: row for row in result["probes"]}
+    assert {"inbox page", "API run events", "audit export, one day, whole download"} <= set(probes)
+    assert all(row["statuses"] == [200] for row in probes.values()), probes
+    assert probes["API run events"]["bytes"] > 100  # a seeded run's events, not an empty page
+    assert probes["inbox page"]["bytes"] > probes["inbox count (every page's badge)"]["bytes"]
+    assert "-- API run events" in printed  # its slowest statement's plan
+    assert "Execution Time" in printed
+    # A second run measures what is there rather than seeding again.
+    call_command(
+        "bench_scale",
+        "--runs=300",
+        "--samples=1",
+        "--only=inbox count",
+        "--peers=skip",
+        f"--json={out}",
+        "--plot=",
+        stdout=(tmp_path / "again.txt").open("w"),
+    )
+    assert "reusing the 300 seeded runs" in (tmp_path / "again.txt").read_text()
