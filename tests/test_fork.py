@@ -314,3 +314,20 @@ def test_fork1_a_dry_run_on_a_forks_thread_reads_out_the_carried_sources(staff, 
     (carried,) = [row for row in dry["readout"]["sources"] if row.get("carried_from")]
     assert (carried["name"], carried["carried_from"]) == ("ledger", original.pk)
     assert "text of snippet ledger" not in str(dry["messages"])
+
+
+def test_fork1_a_fork_of_a_fork_still_carries_the_first_runs_sources(fake, staff, api):
+    records = make_snippet("payroll", data_class="restricted")
+    scripted_configuration("hr", [{"text": "noted"}], snippets=[records])
+    scripted_configuration("relay", [{"text": "relayed"}])
+    make_openai_configuration("abroad", fake, zone="external_global")
+    original = submit(staff, "hr", "salaries")
+    assert execute_run(original.pk) == Run.Status.COMPLETED
+    middle = fork(api, original.pk, configuration="relay", input="pass it on").json()
+    assert execute_run(middle["id"]) == Run.Status.COMPLETED  # local: permitted
+
+    last = fork(api, middle["id"], configuration="abroad", input="and abroad?").json()
+    assert execute_run(last["id"]) == Run.Status.FAILED
+    failure = Run.objects.get(pk=last["id"]).failure
+    assert (failure["source_name"], failure["carried_from"]) == ("payroll", original.pk)
+    assert fake.requests == []

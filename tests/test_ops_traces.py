@@ -116,8 +116,22 @@ def test_ops7_the_gate_verdict_and_a_refusal_are_on_the_spans(fake, staff, otlp)
     (agent,) = named(received(otlp), "invoke_agent")
     assert agent.attributes["agentruns.gate.verdict"] == "refused"
     assert agent.attributes["error.type"] == "context_refused"
+    assert "agentruns.forked_from" not in agent.attributes
     assert agent.status_code == 2  # STATUS_CODE_ERROR
     assert fake.requests == []
+
+
+def test_ops7_a_fork_is_traced_as_a_run_that_names_its_original(fake, staff, otlp, api):
+    tracing.configure(otlp.url, instrument_django=False)
+    make_openai_configuration("again", fake)
+    fake.queue({"text": "first"}, {"text": "second"})
+    original = submit(staff, "again", "go")
+    assert execute_run(original.pk) == Run.Status.COMPLETED
+    forked = api.post(f"/api/runs/{original.pk}/fork/", {"input": "more"}, format="json")
+    assert execute_run(forked.json()["id"]) == Run.Status.COMPLETED
+    runs = named(received(otlp), "invoke_agent")
+    (fork_span,) = [s for s in runs if s.attributes["agentruns.run.id"] == forked.json()["id"]]
+    assert fork_span.attributes["agentruns.forked_from"] == original.pk
 
 
 def test_ops7_content_only_at_or_below_the_class_named(fake, staff, otlp, monkeypatch):
