@@ -20,3 +20,9 @@ class AgentrunsConfig(AppConfig):
         # Tools that are not the product's (the test suite's) register on import.
         for module in settings.AGENTRUNS_EXTRA_TOOL_MODULES:
             importlib.import_module(module)
+
+        # OPS-7: traces when OTEL_EXPORTER_OTLP_ENDPOINT is set; before the first request
+        # builds the middleware chain, so the Django instrumentation is in it.
+        from agentruns import tracing
+
+        tracing.configure()

@@ -24,6 +24,7 @@ COMPACTION = "compaction"
 RUN_COMPLETED = "run.completed"
 RUN_FAILED = "run.failed"
 RUN_CANCELLED = "run.cancelled"
+RUN_FORKED = "run.forked"
 
 EVENT_TYPES = (
     USER,
@@ -40,6 +41,7 @@ EVENT_TYPES = (
     RUN_COMPLETED,
     RUN_FAILED,
     RUN_CANCELLED,
+    RUN_FORKED,
 )
 
 # OPS-5: the events the audit export carries (beside the gate's rows). The log indexes them

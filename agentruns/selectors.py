@@ -11,11 +11,13 @@ from typing import Any
 from django.conf import settings
 from django.db.models import QuerySet
 
+from agentruns import events as ev
 from agentruns.classes import Enforcement
 from agentruns.events import LogEntry
 from agentruns.gate.audit import current_enforcement
 from agentruns.gate.core import ConfigView, ResultSource, Source, compose_sources
 from agentruns.gate.lookups import (
+    carried_for_send,
     config_view,
     config_views,
     forced_for_composition,
@@ -27,6 +29,7 @@ from agentruns.policy import is_approver, visible_runs
 from agentruns.providers.base import Message
 from agentruns.runtime.compose import LogView, log_view, next_request
 from agentruns.runtime.config import build_runtime_config
+from agentruns.runtime.fork import carried_of
 from agentruns.store import on_postgres
 from agentruns.tools.mcp.pinned import sync_pinned
 from agentruns.tools.policy import INPUT, PERMISSION, granted_tools, needs_human
@@ -49,6 +52,9 @@ def granted(configuration: Configuration) -> list[GrantedTool]:
     ]
 
 
+LOG_FIELDS = ("sequence", "type", "payload", "run_id")
+
+
 def configuration_readout(
     *,
     configuration: Configuration,
@@ -66,22 +72,30 @@ def configuration_readout(
 
 
 def run_sources(run: Run) -> tuple[ConfigView, list[Source]]:
-    """The live configuration and the sources a run's next send carries (RG-2)."""
+    """The live configuration and the sources a run's next send carries (RG-2), with what
+    a fork carried from its original (FORK-1; its thread's log opens with `run.forked`)."""
     view = config_view(run.configuration)
-    return view, _sources(view, run)
+    return view, _sources(view, run, _carried([run]).get(run.thread_id, ()))
 
 
-def _sources(view: ConfigView, run: Run) -> list[Source]:
+def _sources(view: ConfigView, run: Run, carried: Sequence[dict]) -> list[Source]:
     snippets, skills = forced_for_resume(run.forced_snippet_ids, run.forced_skill_ids)
-    return list(compose_sources(view, snippets, skills))
+    return list(compose_sources(view, snippets, skills, carried_for_send(carried)))
+
+
+def _carried(runs: Sequence[Run]) -> dict[int, tuple[dict, ...]]:
+    """FORK-1: what each fork's thread carries (by thread id), in one query for all."""
+    openings = Event.objects.filter(
+        thread__in={run.thread_id for run in runs}, sequence=1, type=ev.RUN_FORKED
+    ).values_list("thread_id", *LOG_FIELDS)
+    return {thread: carried_of([LogEntry(*row)]) for thread, *row in openings}
 
 
 def thread_log(run: Run, before: int | None = None) -> list[LogEntry]:
     rows = Event.objects.filter(thread=run.thread_id)
     if before is not None:
         rows = rows.filter(sequence__lt=before)
-    fields = ("sequence", "type", "payload", "run_id")
-    return [LogEntry(*row) for row in rows.order_by("sequence").values_list(*fields)]
+    return [LogEntry(*row) for row in rows.order_by("sequence").values_list(*LOG_FIELDS)]
 
 
 def run_next_send(run: Run) -> LogView:
@@ -107,6 +121,7 @@ def run_readouts(runs: Iterable[Run]) -> dict[int, dict[str, Any]]:
     (PERF-8: the inbox shows a readout on every card)."""
     runs = list(runs)
     views = config_views(run.configuration for run in runs)
+    carried = _carried(runs)
     enforcement = current_enforcement()
     tools = {run.configuration_id: granted(run.configuration) for run in runs}
     out = {}
@@ -114,7 +129,7 @@ def run_readouts(runs: Iterable[Run]) -> dict[int, dict[str, Any]]:
         view = views[run.configuration_id]
         out[run.pk] = readout(
             view,
-            _sources(view, run),
+            _sources(view, run, carried.get(run.thread_id, ())),
             enforcement,
             tools=tools[run.configuration_id],
             withheld=run_withheld(run),

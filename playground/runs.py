@@ -14,6 +14,7 @@ from typing import Any
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
+from django.db.models import Exists, OuterRef, Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -26,7 +27,7 @@ from django_htmx.middleware import HtmxDetails
 from agentruns import events as ev
 from agentruns.errors import AgentrunsError
 from agentruns.models import Configuration, Event, Run, Ticket
-from agentruns.policy import visible_runs
+from agentruns.policy import may_use_playground, visible_runs
 from agentruns.selectors import (
     EXAMPLE_TASK,
     bounded_count,
@@ -34,6 +35,7 @@ from agentruns.selectors import (
     preselected,
     run_readout,
 )
+from agentruns.services.fork import ForkRequest, run_fork
 from agentruns.services.runs import Submission, run_submit
 from agentruns.services.usage import run_usage
 from agentruns.throttles import SUBMIT, throttle_check
@@ -42,6 +44,7 @@ from playground import timeline
 from playground.polls import SIGNATURE, poll, signature, unchanged
 
 PAGE_SIZE = 25
+FORK_DEPTH = 20  # levels of forks of forks the runs list nests before it stops looking
 
 
 class HtmxHttpRequest(HttpRequest):
@@ -66,9 +69,7 @@ class RunPaginator(Paginator):
 
 @login_required
 def run_list(request: HttpRequest) -> HttpResponse:
-    choices = configuration_choices(
-        Configuration.objects.filter(active=True).select_related("provider").order_by("slug")
-    )
+    choices = start_choices()
     context = _listed(request)
     context.update(
         choices=choices,
@@ -99,10 +100,15 @@ def _listed(request: HttpRequest) -> dict[str, Any]:
     configuration = request.GET.get("configuration", "")
     if configuration:
         runs = runs.filter(configuration__slug=configuration)
-    page = RunPaginator(runs.select_related("configuration", "created_by"), PAGE_SIZE).get_page(
-        request.GET.get("page")
+    runs = runs.select_related("configuration", "created_by")
+    # FORK-2: a fork is listed under its original (when the list shows that too), so a
+    # page holds originals; a per-row primary-key probe keeps PERF-8's index order.
+    roots = runs.filter(
+        Q(forked_from__isnull=True) | ~Exists(runs.filter(pk=OuterRef("forked_from_id")))
     )
-    shown = signature([page.paginator.count, *(f"{r.pk}:{r.status}" for r in page.object_list)])
+    page = RunPaginator(roots, PAGE_SIZE).get_page(request.GET.get("page"))
+    rows = _with_forks(list(page.object_list), runs)
+    shown = signature([page.paginator.count, *(f"{r.pk}:{r.status}" for r, _ in rows)])
     query = request.GET.copy()
     for name in ("page", SIGNATURE):
         query.pop(name, None)
@@ -110,12 +116,34 @@ def _listed(request: HttpRequest) -> dict[str, Any]:
     polled[SIGNATURE] = shown
     return {
         "page": page,
+        "rows": rows,
         "status": status,
         "configuration": configuration,
         "query": query.urlencode(),
         "signature": shown,
         "poll_url": f"{reverse('playground:runs-live')}?{polled.urlencode()}",
     }
+
+
+def _with_forks(originals: list[Run], runs: Any) -> list[tuple[Run, int]]:
+    """Each run of the page followed by its forks, theirs under them, as (run, depth)."""
+    children: dict[int, list[Run]] = {}
+    level = [run.pk for run in originals]
+    for _ in range(FORK_DEPTH):
+        forks = list(runs.filter(forked_from__in=level).order_by("id")) if level else []
+        for fork in forks:
+            children.setdefault(fork.forked_from_id, []).append(fork)
+        level = [fork.pk for fork in forks]
+    rows: list[tuple[Run, int]] = []
+
+    def visit(run: Run, depth: int) -> None:
+        rows.append((run, depth))
+        for fork in children.get(run.pk, []):
+            visit(fork, depth + 1)
+
+    for run in originals:
+        visit(run, 0)
+    return rows
 
 
 @login_required
@@ -137,10 +165,34 @@ def run_start(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
+@require_POST
+def run_fork_page(request: HttpRequest, run_id: int) -> HttpResponse:
+    """FORK-2: "Fork from here" on a model turn, through the API's service (FORK-1). The
+    fork opens where the form was: the inspector for those who may use it, else its page."""
+    at = request.POST.get("at", "")
+    fork_request = ForkRequest(
+        at=int(at) if at.isdecimal() else None,
+        configuration=request.POST.get("configuration") or None,
+        input=request.POST.get("input", ""),
+    )
+    inspector = request.POST.get("view") == "inspector" and may_use_playground(request.user)
+    try:
+        throttle_check(request, SUBMIT)  # SEC-14: a fork is a submission
+        fork = run_fork(user=request.user, run_id=run_id, request=fork_request)
+    except AgentrunsError as error:
+        problems = [m for msgs in field_errors(error).values() for m in msgs]
+        messages.error(request, " ".join([sentence(error), *problems]))
+        return redirect("playground:inspector" if inspector else "playground:run", run_id=run_id)
+    messages.success(request, f"Run #{fork.pk} forked from run #{run_id}.")
+    return redirect("playground:inspector" if inspector else "playground:run", run_id=fork.pk)
+
+
+@login_required
 def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     run = get_object_or_404(visible_runs(request.user), pk=run_id)
     context = live_context(run)
     context["readout"] = run_readout(run)
+    context["forks"] = visible_forks(request.user, run)
     return render(request, "playground/run.html", context)
 
 
@@ -168,6 +220,7 @@ def live_context(run: Run) -> dict[str, Any]:
     return {
         "run": run,
         "live": not run.is_terminal,
+        "start_choices": start_choices(),
         "failure": failure_sentence(run.failure) if run.failure else "",
         "ticket": Ticket.objects.filter(run=run, status=Ticket.Status.ACTIVE).first(),
         "counters": {
@@ -183,3 +236,15 @@ def live_context(run: Run) -> dict[str, Any]:
         "time": timeline.time_split(run, events, timezone.now()),
         "events": events,
     }
+
+
+def start_choices() -> list[Any]:
+    """The configurations a run may start on, a fork's included (FORK-2): active ones."""
+    return configuration_choices(
+        Configuration.objects.filter(active=True).select_related("provider").order_by("slug")
+    )
+
+
+def visible_forks(user: Any, run: Run) -> list[Run]:
+    """FORK-2: the forks of `run` the viewer may see, oldest first."""
+    return list(visible_runs(user).filter(forked_from=run).order_by("id"))

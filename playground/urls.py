@@ -15,6 +15,7 @@ urlpatterns = [
     path("runs/start/", runs.run_start, name="run-start"),
     path("runs/<int:run_id>/", runs.run_detail, name="run"),
     path("runs/<int:run_id>/live/", runs.run_live, name="run-live"),
+    path("runs/<int:run_id>/fork/", runs.run_fork_page, name="run-fork"),
     path("inbox/", inbox.inbox, name="inbox"),
     path("inbox/count/", views.inbox_count, name="inbox-count"),
     path("inbox/cards/", inbox.cards, name="inbox-cards"),

@@ -106,6 +106,12 @@ def a_deferred_thread() -> str:
     return str(run.thread_id)
 
 
+def a_finished_run() -> str:
+    run = submit(the_admin(), "multi-tool-demo", "Write the standup note")
+    assert execute_run(run.pk) == Run.Status.COMPLETED
+    return str(run.pk)
+
+
 # What fills each path's parameter: the demo object the example's summary names.
 PATH_VALUES: dict[str, Callable[[dict[str, Any]], tuple[str, dict[str, Any]]]] = {
     "/api/providers/{slug}/": lambda body: (body.get("slug", "openai"), body),
@@ -115,6 +121,7 @@ PATH_VALUES: dict[str, Callable[[dict[str, Any]], tuple[str, dict[str, Any]]]] =
     "/api/skills/{id}/": lambda body: ("1", body),
     "/api/webhooks/{id}/": lambda body: (a_webhook(), body),
     "/api/runs/{id}/resume/": a_ticket,
+    "/api/runs/{id}/fork/": lambda body: (a_finished_run(), body),
     "/api/threads/{id}/mode/": lambda body: (a_deferred_thread(), body),
     "/api/mcp-servers/{slug}/": lambda body: ("wiki", body),
     "/api/mcp-servers/{slug}/accept/": a_listing,

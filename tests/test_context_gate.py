@@ -113,9 +113,9 @@ def test_cg1_no_forced_set_is_just_the_configuration():
 
 def test_cg2_task_input_is_not_a_source():
     """There is no way to hand the task input to composition; what is composed comes only
-    from the configuration and the forced set."""
+    from the configuration, the forced set and what a fork carried (FORK-1)."""
     params = list(inspect.signature(compose_sources).parameters)
-    assert params == ["config", "forced_snippets", "forced_skills"]
+    assert params == ["config", "forced_snippets", "forced_skills", "carried"]
     config = view(system_prompt="sp", snippets=[source("a")], skills=[skill("b")])
     forced = [source("f", forced=True)]
     composed = compose_sources(config, forced, None)

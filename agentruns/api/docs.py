@@ -116,6 +116,17 @@ READOUT_EXAMPLES = [
     )
 ]
 
+FORK_EXAMPLES = [
+    example(
+        "Fork at the run's end onto the same configuration, with a new prompt",
+        {"input": "Now write it as a haiku."},
+    ),
+    example(
+        "Fork at a model turn (its event's sequence) onto another configuration",
+        {"at": 2, "configuration": "multi-tool-demo"},
+    ),
+]
+
 MODE_EXAMPLES = [example("Switch a deferred-demo thread to its chat mode", {"mode": "chat"})]
 
 PROVIDERS = crud(

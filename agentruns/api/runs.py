@@ -26,6 +26,7 @@ from agentruns.api.shapes import EventsOut, RunDetailOut, RunOut, ThreadOut, Tic
 from agentruns.models import Event, Note, Run, Thread, Ticket, TicketIdentity
 from agentruns.policy import answerable_tickets, visible_notes, visible_runs, visible_threads
 from agentruns.selectors import run_readout, uncertain_invocations
+from agentruns.services.fork import ForkRequest, run_fork
 from agentruns.services.log import events_read
 from agentruns.services.resume import ResumeCommand, run_resume
 from agentruns.services.runs import (
@@ -57,6 +58,18 @@ class SubmitSerializer(serializers.Serializer):
         child=serializers.IntegerField(min_value=1), default=list, max_length=50
     )
     dry_run = serializers.BooleanField(default=False)
+
+
+class ForkSerializer(serializers.Serializer):
+    """FORK-1: where to fork (a `message.assistant`'s sequence, or none for the run's end),
+    onto which configuration (the original's when absent), with what new prompt (none:
+    go on with the original's)."""
+
+    at = serializers.IntegerField(required=False, allow_null=True, min_value=1, max_value=MAX_ID)
+    configuration = serializers.SlugField(required=False, allow_null=True)
+    input = serializers.CharField(
+        required=False, allow_blank=True, trim_whitespace=False, max_length=MAX_INPUT_CHARS
+    )
 
 
 class RunFilter(serializers.Serializer):
@@ -147,6 +160,9 @@ def run_dict(run: Run, *, detail: bool = True, usage: Usage | None = None) -> di
         "forced_snippets": run.forced_snippet_ids or [],
         "forced_skills": run.forced_skill_ids or [],
         "usage": (usage or run_usage(run)).as_dict(),  # OPS-1
+        "forked_from": (  # FORK-1
+            {"run": run.forked_from_id, "at": run.forked_at} if run.forked_at is not None else None
+        ),
     }
     if detail:
         active = run.tickets.filter(status=Ticket.Status.ACTIVE).first()
@@ -177,7 +193,12 @@ def event_dict(event: Event) -> dict[str, Any]:
 
 class RunViewSet(viewsets.GenericViewSet):
     serializer_class = SubmitSerializer
-    throttle_scopes = {"create": SUBMIT, "resume": RESUME, "cancel": RESUME}  # SEC-14
+    throttle_scopes = {
+        "create": SUBMIT,
+        "fork": SUBMIT,
+        "resume": RESUME,
+        "cancel": RESUME,
+    }  # SEC-14
 
     def get_queryset(self) -> Any:
         return visible_runs(self.request.user)
@@ -267,6 +288,30 @@ class RunViewSet(viewsets.GenericViewSet):
         )
         run = run_resume(user=request.user, run_id=int(self.get_object().pk), command=command)
         return Response(run_dict(run))
+
+    @extend_schema(
+        summary="Fork a run at a model turn: a new run on a new thread from its context",
+        examples=docs.FORK_EXAMPLES,
+        request=ForkSerializer,
+        responses={201: RunDetailOut},
+    )
+    @action(detail=True, methods=["post"])
+    def fork(self, request: Request, pk: str | None = None) -> Response:
+        """FORK-1: the new run starts from a copy of this run's effective context up to
+        `at`; copied tool results are reused, never run again."""
+        body = ForkSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        fork = run_fork(
+            user=request.user,
+            run_id=int(self.get_object().pk),
+            request=ForkRequest(
+                at=data.get("at"),
+                configuration=data.get("configuration"),
+                input=data.get("input", ""),
+            ),
+        )
+        return Response(run_dict(fork), status=status.HTTP_201_CREATED)
 
     @extend_schema(summary="Cancel a run", request=None, responses={200: RunDetailOut})
     @action(detail=True, methods=["post"])

@@ -57,6 +57,13 @@ class UsageOut(serializers.Serializer):
     cost = serializers.DecimalField(max_digits=20, decimal_places=6)
 
 
+class ForkedFromOut(serializers.Serializer):
+    """FORK-1: the run a fork was copied from (null once deleted) and where its copy ends."""
+
+    run = serializers.IntegerField(allow_null=True)
+    at = serializers.IntegerField()
+
+
 class RunOut(serializers.Serializer):
     id = serializers.IntegerField()
     thread = serializers.IntegerField()
@@ -71,6 +78,7 @@ class RunOut(serializers.Serializer):
     forced_snippets = serializers.ListField(child=serializers.IntegerField())
     forced_skills = serializers.ListField(child=serializers.IntegerField())
     usage = UsageOut()
+    forked_from = ForkedFromOut(allow_null=True)
 
 
 class RunDetailOut(RunOut):

@@ -24,17 +24,27 @@ class Source:
     text: str = field(default="", repr=False, compare=False)
     title: str = ""
     forced: bool = False
+    # FORK-1: a source of the run a fork copied its context from. Its text is not sent
+    # (the fork's own configuration writes the system context), but the copied transcript
+    # may carry what the model made of it, so its class still binds.
+    carried_from: int | None = None
 
     @property
     def data_class(self) -> DataClass | None:
         return parse_class(self.declared)
 
     @property
+    def carried(self) -> dict[str, int]:
+        """FORK-1: `carried_from` as a field of a refusal or a readout row, when set."""
+        return {"carried_from": self.carried_from} if self.carried_from else {}
+
+    @property
     def identity(self) -> tuple[str, int]:
         return (self.kind, self.id)
 
     def describe(self) -> str:
-        return f'{self.kind.replace("_", " ")} "{self.name}"'
+        carried = f" (carried from run #{self.carried_from})" if self.carried_from else ""
+        return f'{self.kind.replace("_", " ")} "{self.name}"{carried}'
 
 
 @dataclass(frozen=True)
@@ -74,8 +84,10 @@ def compose_sources(
     config: ConfigView,
     forced_snippets: Sequence[Source] | None = None,
     forced_skills: Sequence[Source] | None = None,
+    carried: Sequence[Source] | None = None,
 ) -> tuple[Source, ...]:
-    """CG-1: the fixed order; a forced source the configuration carries is listed once."""
+    """CG-1: the fixed order; a forced source the configuration carries is listed once, and
+    so is a source a fork carried from its original (FORK-1), which comes last."""
     listed: list[Source] = []
     if config.system_prompt.strip():
         listed.append(
@@ -91,10 +103,10 @@ def compose_sources(
     listed.extend(config.snippets)
     listed.extend(config.skills)
     seen = {source.identity for source in listed}
-    for forced in (*(forced_snippets or ()), *(forced_skills or ())):
-        if forced.identity not in seen:
-            seen.add(forced.identity)
-            listed.append(forced)
+    for added in (*(forced_snippets or ()), *(forced_skills or ()), *(carried or ())):
+        if added.identity not in seen:
+            seen.add(added.identity)
+            listed.append(added)
     return tuple(listed)
 
 
@@ -163,6 +175,7 @@ def refusal_fields(decision: Decision) -> dict:
         "source_name": decision.source.name,
         "data_class": decision.data_class.label,
         "forced": decision.source.forced,
+        **decision.source.carried,
     }
 
 

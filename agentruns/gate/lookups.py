@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from agentruns.gate.core import SKILL, SNIPPET, ConfigView, Hop, Source
+from agentruns.gate.core import SKILL, SNIPPET, SYSTEM_PROMPT, ConfigView, Hop, Source
 from agentruns.models import (
     Configuration,
     ConfigurationFallback,
@@ -158,3 +158,26 @@ def _load(
         else:
             sources.append(skill_source(row, forced=True))
     return sources
+
+
+def carried_for_send(carried: Iterable[dict]) -> list[Source]:
+    """FORK-1: the sources a fork carried from its original, by identity ({kind, id,
+    from}) and live like a resumed run's (RG-1, RG-2): a class changed since counts, a
+    deleted source contributes nothing. No text: a carried source binds by its class."""
+    wanted = [(str(c.get("kind")), int(c.get("id", 0)), int(c.get("from", 0))) for c in carried]
+
+    def ids(kind: str) -> list[int]:
+        return [pk for k, pk, _ in wanted if k == kind]
+
+    found: dict[tuple[str, int], tuple[str, str, str]] = {}
+    for row in Configuration.objects.filter(pk__in=ids(SYSTEM_PROMPT)):
+        found[(SYSTEM_PROMPT, row.pk)] = (row.slug, row.name, row.system_prompt_data_class)
+    for kind, model in ((SNIPPET, Snippet), (SKILL, Skill)):
+        for item in model.objects.filter(pk__in=ids(kind)):
+            found[(kind, item.pk)] = (item.slug, item.name, item.data_class)
+    return [
+        Source(kind, pk, name, declared, title=title, carried_from=origin)
+        for kind, pk, origin in wanted
+        if (kind, pk) in found
+        for name, title, declared in [found[(kind, pk)]]
+    ]

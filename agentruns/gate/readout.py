@@ -27,6 +27,7 @@ def _source_row(source: Source) -> dict:
         "title": source.title,
         "data_class": declared.label if declared else UNDECLARED,
         "forced": source.forced,
+        **source.carried,
     }
 
 
@@ -63,7 +64,12 @@ def readout(
         if effective and effective.data_class
         else UNDECLARED,
         "effective_source": (
-            {"kind": effective.kind, "name": effective.name, "forced": effective.forced}
+            {
+                "kind": effective.kind,
+                "name": effective.name,
+                "forced": effective.forced,
+                **effective.carried,
+            }
             if effective
             else None
         ),

@@ -117,6 +117,15 @@ class Run(models.Model):
     steps = models.PositiveIntegerField(default=0)
     tool_calls_used = models.PositiveIntegerField(default=0)
     last_sequence = models.PositiveIntegerField(default=0)
+    # FORK-1: the run this one was forked from and the sequence (in that run's thread) its
+    # copy ends at; the `run.forked` event at the start of this run's log says the same.
+    forked_from = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="forks"
+    )
+    forked_at = models.PositiveIntegerField(null=True, blank=True)
+    # OPS-7: the W3C trace context of the run's first span and of its newest model turn, so
+    # a parked run's trace goes on after resume; empty while tracing is off.
+    trace_context = models.JSONField(null=True, blank=True)
 
     objects = RunQuerySet.as_manager()
 

@@ -4,13 +4,13 @@ still sees the live configuration on every send (CG-9) without reloading it each
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
 from agentruns.classes import DataClass, Zone
 from agentruns.gate.core import ConfigView, Source, reachable_zone
-from agentruns.gate.lookups import config_view, forced_for_resume
+from agentruns.gate.lookups import carried_for_send, config_view, forced_for_resume
 from agentruns.models import Configuration
 from agentruns.providers.base import Link, link_for
 from agentruns.tools.mcp.pinned import sync_pinned
@@ -110,6 +110,7 @@ def build_runtime_config(
 _lock = threading.Lock()
 _configs: dict[int, tuple[int, RuntimeConfig]] = {}
 _forced: dict[tuple, tuple[int, tuple[list[Source], list[Source]]]] = {}
+_carried: dict[tuple, tuple[int, list[Source]]] = {}
 
 
 def runtime_config(configuration_id: int, generation: int) -> RuntimeConfig:
@@ -139,4 +140,20 @@ def forced_sources(
     loaded = forced_for_resume(key[0], key[1])
     with _lock:
         _forced[key] = (generation, loaded)
+    return loaded
+
+
+def carried_sources(carried: Sequence[dict], generation: int) -> list[Source]:
+    """FORK-1: the sources a fork carried, by identity, re-read whenever the catalog
+    changed (as `forced_sources`)."""
+    if not carried:
+        return []
+    key = tuple((c.get("kind"), c.get("id"), c.get("from")) for c in carried)
+    with _lock:
+        cached = _carried.get(key)
+    if cached and cached[0] == generation:
+        return cached[1]
+    loaded = carried_for_send(carried)
+    with _lock:
+        _carried[key] = (generation, loaded)
     return loaded

@@ -24,8 +24,11 @@ SUMMARY_PREFIX = "Summary of the earlier conversation:\n"
 
 
 def system_texts(sources: Sequence[Source]) -> list[str]:
+    """The texts a send carries: a source a fork carried (FORK-1) binds by its class only."""
     texts = []
     for source in sources:
+        if source.carried_from is not None:
+            continue
         if source.kind == SKILL:
             texts.append(f"Skill “{source.title or source.name}”:\n{source.text}")
         else:

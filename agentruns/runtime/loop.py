@@ -20,6 +20,7 @@ from agentruns.runtime.actions.endings import boundary, finish, finish_failed
 from agentruns.runtime.actions.gating import compose
 from agentruns.runtime.actions.model_turn import model_turn
 from agentruns.runtime.actions.tool_calls import call_tools
+from agentruns.runtime.actions.traces import begin
 from agentruns.runtime.state import (
     AskModel,
     CallTools,
@@ -43,7 +44,17 @@ class Executor:
     def drive(self) -> Outcome:
         """Run until the run parks, ends, is released or loses its lease."""
         try:
-            return run_loop(RunContext.load(self.claim))
+            ctx = RunContext.load(self.claim)
+            trace = begin(ctx)  # OPS-7: None while tracing is off
+            if trace is None:
+                return run_loop(ctx)
+            try:
+                outcome = run_loop(ctx)
+            except BaseException as exc:
+                trace.end(ctx, error="fenced" if isinstance(exc, Fenced) else type(exc).__name__)
+                raise
+            trace.end(ctx, outcome)
+            return outcome
         except Fenced:
             self.claim.signals.lose()
             run_id = self.claim.lease.run_id

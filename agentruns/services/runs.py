@@ -25,7 +25,7 @@ from agentruns.errors import (
 from agentruns.events import LogEntry
 from agentruns.gate.audit import current_enforcement
 from agentruns.gate.core import compose_sources
-from agentruns.gate.lookups import forced_for_composition
+from agentruns.gate.lookups import carried_for_send, forced_for_composition
 from agentruns.gate.readout import readout
 from agentruns.models import (
     Configuration,
@@ -43,6 +43,7 @@ from agentruns.providers.base import AssistantMessage, Message, ToolResultMessag
 from agentruns.runtime.closing import close_open_calls
 from agentruns.runtime.compose import log_view, next_request, thread_mode
 from agentruns.runtime.config import build_runtime_config
+from agentruns.runtime.fork import carried_of
 from agentruns.runtime.redaction import redact
 from agentruns.runtime.state import restore
 from agentruns.services.log import append_events
@@ -81,7 +82,7 @@ class Submission:
         return salted_hmac(DIGEST_SALT, canonical_json(body), algorithm="sha256").hexdigest()
 
 
-def _configuration(slug: str) -> Configuration:
+def startable_configuration(slug: str) -> Configuration:
     configuration = Configuration.objects.select_related("provider").filter(slug=slug).first()
     if configuration is None:
         raise InvalidRequest(
@@ -137,7 +138,7 @@ def _validate(user: User, submission: Submission) -> tuple[Configuration, Thread
         raise InvalidRequest(
             "Input too long.", fields={"input": [f"At most {MAX_INPUT_CHARS} characters."]}
         )
-    configuration = _configuration(submission.configuration)
+    configuration = startable_configuration(submission.configuration)
     _check_ids(Snippet, submission.forced_snippets, "forced_snippets")
     _check_ids(Skill, submission.forced_skills, "forced_skills")
     thread = _thread(user, submission.thread, configuration) if submission.thread else None
@@ -165,7 +166,7 @@ def run_submit(
         if existing:
             return existing, False
     configuration, thread = _validate(user, submission)
-    _check_daily_limit(configuration)
+    check_daily_limit(configuration)
     try:
         with transaction.atomic():
             run = _create(owner, configuration, thread, submission, idempotency_key)
@@ -201,7 +202,7 @@ def check_idempotency_key(key: str | None) -> None:
         )
 
 
-def _check_daily_limit(configuration: Configuration) -> None:
+def check_daily_limit(configuration: Configuration) -> None:
     """OPS-2: over the limit, a new run would only fail before its first turn."""
     limit = configuration.daily_token_limit
     if DailyUsage.at_limit(configuration.pk, limit):
@@ -261,7 +262,7 @@ def _opening(
     return items
 
 
-def _log(rows: QuerySet[Event]) -> list[LogEntry]:
+def log_entries(rows: QuerySet[Event]) -> list[LogEntry]:
     """Event rows as the runtime reads them, in log order."""
     fields = ("sequence", "type", "payload", "run_id")
     return [LogEntry(*row) for row in rows.order_by("sequence").values_list(*fields)]
@@ -270,7 +271,7 @@ def _log(rows: QuerySet[Event]) -> list[LogEntry]:
 def thread_mode_name(thread: Thread) -> str:
     """The thread's mode by name (DEF-1): the one its log last switched to, else the
     configuration's default."""
-    named = thread_mode(_log(Event.objects.filter(thread=thread, type=ev.MODE_SWITCHED)))
+    named = thread_mode(log_entries(Event.objects.filter(thread=thread, type=ev.MODE_SWITCHED)))
     return build_runtime_config(thread.configuration).mode(named).name
 
 
@@ -283,8 +284,9 @@ def run_dry(*, user: User, submission: Submission) -> dict[str, Any]:
     snippets, skills, dropped = forced_for_composition(
         submission.forced_snippets, submission.forced_skills
     )
-    sources = compose_sources(config.view, snippets, skills)
-    logged = _log(Event.objects.filter(thread=thread)) if thread is not None else []
+    logged = log_entries(Event.objects.filter(thread=thread)) if thread is not None else []
+    # FORK-1: a fork's thread carries its original's sources; the readout folds them too.
+    sources = compose_sources(config.view, snippets, skills, carried_for_send(carried_of(logged)))
     text, kinds = redact(submission.input)
     # The run's first send: the thread's log with the events this submission would append.
     opening = _opening(submission, thread, text, kinds)
@@ -349,7 +351,7 @@ def _cancel_parked(run: Run, *, by: str) -> None:
     Ticket.objects.filter(run=run, status=Ticket.Status.ACTIVE).update(
         status=Ticket.Status.VOID, resolved_at=now
     )
-    state = restore(None, _log(Event.objects.filter(run=run)))
+    state = restore(None, log_entries(Event.objects.filter(run=run)))
     turn = state.turn
     open_calls = turn.open_calls() if turn else []
     rows = store().invocations(run.pk, turn.index, [c.id for c in open_calls]) if turn else []

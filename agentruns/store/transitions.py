@@ -93,6 +93,17 @@ def cancel_requester(run_id: int) -> str | None:
     return row or None
 
 
+def trace_context_of(run_id: int) -> dict[str, Any] | None:
+    """OPS-7: where the run's trace stands (read once per drive, only while tracing)."""
+    return Run.objects.filter(pk=run_id).values_list("trace_context", flat=True).first()
+
+
+def trace_context_save(lease: Lease, data: dict[str, Any]) -> None:
+    """OPS-7: kept for the next drive of the run; written under this worker's epoch only
+    (a parked run keeps its epoch until its next claim)."""
+    Run.objects.filter(pk=lease.run_id, epoch=lease.epoch).update(trace_context=data)
+
+
 def worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
 

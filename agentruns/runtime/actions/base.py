@@ -100,6 +100,9 @@ class RunContext:
     composed: bool = False
     # SEC-6: sends given up in a row because the catalog moved after their composition.
     recomposed: int = 0
+    # OPS-7: this drive's spans (a `traces.RunTrace`, which needs this module); None while
+    # tracing is off, and then nothing traces at all.
+    trace: Any = None
 
     @classmethod
     def load(cls, claim: Claim) -> RunContext:

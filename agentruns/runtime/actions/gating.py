@@ -11,11 +11,13 @@ from django.utils import timezone
 from agentruns import events as ev
 from agentruns.errors import ContextRefused
 from agentruns.gate.audit import context_assert
-from agentruns.gate.core import Source, compose_sources
+from agentruns.gate.core import Source, Verdict, compose_sources
 from agentruns.gate.lookups import forced_for_composition
+from agentruns.gate.readout import verdict_label
 from agentruns.runtime.actions.base import Items, Outcome, RunContext
 from agentruns.runtime.actions.endings import finish_failed
-from agentruns.runtime.config import forced_sources
+from agentruns.runtime.config import carried_sources, forced_sources
+from agentruns.runtime.fork import carried_of
 from agentruns.store import store
 from agentruns.store.connection import release_connection
 
@@ -50,9 +52,11 @@ def compose(ctx: RunContext) -> None:
 
 
 def sources(ctx: RunContext) -> tuple[Source, ...]:
-    """CG-1 against the live configuration; the forced set by identity (RG-1, RG-2)."""
+    """CG-1 against the live configuration; the forced set and what a fork carried by
+    identity (RG-1, RG-2, FORK-1)."""
     snippets, skills = forced_sources(ctx.forced_snippet_ids, ctx.forced_skill_ids, ctx.generation)
-    return compose_sources(ctx.config.view, snippets, skills)
+    carried = carried_sources(carried_of(ctx.events), ctx.generation)
+    return compose_sources(ctx.config.view, snippets, skills, carried)
 
 
 def assert_context(ctx: RunContext) -> Outcome | None:
@@ -78,6 +82,8 @@ def assert_context(ctx: RunContext) -> Outcome | None:
             if refused.generation is not None and refused.generation != known:
                 ctx.generation = refused.generation  # decided on a stale catalog
                 continue
+            if ctx.trace:
+                ctx.trace.verdict = Verdict.REFUSED.value
             return finish_failed(
                 ctx,
                 "context_refused",
@@ -87,6 +93,8 @@ def assert_context(ctx: RunContext) -> Outcome | None:
             )
         ctx.generation = asserted.generation
         if asserted.generation == known:
+            if ctx.trace:
+                ctx.trace.verdict = verdict_label(asserted.decision.verdict, asserted.enforcement)
             if asserted.observed_refusal and not ctx.state.observed:
                 ctx.commit([(ev.CONTEXT_OBSERVED, {"verdict": "refused (observed)"})])
             return None

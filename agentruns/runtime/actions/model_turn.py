@@ -91,10 +91,16 @@ def model_turn(ctx: RunContext, turn_index: int) -> Outcome | None:
         tools=composed.specs,
         continuation=ctx.state.continuation,
     )
+    trace = ctx.trace
+    span = trace.turn(ctx, turn_index, composed) if trace else None  # OPS-7
     sent = send(ctx, request, composed_on=composed_on, withheld=ctx.view().withheld)
     if not isinstance(sent, Sent):
+        if trace:
+            trace.turn_done(ctx, span, None, None)
         return sent  # the run's end, or None: compose the turn again
     reply, link = sent.reply, sent.link
+    if trace:
+        trace.turn_done(ctx, span, reply, link)
     continuation = {"link": link.slug, "data": reply.continuation} if reply.continuation else None
     served_by = {
         "configuration": link.slug,

@@ -57,6 +57,8 @@ def call_tools(ctx: RunContext, turn: Turn, calls: Sequence[ProposedCall]) -> Ou
             return refused
     waiting: list[ProposedCall] = []
     together: list[Ready] = []
+    trace = ctx.trace
+    spans: list[tuple[Any, ProposedCall]] = []  # OPS-7: the together calls' spans
     for call in calls:
         stopped = boundary(ctx)
         if stopped:
@@ -69,14 +71,20 @@ def call_tools(ctx: RunContext, turn: Turn, calls: Sequence[ProposedCall]) -> Ou
         if human and turn.decisions.get(call.id) != ev.ALLOW:
             waiting.append(call)
             continue
+        span = trace.tool(ctx, turn, call) if trace else None  # OPS-7
         ready = _ready(ctx, turn, call)
-        if ready is None:
-            continue
-        if ready.tool.blocking and not ready.tool.transactional:
+        if ready is not None and ready.tool.blocking and not ready.tool.transactional:
             together.append(ready)
-        else:
+            spans.append((span, call))
+            continue
+        if ready is not None:
             _execute(ctx, [ready])
+        if trace:
+            trace.tool_done(ctx, span, call)
     _execute(ctx, together)
+    if trace:
+        for span, call in spans:
+            trace.tool_done(ctx, span, call)
     if waiting:
         return park(ctx, waiting[0])
     return None

@@ -1,0 +1,231 @@
+"""OPS-7: what a run's trace holds, in OpenTelemetry's GenAI semantic conventions.
+
+One `invoke_agent` span per drive of a run, a `chat` span per model turn under it, an
+`execute_tool` span per executed call under the turn that proposed it. A run that parks
+keeps where its trace stands on its row (`Run.trace_context`); its next drive — after an
+approval, on any worker — is a child of the run's first span in the same trace, with a
+link to the drive before, and the calls of the parked turn are children of that turn.
+
+Attributes: `gen_ai.operation.name`, `gen_ai.provider.name`, `gen_ai.request.model`,
+`gen_ai.response.model`, `gen_ai.usage.input_tokens`/`output_tokens`, `gen_ai.tool.name`,
+`gen_ai.tool.call.id`, `gen_ai.conversation.id` (the thread), and the run's own:
+`agentruns.run.id`, `agentruns.configuration`, `agentruns.gate.verdict` (the context
+gate's verdict on the send, CG-4/CG-6), `agentruns.outcome`.
+
+Content (`gen_ai.system_instructions`, `gen_ai.input.messages`, `gen_ai.output.messages`,
+`gen_ai.tool.call.arguments`/`result`) only when `AGENTRUNS_OTEL_CONTENT_CLASS` names a
+class, and then only what is at or below it: a source's text if its class is (undeclared
+places no constraint, TZ-1); the conversation only if the send's effective class is (it
+may repeat any source, CG-3); a tool's arguments and result only if, besides, its output
+class is. Nothing of this module runs while tracing is off: the loop holds no `RunTrace`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from agentruns import events as ev
+from agentruns import tracing
+from agentruns.classes import DataClass
+from agentruns.gate.core import effective_source
+from agentruns.providers.base import AssistantMessage, Message, ToolResultMessage
+from agentruns.runtime.actions.gating import sources
+from agentruns.runtime.context import system_texts
+from agentruns.runtime.redaction import redact
+from agentruns.store.transitions import trace_context_of, trace_context_save
+from agentruns.tools.registry import REGISTRY
+
+if TYPE_CHECKING:
+    from agentruns.runtime.actions.base import RunContext
+    from agentruns.runtime.compose import Composed
+    from agentruns.runtime.state import ProposedCall, Turn
+
+
+def _within(declared: DataClass | None, limit: DataClass | None) -> bool:
+    return limit is not None and (declared is None or declared <= limit)
+
+
+class RunTrace:
+    """The spans of one drive of a run."""
+
+    def __init__(self, ctx: RunContext, stored: dict[str, Any] | None) -> None:
+        self.stored = stored or {}
+        config = ctx.config
+        self.common = {
+            "gen_ai.conversation.id": str(ctx.lease.thread_id),
+            "agentruns.run.id": ctx.lease.run_id,
+            "agentruns.configuration": config.slug,
+        }
+        self.provider = config.links[0].provider_kind or None
+        self.model = config.model or None
+        self.verdict = ""  # the gate's, on the latest send (set by `assert_context`)
+        self.content_ok = False  # the latest send's effective class is within the limit
+        opening = ctx.events[0] if ctx.events else None
+        forked = opening.payload["forked_from"] if opening and opening.type == ev.RUN_FORKED else {}
+        first = self.stored.get("run")
+        previous = self.stored.get("last")
+        self.span = tracing.start_span(
+            f"invoke_agent {config.slug}",
+            {
+                **self.common,
+                "gen_ai.operation.name": "invoke_agent",
+                "gen_ai.agent.name": config.slug,
+                "gen_ai.provider.name": self.provider,
+                "gen_ai.request.model": self.model,
+                "agentruns.resumed": bool(first),
+                "agentruns.forked_from": forked.get("run"),  # FORK-1
+            },
+            parent=first,
+            links=(previous,) if previous else (),
+        )
+        self.turn_span: Any = None
+        self.turn_ref = self.stored.get("turn")
+        self.turn_index = self.stored.get("turn_index")
+
+    def end(self, ctx: RunContext, outcome: str = "", *, error: str = "") -> None:
+        failure = ctx.events[-1].payload if ctx.events else {}
+        if not error and outcome == ev.TERMINAL_EVENTS[ev.RUN_FAILED]:
+            error = str(failure.get("code") or outcome)
+        tracing.end_span(
+            self.span,
+            {"agentruns.outcome": outcome or None, "agentruns.gate.verdict": self.verdict or None},
+            error=error,
+        )
+        me = tracing.span_ref(self.span)
+        trace_context_save(
+            ctx.lease,
+            {
+                "run": self.stored.get("run") or me,
+                "last": me,
+                "turn": self.turn_ref,
+                "turn_index": self.turn_index,
+            },
+        )
+
+    # --- a model turn ---------------------------------------------------------------
+
+    def turn(self, ctx: RunContext, turn_index: int, composed: Composed) -> Any:
+        attributes: dict[str, Any] = {
+            **self.common,
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": self.provider,
+            "gen_ai.request.model": self.model,
+            "agentruns.turn": turn_index,
+        }
+        limit = tracing.content_class()
+        if limit is not None:
+            listed = sources(ctx)
+            effective = effective_source(listed)
+            self.content_ok = _within(effective.data_class if effective else None, limit)
+            instructions = [
+                {"type": "text", "content": redact(text)[0]}
+                for source in listed
+                if source.carried_from is None and _within(source.data_class, limit)
+                for text in system_texts([source])
+            ]
+            attributes["gen_ai.system_instructions"] = json.dumps(instructions)
+            if self.content_ok:
+                messages = [_message(m, limit) for m in composed.messages]
+                attributes["gen_ai.input.messages"] = json.dumps(messages)
+        span = tracing.start_span(f"chat {self.model or ''}".strip(), attributes, parent=self.span)
+        self.turn_span, self.turn_ref, self.turn_index = span, tracing.span_ref(span), turn_index
+        return span
+
+    def turn_done(self, ctx: RunContext, span: Any, reply: Any, served: Any) -> None:
+        """`reply` and `served` (the link) when the model answered, else None: the run
+        ended (its failure is the log's last event) or the turn is composed again."""
+        attributes: dict[str, Any] = {"agentruns.gate.verdict": self.verdict or None}
+        error = ""
+        if reply is None:
+            last = ctx.events[-1] if ctx.events else None
+            if last is not None and last.type == ev.RUN_FAILED:
+                error = str(last.payload.get("code") or "failed")
+        else:
+            usage = reply.token_usage
+            attributes.update(
+                {
+                    "gen_ai.provider.name": served.provider_kind or self.provider,
+                    "gen_ai.response.model": reply.model or None,
+                    "gen_ai.usage.input_tokens": usage["input_tokens"],
+                    "gen_ai.usage.output_tokens": usage["output_tokens"],
+                    "agentruns.served_by": served.slug,
+                }
+            )
+            if self.content_ok and tracing.content_class() is not None:
+                calls = [
+                    {"type": "tool_call", "id": c.id, "name": c.name, "arguments": c.arguments}
+                    for c in reply.tool_calls
+                ]
+                text = [{"type": "text", "content": redact(reply.text)[0]}] if reply.text else []
+                output = [{"role": "assistant", "parts": [*text, *calls]}]
+                attributes["gen_ai.output.messages"] = json.dumps(output)
+        tracing.end_span(span, attributes, error=error)
+
+    # --- a tool call ------------------------------------------------------------------
+
+    def tool(self, ctx: RunContext, turn: Turn, call: ProposedCall) -> Any:
+        parent: Any = self.span
+        if self.turn_index == turn.index:
+            parent = self.turn_span or self.turn_ref or self.span
+        attributes: dict[str, Any] = {
+            **self.common,
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": call.name,
+            "gen_ai.tool.call.id": call.id,
+            "gen_ai.tool.type": "function",
+            "agentruns.turn": turn.index,
+        }
+        if self._tool_content(call.name):
+            attributes["gen_ai.tool.call.arguments"] = json.dumps(call.arguments)
+        return tracing.start_span(f"execute_tool {call.name}", attributes, parent=parent)
+
+    def tool_done(self, ctx: RunContext, span: Any, call: ProposedCall) -> None:
+        result = next(
+            (
+                e.payload
+                for e in reversed(ctx.events)
+                if e.type == ev.TOOL_RESULT and e.payload.get("call_id") == call.id
+            ),
+            {},
+        )
+        status = str(result.get("status", ""))
+        attributes: dict[str, Any] = {"agentruns.tool.status": status or None}
+        if result and self._tool_content(call.name):
+            attributes["gen_ai.tool.call.result"] = str(result.get("content", ""))
+        error = status if status and status != ev.OK else ""
+        tracing.end_span(span, attributes, error=error)
+
+    def _tool_content(self, name: str) -> bool:
+        tool = REGISTRY.get(name)
+        return self.content_ok and _within(
+            tool.output_class if tool else DataClass.SECRET, tracing.content_class()
+        )
+
+
+def _message(message: Message, limit: DataClass) -> dict[str, Any]:
+    """One message of the conversation in the GenAI conventions' shape; a tool result
+    whose tool's output class is above the limit is withheld."""
+    if isinstance(message, ToolResultMessage):
+        tool = REGISTRY.by_wire(message.name)
+        shown = _within(tool.output_class if tool else DataClass.SECRET, limit)
+        response = message.content if shown else f"[withheld: {message.name} output]"
+        part = {"type": "tool_call_response", "id": message.call_id, "response": response}
+        return {"role": "tool", "parts": [part]}
+    if isinstance(message, AssistantMessage):
+        parts: list[dict[str, Any]] = [{"type": "text", "content": message.text}]
+        parts += [
+            {"type": "tool_call", "id": c.id, "name": c.name, "arguments": c.arguments}
+            for c in message.tool_calls
+        ]
+        return {"role": "assistant", "parts": parts}
+    return {"role": "user", "parts": [{"type": "text", "content": message.text}]}
+
+
+def begin(ctx: RunContext) -> RunTrace | None:
+    """The drive's trace, or None while tracing is off (the only check the loop makes)."""
+    if not tracing.enabled():
+        return None
+    trace = RunTrace(ctx, trace_context_of(ctx.lease.run_id))
+    ctx.trace = trace
+    return trace

@@ -1,0 +1,107 @@
+"""Forking a run at a model turn (FORK-1): the one path the API and the pages use.
+
+Rights: the caller must see the original (else it is a 404, SEC-2) and be allowed to start
+the run the fork is, on the configuration it names (active, under its daily limit, OPS-2).
+A fork keeps its original's forced sources — the copied transcript is what the model made
+of them — so forking a run that forced sources is forcing them, which is the playground's
+(FS-5: `use_playground`, else 403). The fork's sends are gated like any send (CG-9): its
+own configuration's sources, the forced set and every source its original carried, by
+class; a refusal ends the fork `failed` with `context_refused`, naming the source (CG-7).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import transaction
+
+from agentruns import events as ev
+from agentruns.errors import InvalidRequest, NotFound
+from agentruns.models import Event, Run, Thread
+from agentruns.policy import may_see_run
+from agentruns.runtime.fork import BadForkPoint, plan_fork
+from agentruns.runtime.redaction import redact
+from agentruns.selectors import run_sources
+from agentruns.services.log import append_attributed
+from agentruns.services.runs import (
+    MAX_INPUT_CHARS,
+    Submission,
+    User,
+    check_daily_limit,
+    check_playground,
+    log_entries,
+    startable_configuration,
+)
+from agentruns.store.wakeups import enqueue_wake
+
+
+@dataclass(frozen=True)
+class ForkRequest:
+    """`at`: the sequence of a `message.assistant` of the run, None for its end;
+    `configuration`: a slug, None for the original's; `input`: a new prompt, "" to go on
+    with the original's."""
+
+    at: int | None = None
+    configuration: str | None = None
+    input: str = ""
+
+
+def run_fork(*, user: User, run_id: int, request: ForkRequest) -> Run:
+    original = Run.objects.select_related("configuration").filter(pk=run_id).first()
+    if original is None or not may_see_run(user, original):
+        raise NotFound("No such run.")
+    prompt = request.input if request.input.strip() else ""
+    if len(prompt) > MAX_INPUT_CHARS:
+        raise InvalidRequest(
+            "Input too long.", fields={"input": [f"At most {MAX_INPUT_CHARS} characters."]}
+        )
+    slug = request.configuration or original.configuration.slug
+    check_playground(
+        user,
+        Submission(
+            configuration=slug,
+            input=prompt or original.input,
+            forced_snippets=tuple(original.forced_snippet_ids or ()),
+            forced_skills=tuple(original.forced_skill_ids or ()),
+        ),
+    )
+    configuration = startable_configuration(slug)
+    check_daily_limit(configuration)
+    _, sources = run_sources(original)
+    carried = [{"kind": s.kind, "id": s.id, "from": s.carried_from or original.pk} for s in sources]
+    log = log_entries(Event.objects.filter(thread=original.thread_id))
+    try:
+        plan = plan_fork(
+            log,
+            run_id=original.pk,
+            at=request.at,
+            new_prompt=bool(prompt),
+            forked={"configuration": configuration.slug, "carried": carried},
+        )
+    except BadForkPoint as bad:
+        raise InvalidRequest(str(bad), fields={"at": [str(bad)]}) from bad
+    owner: Any = user if user.is_authenticated else None
+    text, kinds = redact(prompt) if prompt else (original.input, {})
+    with transaction.atomic():
+        thread = Thread.objects.create(configuration=configuration, created_by=owner)
+        run = Run.objects.create(
+            thread=thread,
+            configuration=configuration,
+            input=text,
+            created_by=owner,
+            forced_snippet_ids=list(original.forced_snippet_ids or ()),
+            forced_skill_ids=list(original.forced_skill_ids or ()),
+            forked_from=original,
+            forked_at=plan.at,
+        )
+        items: list[tuple[int | None, str, dict[str, Any]]] = [
+            (run.pk if own else None, kind, payload) for own, kind, payload in plan.items
+        ]
+        if kinds:
+            items.append((run.pk, ev.SECRET_REDACTED, {"where": "input", "kinds": kinds}))
+        if prompt:
+            items.append((run.pk, ev.USER, {"text": text}))
+        append_attributed(thread_id=thread.pk, items=items)
+        enqueue_wake(run.pk)
+    return run

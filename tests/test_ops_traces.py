@@ -1,0 +1,253 @@
+"""OPS-7: every run traced in OpenTelemetry, received by a real OTLP/HTTP receiver on
+loopback and decoded with opentelemetry-proto: one span per drive of the run, per model
+turn and per tool call, parented in that order, in the GenAI semantic conventions, with
+the run, configuration and gate verdict; a parked run's trace goes on after resume; no
+message content unless AGENTRUNS_OTEL_CONTENT_CLASS names a class, then only what is at or
+below it; Django's requests traced; nothing of the SDK loaded while tracing is off."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from agentruns import tracing
+from agentruns.models import Event, Run
+from agentruns.runtime.loop import execute_run
+from tests.conftest import grant
+from tests.support.factories import make_openai_configuration, make_snippet
+from tests.support.fake_provider import FakeProvider
+from tests.support.hitl import active_ticket, allow, client_for, resume, write_call
+from tests.support.otlp import OtlpReceiver, Span
+from tests.support.runs import submit
+
+pytestmark = pytest.mark.django_db
+
+CONTENT = (
+    "gen_ai.system_instructions",
+    "gen_ai.input.messages",
+    "gen_ai.output.messages",
+    "gen_ai.tool.call.arguments",
+    "gen_ai.tool.call.result",
+)
+
+
+@pytest.fixture
+def fake():
+    with FakeProvider() as provider:
+        yield provider
+
+
+@pytest.fixture
+def otlp(monkeypatch):
+    monkeypatch.delenv("AGENTRUNS_OTEL_CONTENT_CLASS", raising=False)
+    with OtlpReceiver() as receiver:
+        yield receiver
+        tracing.shutdown()
+
+
+def received(receiver: OtlpReceiver) -> list[Span]:
+    tracing.flush()
+    return receiver.spans
+
+
+def named(spans: list[Span], prefix: str) -> list[Span]:
+    return [s for s in spans if s.name.startswith(prefix)]
+
+
+def echo(*texts: str) -> dict[str, Any]:
+    return {"tool_calls": [{"name": "test.echo", "arguments": {"text": t}} for t in texts]}
+
+
+def test_ops7_run_turns_and_tool_calls_are_one_span_tree_in_the_genai_conventions(
+    fake, staff, otlp
+):
+    tracing.configure(otlp.url, instrument_django=False)
+    make_openai_configuration("traced", fake, allowed_tools=["test"], system_prompt="Be brief.")
+    fake.queue(echo("one", "two"), {"text": "done"})
+    run = submit(staff, "traced", "echo twice")
+    assert execute_run(run.pk) == Run.Status.COMPLETED
+
+    spans = received(otlp)
+    (agent,) = named(spans, "invoke_agent")
+    chats = named(spans, "chat")
+    tools = named(spans, "execute_tool")
+    assert (len(chats), len(tools)) == (2, 2)
+    assert agent.parent_id == "" and agent.name == "invoke_agent traced"
+    assert {s.trace_id for s in spans} == {agent.trace_id}
+    assert all(chat.parent_id == agent.span_id for chat in chats)
+    assert all(tool.parent_id == chats[0].span_id for tool in tools)  # the turn that asked
+    assert agent.service == "agentruns"
+
+    assert agent.attributes["gen_ai.operation.name"] == "invoke_agent"
+    assert agent.attributes["agentruns.run.id"] == run.pk
+    assert agent.attributes["agentruns.configuration"] == "traced"
+    assert agent.attributes["agentruns.outcome"] == "completed"
+    assert agent.attributes["agentruns.gate.verdict"] == "undeclared"
+    first = chats[0].attributes
+    assert first["gen_ai.operation.name"] == "chat"
+    assert first["gen_ai.provider.name"] == "openai"
+    assert first["gen_ai.request.model"] == "gpt-test"
+    assert first["gen_ai.response.model"] == "gpt-test"
+    assert first["gen_ai.usage.input_tokens"] > 0 and first["gen_ai.usage.output_tokens"] > 0
+    assert first["agentruns.run.id"] == run.pk and first["agentruns.gate.verdict"] == "undeclared"
+    assert first["gen_ai.conversation.id"] == str(run.thread_id)
+    turn = Event.objects.filter(run=run, type="message.assistant").order_by("sequence").first()
+    calls = turn.payload["tool_calls"]
+    assert [t.attributes["gen_ai.tool.call.id"] for t in tools] == [c["id"] for c in calls]
+    assert {t.attributes["gen_ai.tool.name"] for t in tools} == {"test.echo"}
+    assert {t.attributes["gen_ai.operation.name"] for t in tools} == {"execute_tool"}
+    assert {t.attributes["agentruns.tool.status"] for t in tools} == {"ok"}
+    # No content by default: not the prompt, the system prompt, a reply or a tool's words.
+    assert not [k for s in spans for k in s.attributes if k in CONTENT]
+    assert "echo twice" not in str([s.attributes for s in spans])
+
+
+def test_ops7_the_gate_verdict_and_a_refusal_are_on_the_spans(fake, staff, otlp):
+    tracing.configure(otlp.url, instrument_django=False)
+    secret = make_snippet("vault", data_class="secret")
+    make_openai_configuration("leaky", fake, zone="external_global", snippets=[secret])
+    run = submit(staff, "leaky", "go")
+    assert execute_run(run.pk) == Run.Status.FAILED
+    (agent,) = named(received(otlp), "invoke_agent")
+    assert agent.attributes["agentruns.gate.verdict"] == "refused"
+    assert agent.attributes["error.type"] == "context_refused"
+    assert "agentruns.forked_from" not in agent.attributes
+    assert agent.status_code == 2  # STATUS_CODE_ERROR
+    assert fake.requests == []
+
+
+def test_ops7_a_fork_is_traced_as_a_run_that_names_its_original(fake, staff, otlp, api):
+    tracing.configure(otlp.url, instrument_django=False)
+    make_openai_configuration("again", fake)
+    fake.queue({"text": "first"}, {"text": "second"})
+    original = submit(staff, "again", "go")
+    assert execute_run(original.pk) == Run.Status.COMPLETED
+    forked = api.post(f"/api/runs/{original.pk}/fork/", {"input": "more"}, format="json")
+    assert execute_run(forked.json()["id"]) == Run.Status.COMPLETED
+    runs = named(received(otlp), "invoke_agent")
+    (fork_span,) = [s for s in runs if s.attributes["agentruns.run.id"] == forked.json()["id"]]
+    assert fork_span.attributes["agentruns.forked_from"] == original.pk
+
+
+def test_ops7_content_only_at_or_below_the_class_named(fake, staff, otlp, monkeypatch):
+    monkeypatch.setenv("AGENTRUNS_OTEL_CONTENT_CLASS", "internal")
+    tracing.configure(otlp.url, instrument_django=False)
+    open_text = make_snippet("open", data_class="public", text="OPEN-TEXT")
+    closed = make_snippet("closed", data_class="confidential", text="CLOSED-TEXT")
+    make_openai_configuration("mixed", fake, allowed_tools=["test"], snippets=[open_text, closed])
+    make_openai_configuration("plain", fake, allowed_tools=["test"], snippets=[open_text])
+    fake.queue({"text": "mixed reply"}, echo("hello"), {"text": "plain reply"})
+    mixed = submit(staff, "mixed", "MIXED-PROMPT")
+    assert execute_run(mixed.pk) == Run.Status.COMPLETED
+    plain = submit(staff, "plain", "PLAIN-PROMPT")
+    assert execute_run(plain.pk) == Run.Status.COMPLETED
+
+    spans = received(otlp)
+    by_run = {
+        run.pk: [s for s in spans if s.attributes.get("agentruns.run.id") == run.pk]
+        for run in (mixed, plain)
+    }
+    (mixed_chat,) = named(by_run[mixed.pk], "chat")
+    instructions = json.loads(mixed_chat.attributes["gen_ai.system_instructions"])
+    assert [part["content"] for part in instructions] == ["OPEN-TEXT"]  # not CLOSED-TEXT
+    # The send's class is confidential: its conversation could repeat it, so none of it.
+    assert "gen_ai.input.messages" not in mixed_chat.attributes
+    assert "gen_ai.output.messages" not in mixed_chat.attributes
+    assert "CLOSED-TEXT" not in str(spans) and "MIXED-PROMPT" not in str(spans)
+
+    first, second = named(by_run[plain.pk], "chat")
+    messages = json.loads(first.attributes["gen_ai.input.messages"])
+    assert messages == [{"role": "user", "parts": [{"type": "text", "content": "PLAIN-PROMPT"}]}]
+    output = json.loads(first.attributes["gen_ai.output.messages"])
+    assert output[0]["parts"][0]["name"] == "test.echo"
+    (tool,) = named(by_run[plain.pk], "execute_tool")
+    assert json.loads(tool.attributes["gen_ai.tool.call.arguments"]) == {"text": "hello"}
+    assert tool.attributes["gen_ai.tool.call.result"] == "hello"
+    replies = json.loads(second.attributes["gen_ai.output.messages"])
+    assert replies[0]["parts"] == [{"type": "text", "content": "plain reply"}]
+
+
+def test_ops7_a_parked_runs_trace_goes_on_after_resume(fake, staff, otlp):
+    tracing.configure(otlp.url, instrument_django=False)
+    make_openai_configuration("careful", fake, allowed_tools=["notes"])
+    fake.queue({"tool_calls": [write_call("plan")]}, {"text": "written"})
+    run = submit(staff, "careful", "write the plan")
+    assert execute_run(run.pk) == Run.Status.AWAITING
+    before = received(otlp)
+    (parked,) = named(before, "invoke_agent")
+    (asked,) = named(before, "chat")
+    assert parked.attributes["agentruns.outcome"] == "awaiting"
+    assert named(before, "execute_tool") == []
+
+    approver = client_for(grant(staff, "approve_run"))
+    assert resume(approver, run.pk, allow(active_ticket(run.pk))).status_code == 200
+    assert execute_run(run.pk) == Run.Status.COMPLETED
+
+    after = [s for s in received(otlp) if s not in before]
+    (resumed,) = named(after, "invoke_agent")
+    (tool,) = named(after, "execute_tool")
+    (answer,) = named(after, "chat")
+    assert resumed.trace_id == parked.trace_id  # the same trace
+    assert (
+        resumed.parent_id == parked.span_id and (parked.trace_id, parked.span_id) in resumed.links
+    )
+    assert resumed.attributes["agentruns.resumed"] is True
+    assert tool.parent_id == asked.span_id and tool.attributes["gen_ai.tool.name"] == "notes.write"
+    assert answer.parent_id == resumed.span_id
+
+
+def test_ops7_django_requests_are_traced(staff, otlp, client):
+    tracing.configure(otlp.url)
+    client.force_login(staff)
+    assert client.get("/api/runs/").status_code == 200
+    server = [s for s in received(otlp) if s.kind == 2]  # SPAN_KIND_SERVER
+    assert server, [s.name for s in otlp.spans]
+    assert any("/api/runs/" in str(s.attributes) or "api/runs" in s.name for s in server)
+
+
+def test_ops7_nothing_of_the_sdk_is_loaded_while_tracing_is_off():
+    """Off (no OTEL_EXPORTER_OTLP_ENDPOINT), the process that serves pages and drives runs
+    never imports the SDK, its exporter or the instrumentation."""
+    code = (
+        "import sys, django; django.setup();"
+        "import agentruns.runtime.loop, agentruns.api.urls, playground.urls;"
+        "import agentruns.tracing as t;"
+        "assert not t.enabled();"
+        "print(sorted(m for m in sys.modules if m.startswith(('opentelemetry.sdk',"
+        " 'opentelemetry.exporter', 'opentelemetry.instrumentation'))))"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env["DJANGO_SETTINGS_MODULE"] = "config.settings"
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+def statements_of_a_run(fake: FakeProvider, user: Any, slug: str) -> int:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    fake.queue(echo("a", "b"), echo("c", "d"), {"text": "done"})
+    run = submit(user, slug, "go")
+    with CaptureQueriesContext(connection) as queries:
+        assert execute_run(run.pk) == Run.Status.COMPLETED
+    return len(queries)
+
+
+def test_ops7_tracing_costs_no_statement_per_step(fake, staff, otlp):
+    """PERF-2 holds either way: off, a run makes the statements it made before tracing
+    existed; on, it adds two per drive (where its trace stands, read and kept), none per
+    step."""
+    make_openai_configuration("counted", fake, allowed_tools=["test"])
+    statements_of_a_run(fake, staff, "counted")  # the caches warm
+    off = statements_of_a_run(fake, staff, "counted")
+    tracing.configure(otlp.url, instrument_django=False)
+    on = statements_of_a_run(fake, staff, "counted")
+    assert on - off == 2
