@@ -376,3 +376,46 @@ def test_mcp4_the_loops_view_withholds_against_the_live_configuration(approver, 
     view = log_view(thread_log(run), config)
     assert [r.tool for r in view.withheld] == ["vault.customer_lookup"]
     assert view.ceiling is DataClass.INTERNAL
+
+
+def test_mcp4_fork1_a_fork_onto_a_less_trusted_configuration_withholds_the_copied_result(
+    approver, fake, case
+):
+    """A fork is a send like any other: a restricted result copied from a run on a local
+    provider reaches a fork on an external_global one only as the gate's note."""
+
+    def reply(body, path):
+        return (
+            {"text": "done"}
+            if tool_messages(body)
+            else {
+                "tool_calls": [
+                    {"id": "call_r", "name": case.read_wire, "arguments": case.read_arguments}
+                ]
+            }
+        )
+
+    fake.default = reply
+    openai_configuration("lookup", fake, zone="local", allowed_tools=case.allowed)
+    openai_configuration("lookup-abroad", fake, zone="external_global", allowed_tools=case.allowed)
+    run = submit(approver, "lookup")
+    assert execute_run(run.pk) == Run.Status.COMPLETED, run_failure(run)
+    assert case.needle in sent_result(fake, "call_r")["content"]
+    response = client_for(approver).post(
+        f"/api/runs/{run.pk}/fork/",
+        {"configuration": "lookup-abroad", "input": "and once more"},
+        format="json",
+    )
+    assert response.status_code == 201, response.content
+    forked = Run.objects.get(pk=response.json()["id"])
+    assert execute_run(forked.pk) == Run.Status.COMPLETED, run_failure(forked)
+    message = sent_result(fake, "call_r")
+    assert message["content"].startswith(
+        f"{NOTE}: the result of {case.read} is classed restricted, above the ceiling internal"
+    )
+    assert case.needle not in str(fake.requests[-1].body)
+    assert case.needle in results_by_call(run.pk)["call_r"]["content"]  # the original's log
+    audit = GateAudit.objects.filter(run_id=forked.pk, source_kind=TOOL_RESULT)
+    assert [(a.verdict, a.source_name, a.zone) for a in audit] == [
+        ("refused", case.read, "external_global")
+    ]
