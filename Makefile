@@ -34,7 +34,7 @@ test: install postgres
 	DATABASE_URL=$(PG_URL) $(PY) -m pytest $(PYTEST_ARGS)
 	@# The embedded default (SQLite) takes the portable write path: smoke it too.
 	env -u DATABASE_URL AGENTRUNS_VAR_DIR=$$(mktemp -d) $(PY) -m pytest -q \
-	  tests/test_loop_smoke.py tests/test_hitl_smoke.py
+	  tests/loop/test_smoke.py tests/hitl/test_smoke.py
 	$(MAKE) lint
 
 lint: install

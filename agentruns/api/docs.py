@@ -2,7 +2,7 @@
 are valid against the demo data, and the pages that show them.
 
 The examples work as they stand on `make run`'s data (`manage.py demo_data` on a fresh
-database, so snippet 6 is the changelog and skill 1 `summarise`); tests/test_api_docs.py
+database, so snippet 6 is the changelog and skill 1 `summarise`); tests/api/test_docs.py
 posts every one. A resume names a live ticket, so its identity fields are placeholders to
 copy from `GET /api/tickets/`.
 

@@ -1,6 +1,6 @@
 """The store anywhere but PostgreSQL: what the embedded SQLite demo (`make run`, web and a
 real cluster on one machine) needs, as ORM statements inside a transaction. The suite runs
-on PostgreSQL; only tests/test_loop_smoke.py and tests/test_hitl_smoke.py run this. No
+on PostgreSQL; only tests/loop/test_smoke.py and tests/hitl/test_smoke.py run this. No
 batch claims: wake-ups do all the claiming here."""
 
 from __future__ import annotations

@@ -63,7 +63,7 @@ def test_ui7_the_api_docs_load_everything_from_this_site_and_name_operations_in_
     browser: Browser, production_server: str, django_user_model, screenshot
 ):
     """Redoc asks for no Google Fonts and nothing from cdn.redoc.ly; Swagger's example
-    request for POST /api/runs/ is one the demo data accepts (tests/test_api_docs.py posts
+    request for POST /api/runs/ is one the demo data accepts (tests/api/test_docs.py posts
     them all)."""
     context = browser.new_context(
         base_url=production_server, viewport={"width": 1280, "height": 900}

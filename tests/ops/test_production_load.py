@@ -41,7 +41,7 @@ from tests.support.runs import current_database_url
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 LOAD_SECONDS = float(os.environ.get("AGENTRUNS_LOAD_SECONDS", "15"))
 CLIENTS = int(os.environ.get("AGENTRUNS_LOAD_CLIENTS", "200"))
 USERS = 20

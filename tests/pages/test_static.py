@@ -10,7 +10,7 @@ import pytest
 from django.core.management import call_command
 from django.test import Client, override_settings
 
-BASE = Path(__file__).parent.parent / "playground" / "templates" / "playground" / "base.html"
+BASE = Path(__file__).resolve().parents[2] / "playground" / "templates" / "playground" / "base.html"
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ from tests.support.hitl import active_ticket, identity, park
 
 pytestmark = pytest.mark.django_db
 
-APP_CSS = Path(__file__).parents[1] / "playground" / "static" / "playground" / "app.css"
+APP_CSS = Path(__file__).resolve().parents[2] / "playground" / "static" / "playground" / "app.css"
 
 
 @pytest.fixture(autouse=True)

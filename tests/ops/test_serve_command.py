@@ -18,7 +18,7 @@ import pytest
 
 from agentruns.cluster.process import group_pids, wait_for
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 STOP_SECONDS = 10  # OPS-8
 
 

@@ -43,7 +43,7 @@ from tests.support.deferred import (
 from tests.support.factories import make_openai_configuration, make_snippet
 from tests.support.runs import current_database_url
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 BASE = ["clock_now", "tool_search"]
 
 

@@ -27,7 +27,7 @@ SECRET = "s3cret-for-signing-0123456789"
 @pytest.fixture(autouse=True)
 def _loopback_receivers(settings):
     """The receivers here listen on loopback, which SEC-9 refuses unless allow-listed
-    (tests/test_sec_webhook_targets.py shows the refusals)."""
+    (tests/sec/test_webhook_targets.py shows the refusals)."""
     settings.AGENTRUNS_WEBHOOK_ALLOWED_HOSTS = ["127.0.0.1"]
 
 

@@ -3,7 +3,7 @@ real loopback server). Whatever the model sends — call ids reused from an earl
 an empty message, a reply of 10 MB — the run gets a model-visible error result or fails
 with a clear code; the history stays paired and the thread usable; nothing is stuck.
 (Invalid JSON arguments, schema violations, unknown tools and duplicate ids inside one
-turn: tests/test_loop_bad_input.py.)"""
+turn: tests/loop/test_bad_input.py.)"""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 official SDKs: rate limits with `Retry-After`, 5xx, timeouts and client errors, on the
 primary and on its fallback. Fallback happens only where TZ-5 allows it, a run never
 waits unboundedly, and the log says which configuration and provider served each turn.
-(The basic fallback matrix is in tests/test_fallback.py.)"""
+(The basic fallback matrix is in tests/loop/test_fallback.py.)"""
 
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ from tests.support.crash import child_env
 from tests.support.hitl import active_ticket, identity, park, scripted_configuration, write_call
 from tests.support.ops import client_for
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ASKING = [{"tool_calls": [write_call("Limits", "b", call_id="call_w")]}, {"text": "done"}]
 
 

@@ -161,7 +161,7 @@ def test_sec3_run_submission_is_throttled(api, settings):
 
 def test_check_deploy_is_clean_under_production_settings(tmp_path):
     """`manage.py check --deploy` with the production switches from the environment."""
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     env = {
         **os.environ,
         "AGENTRUNS_HTTPS": "1",
