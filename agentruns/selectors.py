@@ -15,7 +15,7 @@ from agentruns import events as ev
 from agentruns.classes import Enforcement
 from agentruns.events import LogEntry
 from agentruns.gate.audit import current_enforcement
-from agentruns.gate.core import ConfigView, ResultSource, Source, compose_sources
+from agentruns.gate.core import ConfigView, Source, compose_sources
 from agentruns.gate.lookups import (
     carried_for_send,
     config_view,
@@ -106,10 +106,6 @@ def run_next_send(run: Run) -> LogView:
     return log_view(thread_log(run), config)
 
 
-def run_withheld(run: Run) -> tuple[ResultSource, ...]:
-    return run_next_send(run).withheld
-
-
 def run_readout(run: Run) -> dict[str, Any]:
     """CG-10 for a run: the live configuration plus the run's forced set (RG-2), its
     granted tools and the results its next send would withhold (MCP-4)."""
@@ -127,12 +123,14 @@ def run_readouts(runs: Iterable[Run]) -> dict[int, dict[str, Any]]:
     out = {}
     for run in runs:
         view = views[run.configuration_id]
+        next_send = run_next_send(run)
         out[run.pk] = readout(
             view,
             _sources(view, run, carried.get(run.thread_id, ())),
             enforcement,
             tools=tools[run.configuration_id],
-            withheld=run_withheld(run),
+            withheld=next_send.withheld,
+            results=next_send.results,
         )
     return out
 

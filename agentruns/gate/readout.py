@@ -38,6 +38,38 @@ def verdict_label(verdict: Verdict, mode: Enforcement) -> str:
     return verdict.value
 
 
+def _carried_results(
+    results: Sequence[ResultSource], withheld: Sequence[ResultSource]
+) -> list[ResultSource]:
+    held = {result.sequence for result in withheld}
+    return [r for r in results if r.sequence not in held]
+
+
+def _effective(source: Source | None, carried: Sequence[ResultSource]) -> dict:
+    """The strictest class the next send carries: a source's, or a carried tool result's
+    when that is stricter (MCP-4: the result travels with its tool's class)."""
+    declared = source.data_class if source else None
+    strictest = max((r for r in carried if r.data_class), key=_class_of, default=None)
+    if strictest and (declared is None or _class_of(strictest) > declared):
+        return {
+            "effective_class": _class_of(strictest).label,
+            "effective_source": {"kind": "tool result", "name": strictest.tool, "forced": False},
+        }
+    return {
+        "effective_class": declared.label if declared else UNDECLARED,
+        "effective_source": (
+            {"kind": source.kind, "name": source.name, "forced": source.forced, **source.carried}
+            if source
+            else None
+        ),
+    }
+
+
+def _class_of(result: ResultSource) -> DataClass:
+    assert result.data_class is not None
+    return result.data_class
+
+
 # A granted tool as the readout shows it: (name, output class, effect, what a call waits
 # for: "approval", "an answer" or "").
 GrantedTool = tuple[str, DataClass, str, str]
@@ -50,29 +82,18 @@ def readout(
     *,
     tools: Sequence[GrantedTool] = (),
     withheld: Sequence[ResultSource] = (),
+    results: Sequence[ResultSource] = (),
 ) -> dict:
     """CG-10, and MCP-4's part: the tools the configuration grants with their classes
     (a call to one over the ceiling is refused, TOOL-2), and for a run the results its
-    next send would carry withheld."""
+    next send would carry withheld. `results`: every result of the run's context; those
+    not withheld are carried, and the strictest of them can set the effective class."""
     decision = decide(config, sources)
     zone = reachable_zone(config)
-    effective = decision.source
     return {
         "configuration": config.slug,
         "sources": [_source_row(source) for source in sources],
-        "effective_class": effective.data_class.label
-        if effective and effective.data_class
-        else UNDECLARED,
-        "effective_source": (
-            {
-                "kind": effective.kind,
-                "name": effective.name,
-                "forced": effective.forced,
-                **effective.carried,
-            }
-            if effective
-            else None
-        ),
+        **_effective(decision.source, _carried_results(results, withheld)),
         "zone": zone.label,
         "ceiling": zone.ceiling.label,
         "chain": [{"configuration": link.slug, "zone": link.zone.label} for link in config.chain],

@@ -149,6 +149,7 @@ class LogView:
     active: frozenset[str]
     withheld: tuple[ResultSource, ...] = ()
     zone: Zone = Zone.EXTERNAL_GLOBAL
+    results: tuple[ResultSource, ...] = ()
 
     @property
     def ceiling(self) -> DataClass:
@@ -159,9 +160,10 @@ def log_view(log: Sequence[LogEntry], config: RuntimeConfig, *, enforce: bool = 
     effective = tuple(effective_events(log))
     mode = config.mode(thread_mode(log))
     active = active_deferred(effective, mode.deferred) if mode.deferred else set()
-    over = withheld(result_sources(effective), config.zone.ceiling)
+    results = tuple(result_sources(effective))
+    over = withheld(results, config.zone.ceiling)
     sent = withhold(effective, over, config.zone) if enforce else effective
-    return LogView(sent, mode, frozenset(active), over, config.zone)
+    return LogView(sent, mode, frozenset(active), over, config.zone, results)
 
 
 def next_request(view: LogView, *, sources: Sequence[Source]) -> Composed:

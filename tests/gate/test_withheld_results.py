@@ -250,6 +250,27 @@ def test_mcp4_the_readout_lists_granted_tools_with_classes_and_the_runs_withheld
     }
 
 
+def test_mcp4_cg10_a_carried_result_sets_the_runs_effective_class_when_it_is_the_strictest(
+    approver, fake, case
+):
+    """A parked run on a local provider carries its restricted read to the next send: the
+    readout's effective class says restricted, set by that tool's result — not undeclared
+    (the run's configuration declares no sources). Withheld, it no longer sets it."""
+    run = parked(approver, fake, case, zone="local")
+    readout = run_readout(Run.objects.get(pk=run.pk))
+    assert readout["effective_class"] == "restricted"
+    assert readout["effective_source"] == {
+        "kind": "tool result",
+        "name": case.read,
+        "forced": False,
+    }
+    assert readout["withheld"] == []
+    repoint(fake, "external_global")
+    readout = run_readout(Run.objects.get(pk=run.pk))
+    assert readout["effective_class"] != "restricted"
+    assert [w["tool"] for w in readout["withheld"]] == [case.read]
+
+
 def test_mcp4_cg6_an_observing_gate_withholds_nothing_and_audits_it_observed(
     approver, fake, settings
 ):
