@@ -13,12 +13,7 @@ from agentruns.models import (
     Skill,
     Snippet,
 )
-from tests.support.factories import (
-    make_configuration,
-    make_provider,
-    make_skill,
-    make_snippet,
-)
+from tests.support.catalog import make_configuration, make_provider, make_skill, make_snippet
 
 pytestmark = pytest.mark.django_db
 

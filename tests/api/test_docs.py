@@ -15,7 +15,7 @@ from agentruns.demo import load_demo_data, load_demo_users, tracker_listing
 from agentruns.models import McpServer, Run, Ticket, Webhook
 from agentruns.runtime.loop import execute_run
 from agentruns.services.mcp import mcp_listing_digest, mcp_server_review
-from tests.support.hitl import park, submit
+from tests.support.runs import park, submit
 
 METHODS = {"get", "post", "put", "patch", "delete"}
 PLACEHOLDER = "<from GET /api/tickets/>"

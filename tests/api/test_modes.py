@@ -11,6 +11,7 @@ from rest_framework.test import APIClient
 
 from agentruns.models import Configuration, Event, Run, Thread
 from agentruns.runtime.loop import execute_run
+from tests.support.catalog import make_openai_configuration, make_provider
 from tests.support.deferred import call as tool_call
 from tests.support.deferred import (
     fake_server,
@@ -19,7 +20,6 @@ from tests.support.deferred import (
     turn,
     turn_requests,
 )
-from tests.support.factories import make_openai_configuration, make_provider
 
 pytestmark = pytest.mark.django_db
 

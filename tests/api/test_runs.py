@@ -14,7 +14,7 @@ from agentruns.models import Event, Note, Run, Thread
 from agentruns.runtime.loop import execute_run
 from agentruns.services.runs import Submission, run_submit
 from agentruns.store import wakeups
-from tests.support.factories import make_configuration, make_openai_configuration, make_snippet
+from tests.support.catalog import make_configuration, make_openai_configuration, make_snippet
 from tests.support.fake_provider import FakeProvider
 
 pytestmark = pytest.mark.django_db

@@ -14,7 +14,7 @@ from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import response_schema_conformance
 
 from config.wsgi import application
-from tests.support.factories import make_configuration, make_skill, make_snippet
+from tests.support.catalog import make_configuration, make_skill, make_snippet
 
 schema = schemathesis.openapi.from_wsgi("/api/schema/", application)
 schema.config.generation.update(max_examples=8, deterministic=True)

@@ -12,16 +12,9 @@ from django.utils import timezone
 from agentruns.models import Ticket
 from agentruns.services.resume import ticket_expire_due
 from tests.conftest import grant
-from tests.support.hitl import (
-    active_ticket,
-    allow,
-    answer,
-    client_for,
-    park,
-    resume,
-    scripted_configuration,
-    write_call,
-)
+from tests.support.catalog import scripted_configuration
+from tests.support.hitl import active_ticket, allow, answer, client_for, resume, write_call
+from tests.support.runs import park
 
 pytestmark = pytest.mark.django_db
 

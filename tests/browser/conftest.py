@@ -19,8 +19,8 @@ from django.conf import settings
 from django.test import Client
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
+from tests.support.catalog import KEY, KEY_ENV
 from tests.support.clusters import Clusters
-from tests.support.hitl import KEY, KEY_ENV
 
 CHROMIUM = os.environ.get("AGENTRUNS_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [

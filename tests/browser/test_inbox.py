@@ -13,8 +13,9 @@ from agentruns.demo import load_demo_data
 from agentruns.models import Configuration, Run, Ticket
 from agentruns.services.runs import Submission, run_submit
 from tests.conftest import grant
+from tests.support.catalog import KEY, openai_configuration
 from tests.support.fake_provider import FakeProvider
-from tests.support.hitl import KEY, openai_configuration, tool_messages
+from tests.support.hitl import tool_messages
 
 REPLY = "Done: the approver decided and I continued."
 # Other sessions follow by polling every 2 s while the cluster runs the run: allow for a

@@ -10,8 +10,9 @@ from playwright.sync_api import Page, expect
 
 from agentruns.demo import load_demo_data
 from agentruns.models import Run, Snippet
+from tests.support.catalog import openai_configuration
 from tests.support.fake_provider import FakeProvider
-from tests.support.hitl import openai_configuration, park
+from tests.support.runs import park
 
 
 @pytest.fixture

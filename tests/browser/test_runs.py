@@ -15,7 +15,7 @@ from agentruns.runtime.loop import execute_run
 from agentruns.services.resume import run_resume
 from agentruns.services.runs import Submission, run_submit
 from tests.conftest import grant
-from tests.support.hitl import park
+from tests.support.runs import park
 
 
 def test_ui2_the_run_page_shows_the_wait_then_the_reply_without_reload(

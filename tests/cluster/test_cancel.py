@@ -18,14 +18,13 @@ from tests.conftest import grant
 from tests.support.clusters import (
     Clusters,
     assert_log_consistent,
-    bench_user,
     configuration,
     events,
     running_clusters,
-    submit_batch,
     wait_statuses,
 )
 from tests.support.hitl import client_for
+from tests.support.runs import bench_user, submit_batch
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

@@ -26,7 +26,8 @@ from agentruns.cluster.admin import ClusterQueueAdmin
 from agentruns.cluster.status import snapshot
 from agentruns.models import Run, Ticket
 from agentruns.store.transitions import claim, claim_queued, renew_many
-from tests.support.clusters import configuration, submit_batch
+from tests.support.clusters import configuration
+from tests.support.runs import submit_batch
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -28,9 +28,9 @@ from tests.support.clusters import (
     effect_lines,
     events,
     running_clusters,
-    submit_batch,
     wait_statuses,
 )
+from tests.support.runs import submit_batch
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

@@ -17,7 +17,8 @@ from agentruns.models import Run
 from agentruns.runtime import loop as executor_module
 from agentruns.store.records import Claim
 from agentruns.store.transitions import claim
-from tests.support.clusters import configuration, submit_batch, wait_for
+from tests.support.clusters import configuration, wait_for
+from tests.support.runs import submit_batch
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -24,15 +24,8 @@ from agentruns.gate.core import (
 )
 from agentruns.models import GateAudit
 from agentruns.selectors import configuration_readout
-from tests.support.factories import (
-    link,
-    make_configuration,
-    make_provider,
-    make_snippet,
-    skill,
-    source,
-    view,
-)
+from tests.support.catalog import make_configuration, make_provider, make_snippet
+from tests.support.gate_values import link, skill, source, view
 
 ENFORCEMENT = "AGENTRUNS_DATA_CLASS_ENFORCEMENT"
 

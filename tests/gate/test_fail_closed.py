@@ -20,15 +20,16 @@ from agentruns import events as ev
 from agentruns.models import CatalogGeneration, Configuration, Event, GateAudit, Run, Snippet
 from agentruns.runtime.loop import Executor, Outcome, execute_run
 from agentruns.store.transitions import claim
+from tests.support.catalog import make_provider, make_snippet
 from tests.support.crash import (
     expire_lease,
     make_openai_configuration,
     provider_pairing_problems,
     submit,
 )
-from tests.support.deferred import is_summary, modes, prompt
-from tests.support.factories import make_provider, make_snippet
+from tests.support.deferred import is_summary, modes
 from tests.support.fake_provider import FakeProvider
+from tests.support.runs import prompt
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -17,7 +17,7 @@ from agentruns.gate.lookups import (
 )
 from agentruns.models import GateAudit
 from agentruns.selectors import configuration_readout
-from tests.support.factories import make_configuration, make_provider, make_skill, make_snippet
+from tests.support.catalog import make_configuration, make_provider, make_skill, make_snippet
 
 pytestmark = pytest.mark.django_db
 

@@ -8,7 +8,7 @@ from rest_framework.test import APIClient
 from agentruns.gate.core import compose_sources, decide
 from agentruns.gate.lookups import config_view, forced_for_composition
 from agentruns.selectors import configuration_readout
-from tests.support.factories import make_configuration, make_provider, make_skill, make_snippet
+from tests.support.catalog import make_configuration, make_provider, make_skill, make_snippet
 
 pytestmark = pytest.mark.django_db
 

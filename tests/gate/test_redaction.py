@@ -12,7 +12,7 @@ from django.db import connection
 from agentruns import events as ev
 from agentruns.models import Event, Note, Run
 from agentruns.runtime.loop import execute_run
-from tests.support.factories import make_openai_configuration, make_snippet
+from tests.support.catalog import make_openai_configuration, make_snippet
 from tests.support.fake_provider import FakeProvider
 from tests.support.runs import submit
 

@@ -16,17 +16,22 @@ from agentruns.models import Event, GateAudit, Note, Run, ToolInvocation
 from agentruns.runtime.loop import execute_run
 from agentruns.services.catalog import configuration_set_sources
 from tests.conftest import grant
-from tests.support.factories import make_configuration, make_provider, make_skill, make_snippet
-from tests.support.fake_provider import FakeProvider
-from tests.support.hitl import (
+from tests.support.catalog import (
     KEY,
     KEY_ENV,
+    make_configuration,
+    make_provider,
+    make_skill,
+    make_snippet,
+    openai_configuration,
+)
+from tests.support.fake_provider import FakeProvider
+from tests.support.hitl import (
     active_ticket,
     allow,
     answer,
     client_for,
     deny,
-    openai_configuration,
     results_by_call,
     resume,
 )

@@ -9,7 +9,8 @@ from agentruns.gate.core import decide, reachable_zone
 from agentruns.gate.lookups import config_view
 from agentruns.models import Configuration, Provider
 from agentruns.providers.base import Link, link_for
-from tests.support.factories import link, make_configuration, make_provider, source, view
+from tests.support.catalog import make_configuration, make_provider
+from tests.support.gate_values import link, source, view
 
 CLASSES = ["public", "internal", "confidential", "restricted", "secret"]
 ZONES = ["local", "private_hosted", "external_eu", "external_global"]

@@ -25,15 +25,12 @@ from agentruns.selectors import configuration_readout, run_readout
 from agentruns.services.mcp import mcp_tool_declare
 from agentruns.tools.registry import REGISTRY
 from tests.conftest import grant
-from tests.support.factories import make_provider
+from tests.support.catalog import KEY, KEY_ENV, make_provider, openai_configuration
 from tests.support.fake_provider import FakeProvider
 from tests.support.hitl import (
-    KEY,
-    KEY_ENV,
     active_ticket,
     allow,
     client_for,
-    openai_configuration,
     results_by_call,
     resume,
     tool_messages,

@@ -13,16 +13,14 @@ from agentruns.models import Note, Run, Ticket, ToolInvocation
 from agentruns.runtime.loop import execute_run
 from agentruns.services.resume import ticket_expire_due
 from tests.conftest import grant
+from tests.support.catalog import KEY, KEY_ENV, openai_configuration
 from tests.support.fake_provider import FakeProvider
 from tests.support.hitl import (
-    KEY,
-    KEY_ENV,
     active_ticket,
     allow,
     answer,
     client_for,
     deny,
-    openai_configuration,
     picture,
     resume,
     run_events,

@@ -8,19 +8,19 @@ import pytest
 from agentruns.models import Note, Run, Ticket
 from agentruns.runtime.loop import execute_run
 from tests.conftest import grant
+from tests.support.catalog import scripted_configuration
 from tests.support.hitl import (
     active_ticket,
     allow,
     answer,
     client_for,
     deny,
-    park,
     picture,
     results_by_call,
     resume,
-    scripted_configuration,
     write_call,
 )
+from tests.support.runs import park
 
 pytestmark = pytest.mark.django_db
 

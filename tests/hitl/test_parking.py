@@ -20,15 +20,13 @@ from agentruns.runtime.loop import execute_run
 from agentruns.tools.policy import catalog_fingerprint, offered_tools
 from agentruns.tools.registry import digest
 from tests.conftest import grant
+from tests.support.catalog import KEY, KEY_ENV, openai_configuration
 from tests.support.fake_provider import FakeProvider
 from tests.support.hitl import (
-    KEY,
-    KEY_ENV,
     active_ticket,
     allow,
     client_for,
     deny,
-    openai_configuration,
     resume,
     run_events,
     tool_messages,

@@ -13,6 +13,7 @@ from django.utils import timezone
 from agentruns.models import Note, Run, Ticket
 from agentruns.runtime.loop import execute_run
 from tests.conftest import grant
+from tests.support.catalog import scripted_configuration
 from tests.support.hitl import (
     active_ticket,
     allow,
@@ -20,13 +21,11 @@ from tests.support.hitl import (
     client_for,
     deny,
     identity,
-    park,
     picture,
     resume,
-    scripted_configuration,
     write_call,
 )
-from tests.support.runs import submit
+from tests.support.runs import park, submit
 
 pytestmark = pytest.mark.django_db
 

@@ -16,15 +16,9 @@ from agentruns.models import Event, Note, Run, Ticket, ToolInvocation
 from agentruns.runtime.loop import execute_run
 from agentruns.services.resume import run_resume
 from tests.conftest import grant
-from tests.support.hitl import (
-    active_ticket,
-    allow,
-    client_for,
-    park,
-    resume,
-    scripted_configuration,
-    write_call,
-)
+from tests.support.catalog import scripted_configuration
+from tests.support.hitl import active_ticket, allow, client_for, resume, write_call
+from tests.support.runs import park
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

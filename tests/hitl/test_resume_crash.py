@@ -13,17 +13,10 @@ import pytest
 from agentruns.models import Event, Note, Run, ToolInvocation
 from agentruns.runtime.loop import execute_run
 from tests.conftest import grant
-from tests.support.crash import effect_lines, expire_lease, run_child
-from tests.support.hitl import (
-    active_ticket,
-    allow,
-    client_for,
-    park,
-    results_by_call,
-    resume,
-    scripted_configuration,
-)
-from tests.support.hitl_processes import claim_and_die
+from tests.support.catalog import scripted_configuration
+from tests.support.crash import claim_and_die, effect_lines, expire_lease, run_child
+from tests.support.hitl import active_ticket, allow, client_for, results_by_call, resume
+from tests.support.runs import park
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

@@ -13,16 +13,9 @@ from agentruns.models import Note, Run, Ticket, ToolInvocation
 from agentruns.runtime.loop import execute_run
 from agentruns.tools.registry import REGISTRY
 from tests.conftest import grant
-from tests.support.hitl import (
-    active_ticket,
-    allow,
-    client_for,
-    park,
-    results_by_call,
-    resume,
-    scripted_configuration,
-    write_call,
-)
+from tests.support.catalog import scripted_configuration
+from tests.support.hitl import active_ticket, allow, client_for, results_by_call, resume, write_call
+from tests.support.runs import park
 
 pytestmark = pytest.mark.django_db
 

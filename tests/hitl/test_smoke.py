@@ -3,7 +3,7 @@ import pytest
 from agentruns.models import Note, Run
 from agentruns.runtime.loop import execute_run
 from tests.conftest import grant
-from tests.support.factories import make_configuration, make_provider
+from tests.support.catalog import make_configuration, make_provider
 
 pytestmark = pytest.mark.django_db
 

@@ -15,13 +15,13 @@ from agentruns import events as ev
 from agentruns.models import Event, Note, Run, ToolInvocation
 from agentruns.runtime.loop import execute_run
 from tests.conftest import grant
-from tests.support.crash import provider_pairing_problems
-from tests.support.factories import (
+from tests.support.catalog import (
     make_configuration,
     make_openai_configuration,
     make_skill,
     make_snippet,
 )
+from tests.support.crash import provider_pairing_problems
 from tests.support.fake_provider import FakeProvider
 from tests.support.runs import submit
 

@@ -11,21 +11,20 @@ from agentruns.runtime import faults
 from agentruns.runtime.loop import execute_run
 from agentruns.services.runs import run_cancel
 from tests.conftest import grant
+from tests.support.catalog import scripted_configuration
 from tests.support.crash import fault_hook, provider_pairing_problems
 from tests.support.hitl import (
     active_ticket,
     allow,
     client_for,
     deny,
-    park,
     picture,
     results_by_call,
     resume,
     run_events,
-    scripted_configuration,
     write_call,
 )
-from tests.support.runs import submit
+from tests.support.runs import park, submit
 
 pytestmark = pytest.mark.django_db
 

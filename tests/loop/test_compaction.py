@@ -30,6 +30,7 @@ from agentruns.runtime.actions.compact import SUMMARY_INSTRUCTION
 from agentruns.runtime.context import SUMMARY_PREFIX, effective_events, pairing_problems
 from agentruns.runtime.deferred import active_deferred
 from agentruns.runtime.loop import execute_run
+from tests.support.catalog import make_configuration, make_openai_configuration, make_provider
 from tests.support.deferred import (
     Script,
     call,
@@ -37,16 +38,14 @@ from tests.support.deferred import (
     is_summary,
     modes,
     offered,
-    prompt,
     search,
-    submit,
     summary_requests,
     thread_events,
     turn,
     turn_requests,
 )
-from tests.support.factories import make_configuration, make_openai_configuration, make_provider
 from tests.support.fake_provider import FakeProvider
+from tests.support.runs import prompt, submit
 
 SUMMARY = "SUMMARY-TEXT"
 

@@ -13,8 +13,8 @@ import pytest
 from agentruns import events as ev
 from agentruns.models import Event, Run
 from agentruns.runtime.loop import execute_run
+from tests.support.catalog import make_anthropic_configuration
 from tests.support.crash import make_openai_configuration, provider_pairing_problems, submit
-from tests.support.factories import make_anthropic_configuration
 from tests.support.fake_provider import ANTHROPIC_PATH, OPENAI_PATH, FakeProvider
 
 pytestmark = pytest.mark.django_db

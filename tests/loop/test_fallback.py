@@ -9,6 +9,7 @@ import pytest
 from agentruns import events as ev
 from agentruns.models import Configuration, Event, GateAudit, Provider, Run
 from agentruns.runtime.loop import execute_run
+from tests.support.catalog import make_configuration, make_provider, make_snippet
 from tests.support.crash import (
     SimulatedCrash,
     expire_lease,
@@ -16,7 +17,6 @@ from tests.support.crash import (
     make_openai_configuration,
     submit,
 )
-from tests.support.factories import make_configuration, make_provider, make_snippet
 from tests.support.fake_provider import ANTHROPIC_PATH, OPENAI_PATH, FakeProvider
 
 pytestmark = pytest.mark.django_db

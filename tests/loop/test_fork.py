@@ -17,9 +17,9 @@ from agentruns.runtime.deferred import active_deferred
 from agentruns.runtime.fork import plan_fork
 from agentruns.runtime.loop import execute_run
 from tests.conftest import grant
-from tests.support.factories import make_openai_configuration, make_snippet
+from tests.support.catalog import make_openai_configuration, make_snippet, scripted_configuration
 from tests.support.fake_provider import FakeProvider
-from tests.support.hitl import client_for, scripted_configuration, write_call
+from tests.support.hitl import client_for, write_call
 from tests.support.runs import submit
 
 pytestmark = pytest.mark.django_db

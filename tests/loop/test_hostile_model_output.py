@@ -17,10 +17,11 @@ from agentruns import events as ev
 from agentruns.models import Event, Run, ToolInvocation
 from agentruns.runtime.loop import execute_run
 from agentruns.services.runs import Submission, run_submit
+from tests.support.catalog import make_anthropic_configuration
 from tests.support.crash import make_openai_configuration, provider_pairing_problems, submit
-from tests.support.deferred import fake_server, modes, prompt
-from tests.support.factories import make_anthropic_configuration
+from tests.support.deferred import fake_server, modes
 from tests.support.fake_provider import FakeProvider
+from tests.support.runs import prompt
 
 pytestmark = pytest.mark.django_db
 

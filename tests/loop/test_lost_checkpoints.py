@@ -24,6 +24,7 @@ from agentruns import events as ev
 from agentruns.models import Checkpoint, Note, Run, ToolInvocation
 from agentruns.runtime import faults
 from agentruns.runtime.loop import execute_run
+from tests.support.catalog import make_configuration
 from tests.support.crash import (
     EXTERNAL_CALL,
     FINAL_TEXT,
@@ -49,7 +50,6 @@ from tests.support.crash import (
     two_tool_reply,
     uncertain_write,
 )
-from tests.support.factories import make_configuration
 from tests.support.fake_provider import FakeProvider
 
 pytestmark = pytest.mark.django_db

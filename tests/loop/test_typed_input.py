@@ -11,16 +11,14 @@ import pytest
 from agentruns.models import Note, Run, Ticket, ToolInvocation
 from agentruns.runtime.loop import execute_run
 from tests.conftest import grant
+from tests.support.catalog import KEY, KEY_ENV, openai_configuration
 from tests.support.fake_provider import FakeProvider
 from tests.support.hitl import (
-    KEY,
-    KEY_ENV,
     active_ticket,
     allow,
     answer,
     client_for,
     deny,
-    openai_configuration,
     picture,
     results_by_call,
     resume,

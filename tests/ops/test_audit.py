@@ -15,9 +15,13 @@ from agentruns.models import Event, GateAudit, Run
 from agentruns.runtime import faults
 from agentruns.runtime.loop import execute_run
 from tests.conftest import grant
+from tests.support.catalog import (
+    make_configuration,
+    make_provider,
+    make_snippet,
+    scripted_configuration,
+)
 from tests.support.crash import fault_hook
-from tests.support.factories import make_configuration, make_provider, make_snippet
-from tests.support.hitl import scripted_configuration
 from tests.support.ops import answer, client_for, parked_run
 from tests.support.runs import submit
 

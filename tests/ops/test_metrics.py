@@ -8,7 +8,7 @@ from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from agentruns.models import DailyUsage, GateAudit
-from tests.support.factories import make_configuration
+from tests.support.catalog import make_configuration
 from tests.support.ops import answer, parked_run
 
 pytestmark = pytest.mark.django_db

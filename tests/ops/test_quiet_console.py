@@ -23,8 +23,8 @@ from agentruns.models import Run, Ticket
 from agentruns.runtime.loop import execute_run
 from playground.polls import OneLine4xx, QuietPolls
 from tests.conftest import grant
-from tests.support.clusters import bench_user, running_clusters
-from tests.support.hitl import park, submit
+from tests.support.clusters import running_clusters
+from tests.support.runs import bench_user, park, submit
 from tests.support.servers import Server, production_server
 
 # Polls per minute of one open tab: htmx's `every 2s`, `every 5s` and `every 1s`.

@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from agentruns.cluster.status import snapshot
 from agentruns.models import DailyUsage, ToolInvocation, Webhook, WebhookDelivery
-from tests.support.factories import make_configuration
+from tests.support.catalog import make_configuration
 from tests.support.ops import parked_run
 
 pytestmark = pytest.mark.django_db

@@ -19,7 +19,7 @@ from agentruns import tracing
 from agentruns.models import Event, Run
 from agentruns.runtime.loop import execute_run
 from tests.conftest import grant
-from tests.support.factories import make_openai_configuration, make_snippet
+from tests.support.catalog import make_openai_configuration, make_snippet
 from tests.support.fake_provider import FakeProvider
 from tests.support.hitl import active_ticket, allow, client_for, resume, write_call
 from tests.support.otlp import OtlpReceiver, Span

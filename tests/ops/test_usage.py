@@ -12,7 +12,7 @@ from django.test.utils import CaptureQueriesContext
 from agentruns.models import DailyUsage, Event, Run
 from agentruns.runtime.loop import execute_run
 from agentruns.services.usage import run_usage
-from tests.support.factories import make_configuration, make_openai_configuration, make_provider
+from tests.support.catalog import make_configuration, make_openai_configuration, make_provider
 from tests.support.fake_provider import OPENAI_PATH, FakeProvider
 from tests.support.ops import client_for
 

@@ -16,7 +16,7 @@ from agentruns.cluster.process import wait_for
 from agentruns.models import Run, Webhook, WebhookAttempt, WebhookDelivery
 from agentruns.runtime.loop import execute_run
 from agentruns.services.webhooks import NO_RESPONSE, backoff_seconds, webhook_deliver_due
-from tests.support.factories import make_configuration, make_provider
+from tests.support.catalog import make_configuration, make_provider
 from tests.support.ops import Receiver, client_for, refused_port
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -12,15 +12,9 @@ from django.test import Client
 from agentruns.models import Run, Ticket
 from agentruns.words import WORDS
 from tests.conftest import grant
-from tests.support.hitl import (
-    active_ticket,
-    identity,
-    park,
-    picture,
-    results_by_call,
-    scripted_configuration,
-    write_call,
-)
+from tests.support.catalog import scripted_configuration
+from tests.support.hitl import active_ticket, identity, picture, results_by_call, write_call
+from tests.support.runs import park
 
 pytestmark = pytest.mark.django_db
 

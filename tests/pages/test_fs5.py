@@ -10,7 +10,7 @@ from agentruns.errors import NotPermitted
 from agentruns.models import Run
 from agentruns.services.runs import Submission, run_dry, run_submit
 from tests.conftest import grant
-from tests.support.factories import make_configuration, make_skill, make_snippet
+from tests.support.catalog import make_configuration, make_skill, make_snippet
 
 pytestmark = pytest.mark.django_db
 

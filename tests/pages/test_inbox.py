@@ -20,16 +20,16 @@ from agentruns.models import Event, Run, Ticket, ToolInvocation
 from agentruns.runtime.loop import execute_run
 from agentruns.words import WORDS
 from tests.conftest import grant
+from tests.support.catalog import scripted_configuration
 from tests.support.hitl import (
     active_ticket,
     identity,
-    park,
     picture,
     results_by_call,
     run_events,
-    scripted_configuration,
     write_call,
 )
+from tests.support.runs import park
 
 pytestmark = pytest.mark.django_db
 

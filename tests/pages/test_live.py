@@ -14,7 +14,7 @@ from agentruns.runtime.loop import execute_run
 from agentruns.services.runs import Submission, run_submit
 from playground.polls import is_poll
 from tests.conftest import grant
-from tests.support.hitl import park
+from tests.support.runs import park
 
 pytestmark = pytest.mark.django_db
 

@@ -9,7 +9,7 @@ from agentruns.demo import load_demo_data, load_demo_users
 from agentruns.demo_accounts import DEMO_PASSWORD
 from agentruns.policy import answerable_tickets
 from tests.conftest import grant
-from tests.support.hitl import park
+from tests.support.runs import park
 
 pytestmark = pytest.mark.django_db
 

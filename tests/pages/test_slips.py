@@ -15,7 +15,8 @@ from agentruns.demo import load_demo_data
 from agentruns.models import Configuration, Run, Snippet
 from agentruns.words import WORDS
 from tests.conftest import grant
-from tests.support.hitl import active_ticket, identity, park
+from tests.support.hitl import active_ticket, identity
+from tests.support.runs import park
 
 pytestmark = pytest.mark.django_db
 

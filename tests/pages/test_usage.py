@@ -13,7 +13,8 @@ from agentruns.models import Event
 from agentruns.runtime.loop import execute_run
 from agentruns.services.usage import token_cost
 from tests.conftest import grant
-from tests.support.hitl import client_for, scripted_configuration
+from tests.support.catalog import scripted_configuration
+from tests.support.hitl import client_for
 from tests.support.runs import submit
 
 pytestmark = pytest.mark.django_db

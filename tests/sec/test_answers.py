@@ -11,16 +11,9 @@ import pytest
 from agentruns.answers import answer_errors, schema_problems
 from agentruns.runtime.loop import execute_run
 from tests.conftest import grant
+from tests.support.catalog import KEY, KEY_ENV, openai_configuration
 from tests.support.fake_provider import FakeProvider
-from tests.support.hitl import (
-    KEY,
-    KEY_ENV,
-    active_ticket,
-    answer,
-    client_for,
-    openai_configuration,
-    resume,
-)
+from tests.support.hitl import active_ticket, answer, client_for, resume
 from tests.support.runs import submit
 
 

@@ -18,7 +18,7 @@ from rest_framework.test import APIClient
 
 from agentruns.models import Configuration, Note
 from tests.conftest import grant
-from tests.support.factories import make_configuration
+from tests.support.catalog import make_configuration
 from tests.support.runs import submit
 
 pytestmark = pytest.mark.django_db

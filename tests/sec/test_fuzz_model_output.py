@@ -30,9 +30,9 @@ from hypothesis import strategies as st
 from agentruns.models import Run, Ticket
 from agentruns.runtime.loop import execute_run
 from tests.conftest import grant
-from tests.support.factories import make_anthropic_configuration
+from tests.support.catalog import KEY, KEY_ENV, make_anthropic_configuration, openai_configuration
 from tests.support.fake_provider import FakeProvider
-from tests.support.hitl import KEY, KEY_ENV, answer, client_for, openai_configuration, resume
+from tests.support.hitl import answer, client_for, resume
 from tests.support.runs import submit
 
 pytestmark = pytest.mark.django_db

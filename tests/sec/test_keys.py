@@ -14,7 +14,7 @@ from django.db import connection
 
 from agentruns.models import Note, Provider, Run
 from agentruns.runtime.loop import execute_run
-from tests.support.factories import make_openai_configuration
+from tests.support.catalog import make_openai_configuration
 from tests.support.fake_provider import FakeProvider
 from tests.support.runs import submit
 

@@ -20,9 +20,11 @@ from rest_framework.settings import api_settings
 from agentruns.models import Configuration, Run, Ticket
 from agentruns.words import WORDS
 from tests.conftest import grant
+from tests.support.catalog import scripted_configuration
 from tests.support.crash import child_env
-from tests.support.hitl import active_ticket, identity, park, scripted_configuration, write_call
+from tests.support.hitl import active_ticket, identity, write_call
 from tests.support.ops import client_for
+from tests.support.runs import park
 
 ROOT = Path(__file__).resolve().parents[2]
 ASKING = [{"tool_calls": [write_call("Limits", "b", call_id="call_w")]}, {"text": "done"}]

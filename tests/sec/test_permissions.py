@@ -15,7 +15,7 @@ from rest_framework.test import APIClient
 
 from agentruns.models import Note
 from tests.conftest import grant
-from tests.support.factories import make_configuration, make_skill, make_snippet
+from tests.support.catalog import make_configuration, make_skill, make_snippet
 from tests.support.runs import submit
 
 pytestmark = pytest.mark.django_db

@@ -9,7 +9,7 @@ import pytest
 from agentruns import policy
 from agentruns.models import Event, Ticket
 from tests.conftest import grant
-from tests.support.factories import make_configuration
+from tests.support.catalog import make_configuration
 from tests.support.runs import submit
 
 pytestmark = pytest.mark.django_db

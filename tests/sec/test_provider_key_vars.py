@@ -16,8 +16,8 @@ from django.core.exceptions import ValidationError
 
 from agentruns.models import Provider, Run
 from agentruns.runtime.loop import execute_run
+from tests.support.catalog import make_openai_configuration
 from tests.support.crash import PROJECT_ROOT
-from tests.support.factories import make_openai_configuration
 from tests.support.fake_provider import FakeProvider
 from tests.support.runs import submit
 

@@ -19,15 +19,13 @@ from agentruns import events as ev
 from agentruns.answers import MAX_NESTING, answer_errors, schema_problems
 from agentruns.models import Event, Run, Ticket
 from agentruns.runtime.loop import execute_run
+from tests.support.catalog import KEY, KEY_ENV, openai_configuration
 from tests.support.fake_provider import FakeProvider
 from tests.support.hitl import (
-    KEY,
-    KEY_ENV,
     active_ticket,
     answer,
     client_for,
     identity,
-    openai_configuration,
     results_by_call,
     resume,
     tool_messages,

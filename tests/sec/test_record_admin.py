@@ -26,7 +26,9 @@ from agentruns.models import (
 from agentruns.runtime.loop import execute_run
 from agentruns.services.resume import ResumeCommand, run_resume
 from tests.conftest import grant
-from tests.support.hitl import active_ticket, park, scripted_configuration, write_call
+from tests.support.catalog import scripted_configuration
+from tests.support.hitl import active_ticket, write_call
+from tests.support.runs import park
 
 pytestmark = pytest.mark.django_db
 

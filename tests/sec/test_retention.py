@@ -27,8 +27,9 @@ from agentruns.models import (
 from agentruns.runtime.loop import execute_run
 from agentruns.services.resume import ResumeCommand, run_resume
 from tests.conftest import grant
-from tests.support.hitl import park, scripted_configuration, write_call
-from tests.support.runs import submit
+from tests.support.catalog import scripted_configuration
+from tests.support.hitl import write_call
+from tests.support.runs import park, submit
 
 pytestmark = pytest.mark.django_db
 

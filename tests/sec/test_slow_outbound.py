@@ -18,10 +18,10 @@ from tests.support.clusters import (
     assert_log_consistent,
     configuration,
     running_clusters,
-    submit_batch,
     wait_statuses,
 )
 from tests.support.ops import TRICKLED_HTTP, TRICKLED_SMTP, SlowServer, parked_run
+from tests.support.runs import submit_batch
 
 DEADLINE = 2.0
 SLACK = 1.5  # the server notices a hang-up at its next byte (every 0.5 s), and load

@@ -12,8 +12,9 @@ from agentruns import events as ev
 from agentruns.models import Event, Note, Run
 from agentruns.runtime.loop import execute_run
 from tests.conftest import grant
+from tests.support.catalog import scripted_configuration
 from tests.support.deferred import modes
-from tests.support.hitl import client_for, scripted_configuration
+from tests.support.hitl import client_for
 from tests.support.runs import submit
 
 pytestmark = pytest.mark.django_db

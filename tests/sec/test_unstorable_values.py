@@ -16,9 +16,9 @@ import pytest
 from agentruns import events as ev
 from agentruns.models import Event, Run, ToolInvocation
 from agentruns.runtime.loop import execute_run
+from tests.support.catalog import make_anthropic_configuration
 from tests.support.crash import make_openai_configuration, provider_pairing_problems, submit
 from tests.support.deferred import modes
-from tests.support.factories import make_anthropic_configuration
 from tests.support.fake_provider import FakeProvider
 from tests.support.ops import loopback
 

@@ -22,7 +22,7 @@ from agentruns import outbound
 from agentruns.models import Webhook, WebhookAttempt, WebhookDelivery
 from agentruns.services.webhooks import NO_RESPONSE, webhook_deliver_due
 from tests.conftest import grant
-from tests.support.factories import make_configuration, make_provider
+from tests.support.catalog import make_configuration, make_provider
 from tests.support.ops import Receiver, client_for, loopback, refused_port
 from tests.support.runs import submit
 

@@ -16,12 +16,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from django.conf import settings
-from django.contrib.auth import get_user_model
 
 from agentruns import events as ev
 from agentruns.cluster.process import ClusterProcess, start_cluster, wait_for
-from agentruns.models import Configuration, Event, Provider, Run
-from agentruns.services.runs import Submission, run_submit
+from agentruns.models import Configuration, Event, Run
+from tests.support.catalog import scripted_configuration
 from tests.support.runs import current_database_url
 
 T = TypeVar("T")
@@ -34,11 +33,9 @@ __all__ = [
     "Clusters",
     "assert_log_consistent",
     "configuration",
-    "current_database_url",
     "effect_lines",
     "events",
     "running_clusters",
-    "submit_batch",
     "wait_for",
     "wait_statuses",
 ]
@@ -108,13 +105,6 @@ def running_clusters(tmp_path: Path) -> Iterator[Clusters]:
         started.close()
 
 
-def bench_user() -> Any:
-    user, _ = get_user_model().objects.get_or_create(
-        username="cluster-tester", defaults={"is_staff": True, "is_superuser": True}
-    )
-    return user
-
-
 def configuration(
     slug: str,
     turns: Sequence[dict[str, Any]],
@@ -123,28 +113,16 @@ def configuration(
     allowed: Sequence[str] = ("test", "clock.now"),
     exempt: Sequence[str] = (),
 ) -> Configuration:
-    provider, _ = Provider.objects.get_or_create(
-        slug="cluster-scripted",
-        defaults={"name": "Cluster scripted", "kind": "scripted", "trust_zone": "local"},
-    )
-    return Configuration.objects.create(
-        slug=slug,
-        name=slug,
-        provider=provider,
-        model="scripted",
+    """A scripted configuration as the cluster tests drive it: quick tools, no approvals
+    unless a test grants one, the provider's latency in the script."""
+    return scripted_configuration(
+        slug,
+        turns,
+        latency_ms=latency_ms,
         allowed_tools=list(allowed),
         approval_exempt_tools=list(exempt),
         max_tool_calls=20,
-        script={"turns": list(turns), "latency_ms": latency_ms},
     )
-
-
-def submit_batch(config: Configuration, n: int = 1, text: str = "go") -> list[Run]:
-    user = bench_user()
-    return [
-        run_submit(user=user, submission=Submission(configuration=config.slug, input=text))[0]
-        for _ in range(n)
-    ]
 
 
 def wait_statuses(

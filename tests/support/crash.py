@@ -32,7 +32,7 @@ from agentruns.models import Configuration, Event, Note, Run, ToolInvocation
 from agentruns.runtime import faults
 from agentruns.runtime.context import pairing_problems, project
 from agentruns.runtime.loop import execute_run
-from tests.support.factories import make_openai_configuration
+from tests.support.catalog import make_openai_configuration
 from tests.support.fake_provider import FakeProvider
 from tests.support.runs import current_database_url, submit
 
@@ -348,3 +348,30 @@ def two_tool_configuration(
         approval_exempt_tools=TWO_TOOLS,
         max_tool_calls=max_tool_calls,
     )
+
+
+# A worker child that claims a run and dies at once (SIGKILL) before it executes anything:
+# the crash between an approval being committed and the approved tool starting. The fault
+# points all sit after some step was written, so this is a child of its own.
+CLAIM_AND_DIE = """
+import os, signal, sys
+import django
+django.setup()
+from agentruns.store.transitions import claim
+claimed = claim(int(sys.argv[1]))
+print("claimed" if claimed else "not claimable", flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def claim_and_die(run_id: int) -> ChildResult:
+    completed = subprocess.run(
+        [sys.executable, "-c", CLAIM_AND_DIE, str(run_id)],
+        cwd=PROJECT_ROOT,
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=CHILD_TIMEOUT,
+        check=False,
+    )
+    return ChildResult(completed.returncode, completed.stdout, completed.stderr)

@@ -15,13 +15,11 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from agentruns.classes import DataClass
-from agentruns.models import Event, Run
+from agentruns.models import Event
 from agentruns.runtime.actions.compact import SUMMARY_INSTRUCTION
-from agentruns.runtime.loop import execute_run
 from agentruns.tools.registry import REGISTRY, Effect, Tool, ToolContext, ToolOutput
 from tests.support.fake_provider import FakeProvider, RecordedRequest
 from tests.support.ops import loopback
-from tests.support.runs import submit
 
 OBJECT: dict[str, Any] = {"type": "object", "additionalProperties": False, "properties": {}}
 LONG_DESCRIPTION = (
@@ -137,14 +135,6 @@ def search(query: Any, id: str | None = None) -> dict[str, Any]:
 def modes(**spec: tuple[list[str], list[str]]) -> list[dict[str, Any]]:
     """modes(agent=(core, deferred), chat=(...)) in the stored (list) shape."""
     return [{"name": n, "tools": list(c), "deferred": list(d)} for n, (c, d) in spec.items()]
-
-
-def prompt(user: Any, configuration: str, text: str = "go", expect: str = "completed", **kw):
-    run = submit(user, configuration, text, **kw)
-    outcome = execute_run(run.pk)
-    assert outcome == expect, (outcome, Run.objects.get(pk=run.pk).failure)
-    run.refresh_from_db()
-    return run
 
 
 # ---------------------------------------------------------------- what requests carried

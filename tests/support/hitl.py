@@ -4,22 +4,13 @@ resume command could change (HITL-4: a rejected command changes nothing)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from django_q.models import OrmQ
 from rest_framework.response import Response
 from rest_framework.test import APIClient
 
-from agentruns.models import Configuration, Event, Note, Run, Ticket, ToolInvocation
-from agentruns.runtime.loop import execute_run
-from tests.support.factories import make_configuration, make_openai_configuration, make_provider
-from tests.support.fake_provider import FakeProvider
-from tests.support.runs import submit
-
-# A credential the fake OpenAI server insists on: it reaches the wire and nowhere else.
-KEY_ENV = "HITL_TEST_KEY"
-KEY = "sk-hitl-7Q2w9ZrT4yKp1LmN8vXc3BdF"
+from agentruns.models import Event, Note, Run, Ticket, ToolInvocation
 
 
 def write_call(title: str, body: str = "body", call_id: str | None = None) -> dict[str, Any]:
@@ -27,36 +18,6 @@ def write_call(title: str, body: str = "body", call_id: str | None = None) -> di
     if call_id:
         call["id"] = call_id
     return call
-
-
-def scripted_configuration(
-    slug: str, turns: Sequence[dict[str, Any]], *, zone: str = "local", **kw: Any
-) -> Configuration:
-    """A scripted-provider configuration that grants the notes tools unless told otherwise."""
-    kw.setdefault("allowed_tools", ["notes", "test", "ask_user"])
-    kw.setdefault("model", "scripted-model")
-    return make_configuration(
-        slug,
-        provider=make_provider(f"{slug}-provider", zone=zone),
-        script={"turns": list(turns)},
-        **kw,
-    )
-
-
-def openai_configuration(
-    slug: str, fake: FakeProvider, *, zone: str = "local", **kw: Any
-) -> Configuration:
-    """`make_openai_configuration` with the HITL tools and the key from KEY_ENV."""
-    kw.setdefault("allowed_tools", ["notes", "test", "ask_user"])
-    provider_kw = {"api_key_env": KEY_ENV}
-    return make_openai_configuration(slug, fake, zone=zone, provider_kw=provider_kw, **kw)
-
-
-def park(user: Any, configuration: str, text: str = "go", **submission: Any) -> Run:
-    run = submit(user, configuration, text, **submission)
-    assert execute_run(run.pk) == "awaiting"
-    run.refresh_from_db()
-    return run
 
 
 def active_ticket(run_id: int) -> Ticket:

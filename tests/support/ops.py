@@ -14,7 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from rest_framework.test import APIClient
 
 from agentruns.runtime.loop import execute_run
-from tests.support.factories import make_configuration, make_provider
+from tests.support.catalog import make_configuration, make_provider
 
 
 @dataclass

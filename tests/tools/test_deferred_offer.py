@@ -12,6 +12,7 @@ import pytest
 
 from agentruns.models import Ticket
 from tests.conftest import grant
+from tests.support.catalog import make_openai_configuration
 from tests.support.deferred import (
     LEDGER_TOOLS,
     SCHEMA_MARKER,
@@ -19,14 +20,13 @@ from tests.support.deferred import (
     fake_server,
     modes,
     offered,
-    prompt,
     search,
     system_of,
     tool_results,
     turn,
     turn_requests,
 )
-from tests.support.factories import make_openai_configuration
+from tests.support.runs import prompt
 
 pytestmark = pytest.mark.django_db
 

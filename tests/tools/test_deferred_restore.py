@@ -26,22 +26,20 @@ from agentruns.models import Run, Ticket
 from agentruns.runtime import faults
 from agentruns.runtime.deferred import active_deferred
 from agentruns.runtime.loop import execute_run
+from tests.support.catalog import make_openai_configuration, make_snippet
 from tests.support.deferred import (
     call,
     fake_server,
     modes,
     offered,
     page_server,
-    prompt,
     search,
-    submit,
     thread_events,
     tool_results,
     turn,
     turn_requests,
 )
-from tests.support.factories import make_openai_configuration, make_snippet
-from tests.support.runs import current_database_url
+from tests.support.runs import current_database_url, prompt, submit
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 BASE = ["clock_now", "tool_search"]

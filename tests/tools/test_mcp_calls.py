@@ -20,8 +20,9 @@ from agentruns.runtime.state import ProposedCall
 from agentruns.services.mcp import mcp_listing_digest, mcp_server_accept, mcp_server_review
 from agentruns.tools.mcp.pinned import sync_pinned
 from agentruns.tools.registry import REGISTRY
+from tests.support.catalog import scripted_configuration
 from tests.support.crash import expire_lease, run_child
-from tests.support.hitl import results_by_call, scripted_configuration
+from tests.support.hitl import results_by_call
 from tests.support.mcp import FAILURE, make_tracker, pin, register, serve_http
 from tests.support.runs import submit
 

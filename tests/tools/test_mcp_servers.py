@@ -29,16 +29,10 @@ from agentruns.tools.mcp.pinned import sync_pinned
 from agentruns.tools.names import wire_name
 from agentruns.tools.registry import REGISTRY, Effect
 from tests.conftest import grant
-from tests.support.hitl import (
-    active_ticket,
-    allow,
-    client_for,
-    park,
-    results_by_call,
-    resume,
-    scripted_configuration,
-)
+from tests.support.catalog import scripted_configuration
+from tests.support.hitl import active_ticket, allow, client_for, results_by_call, resume
 from tests.support.mcp import STDIO_COMMAND, STDIO_COMMANDS, make_tracker, pin, register, serve_http
+from tests.support.runs import park
 
 pytestmark = pytest.mark.django_db
 

@@ -1,24 +1,16 @@
-"""Tiny test helpers: plain functions that build catalog rows and pure gate values.
-
-Database helpers (`make_*`) need a test marked `django_db`; `view`, `link` and `source`
-build plain values for pure tests and never touch the database.
-"""
+"""Catalog rows for tests: providers, snippets, skills and configurations, scripted or
+pointed at the fake provider's endpoints (one builder, `make_configuration`, under all)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
-from agentruns.gate.core import SKILL, SNIPPET, ConfigView, Source
 from agentruns.models import Configuration, Provider, Skill, Snippet
-from agentruns.providers.base import Link
 from agentruns.services.catalog import configuration_set_sources
 from tests.support.fake_provider import FakeProvider
 
 _UNSET = object()
-
-
-# --- database rows ----------------------------------------------------------------------
 
 
 def make_provider(slug: str, zone: str = "external_global", kind: str = "scripted", **kw):
@@ -105,64 +97,35 @@ def _fake_configuration(
     return make_configuration(slug, provider=provider, **kw)
 
 
-# --- pure gate values -------------------------------------------------------------------
+# A credential the fake OpenAI server insists on: it reaches the wire and nowhere else.
+KEY_ENV = "HITL_TEST_KEY"
+KEY = "sk-hitl-7Q2w9ZrT4yKp1LmN8vXc3BdF"
 
-_next_id = iter(range(1000, 10**9))
 
-
-def source(
-    name: str,
-    declared: str = "",
-    kind: str = SNIPPET,
+def scripted_configuration(
+    slug: str,
+    turns: Sequence[dict[str, Any]],
     *,
-    forced: bool = False,
-    id: int | None = None,
-    text: str | None = None,
-) -> Source:
-    """A snippet (or `kind=SKILL`) source with a distinctive text."""
-    return Source(
-        kind=kind,
-        id=next(_next_id) if id is None else id,
-        name=name,
-        declared=declared,
-        text=f"TEXT-OF-{name.upper()}" if text is None else text,
-        forced=forced,
+    zone: str = "local",
+    latency_ms: int = 0,
+    **kw: Any,
+) -> Configuration:
+    """A scripted-provider configuration that grants the notes tools unless told otherwise;
+    `latency_ms` is how long the scripted provider takes per reply."""
+    kw.setdefault("allowed_tools", ["notes", "test", "ask_user"])
+    kw.setdefault("model", "scripted-model")
+    script: dict[str, Any] = {"turns": list(turns)}
+    if latency_ms:
+        script["latency_ms"] = latency_ms
+    return make_configuration(
+        slug, provider=make_provider(f"{slug}-provider", zone=zone), script=script, **kw
     )
 
 
-def skill(name: str, declared: str = "", **kw) -> Source:
-    return source(name, declared, SKILL, **kw)
-
-
-def link(slug: str, zone: str | None = "local", **kw) -> Link:
-    """`zone=None` is a configuration without a provider."""
-    return Link(
-        slug=slug,
-        provider_slug=None if zone is None else f"{slug}-provider",
-        provider_zone=zone,
-        **kw,
-    )
-
-
-def view(
-    slug: str = "cfg",
-    zone: str | None = "local",
-    *,
-    fallbacks: Sequence[Link] = (),
-    system_prompt: str = "",
-    system_prompt_class: str = "",
-    snippets: Sequence[Source] = (),
-    skills: Sequence[Source] = (),
-    id: int = 1,
-) -> ConfigView:
-    return ConfigView(
-        id=id,
-        slug=slug,
-        name=slug.title(),
-        primary=link(slug, zone),
-        fallbacks=tuple(fallbacks),
-        system_prompt=system_prompt,
-        system_prompt_class=system_prompt_class,
-        snippets=tuple(snippets),
-        skills=tuple(skills),
-    )
+def openai_configuration(
+    slug: str, fake: FakeProvider, *, zone: str = "local", **kw: Any
+) -> Configuration:
+    """`make_openai_configuration` with the HITL tools and the key from KEY_ENV."""
+    kw.setdefault("allowed_tools", ["notes", "test", "ask_user"])
+    provider_kw = {"api_key_env": KEY_ENV}
+    return make_openai_configuration(slug, fake, zone=zone, provider_kw=provider_kw, **kw)
