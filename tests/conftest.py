@@ -73,11 +73,14 @@ def effects(tmp_path, monkeypatch):
 
 
 @pytest.fixture(autouse=True)
-def _no_pinned_tools_across_tests():
-    """MCP-2: pinned tools are read per catalog generation, and a rolled-back test takes
-    the generation back; each test starts from the tools registered in code."""
+def _nothing_cached_across_tests():
+    """Pinned MCP tools (MCP-2) and runtime configurations are cached per catalog
+    generation; a rolled-back test takes the generation back and a sequence reset reuses
+    ids, so each test starts from the tools registered in code and an empty cache."""
     yield
     forget_pinned()
+    forget_cached_configs()
 
 
+from agentruns.runtime.config import forget_cached_configs  # noqa: E402
 from agentruns.tools.mcp.pinned import forget_pinned  # noqa: E402

@@ -113,6 +113,15 @@ _forced: dict[tuple, tuple[int, tuple[list[Source], list[Source]]]] = {}
 _carried: dict[tuple, tuple[int, list[Source]]] = {}
 
 
+def forget_cached_configs() -> None:
+    """Drop every cached configuration (the test suite: a rolled-back transaction takes the
+    generation back and a sequence reset reuses ids, so (id, generation) can repeat)."""
+    with _lock:
+        _configs.clear()
+        _forced.clear()
+        _carried.clear()
+
+
 def runtime_config(configuration_id: int, generation: int) -> RuntimeConfig:
     sync_pinned(generation)
     with _lock:
