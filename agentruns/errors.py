@@ -116,5 +116,17 @@ class InvalidInput(ResumeError):
     code = "invalid_input"
 
 
+class InvalidArguments(ResumeError):
+    """HITL-12: edited arguments that do not fit the ticket's own tool; `fields` per field."""
+
+    code = "invalid_arguments"
+
+
 class SelfApproval(ResumeError):
     code = "self_approval"
+
+
+class AlreadyApproved(ResumeError):
+    """HITL-13: this person's allow of these arguments is already counted."""
+
+    code = "already_approved"

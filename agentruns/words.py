@@ -66,9 +66,17 @@ WORDS: dict[str, str] = {
     "invalid_input": (
         "Nothing was sent: the answer does not fit the question; see the marked fields."
     ),
+    "invalid_arguments": (
+        "Nothing was approved: the edited arguments do not fit the tool's schema, or name "
+        "another tool; see the marked fields."
+    ),
     "self_approval": (
         "Nothing was approved: four-eyes. You started this run, and its configuration needs "
         "a second person to approve its tool calls; ask another approver (you may deny)."
+    ),
+    "already_approved": (
+        "Nothing was changed: your approval of these arguments is already counted; the "
+        "call waits for another approver."
     ),
     # SEC-14: the same per-person rates as the API.
     "throttled": (

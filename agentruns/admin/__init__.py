@@ -152,7 +152,16 @@ class ConfigurationAdmin(PlaygroundAdminMixin):
                 ]
             },
         ),
-        ("Approvals", {"fields": ["approval_timeout_seconds", "require_second_approver"]}),
+        (
+            "Approvals",
+            {
+                "fields": [
+                    "approval_timeout_seconds",
+                    "require_second_approver",
+                    "approvals_required",
+                ]
+            },
+        ),
         (
             "Usage and limits (OPS-1, OPS-2)",
             {"fields": ["input_token_price", "output_token_price", "daily_token_limit"]},

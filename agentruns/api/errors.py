@@ -29,6 +29,8 @@ STATUS_BY_CODE = {
     "payload_too_large": status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
     "expired": status.HTTP_410_GONE,
     "invalid_input": status.HTTP_422_UNPROCESSABLE_ENTITY,
+    "invalid_arguments": status.HTTP_422_UNPROCESSABLE_ENTITY,
+    "already_approved": status.HTTP_409_CONFLICT,
     "result_kind_mismatch": status.HTTP_422_UNPROCESSABLE_ENTITY,
     "not_awaiting": status.HTTP_409_CONFLICT,
     "correlation_mismatch": status.HTTP_409_CONFLICT,
