@@ -122,8 +122,15 @@ def decided_sentence(command: ResumeCommand, ticket: Ticket) -> str:
     where = f"run #{ticket.run_id}"
     if command.answer == Ticket.Answer.INPUT:
         return f"Answer sent: {where} goes on with it."
+    edited = " with your edited arguments" if command.arguments is not None else ""
+    if command.decision == ev.ALLOW and ticket.status == Ticket.Status.ACTIVE:
+        # HITL-13: counted, and the quorum is not reached yet.
+        return (
+            f"Approval counted: {ticket.tool} on {where}{edited} waits for "
+            f"{ticket.run.configuration.approvals_required} approvals in all."
+        )
     if command.decision == ev.ALLOW:
-        return f"Approved: {ticket.tool} on {where}; the run goes on and makes the call."
+        return f"Approved: {ticket.tool} on {where}{edited}; the run goes on and makes the call."
     note = ", with your note" if command.note else ""
     return f"Denied: {ticket.tool} on {where} will not run; the model is told{note}."
 

@@ -4,13 +4,17 @@ exactly once, across a worker crash between the decision and the tool."""
 
 from __future__ import annotations
 
+from html import unescape
+
 import pytest
+from django.test import Client
 
 from agentruns.models import Event, Note, Run, Ticket, ToolInvocation
 from agentruns.runtime.actions.model_turn import idempotency_key
 from agentruns.runtime.loop import execute_run
 from agentruns.runtime.state import ProposedCall
 from agentruns.tools.registry import REGISTRY, digest
+from agentruns.words import WORDS
 from tests.conftest import grant
 from tests.support.crash import effect_lines, expire_lease
 from tests.support.hitl import (
@@ -18,6 +22,7 @@ from tests.support.hitl import (
     allow,
     client_for,
     deny,
+    identity,
     park,
     picture,
     results_by_call,
@@ -173,3 +178,90 @@ def test_hitl12_a_crash_between_the_edited_decision_and_the_tool_runs_only_the_e
     assert effect_lines(effects, run.pk) == [f"{run.pk}:call_ext:approver"]
     results = Event.objects.filter(run=run, type="tool.result", payload__call_id="call_ext")
     assert [r.payload["status"] for r in results] == ["ok"]
+
+
+# The pages: the inbox card and the admin's ticket page, as a browser without JavaScript.
+
+
+def signed_in(user, **kw) -> Client:
+    client = Client(**kw)
+    client.force_login(user)
+    return client
+
+
+def edit_form(ticket, **fields):
+    return {
+        **identity(ticket),
+        "kind": "permission",
+        "decision": "allow",
+        "edit": "1",
+        "tool": ticket.tool,
+        "next": "/inbox/",
+        **fields,
+    }
+
+
+def test_hitl12_the_inbox_card_offers_edit_arguments_filled_with_the_models(approver, parked):
+    ticket = active_ticket(parked.pk)
+    html = unescape(signed_in(approver).get(f"/inbox/{ticket.correlation_id}/").content.decode())
+    assert "Edit arguments" in html
+    assert 'name="arguments.title" value="draft"' in html
+    assert 'name="arguments.body" value="the model\'s body"' in html
+    assert 'name="edit" value="1"' in html
+
+
+def test_hitl12_an_edit_posted_from_the_inbox_card_runs_the_edit(approver, parked):
+    ticket = active_ticket(parked.pk)
+    client = signed_in(approver, enforce_csrf_checks=True)
+    page = client.get(f"/inbox/{ticket.correlation_id}/")
+    token = page.cookies["csrftoken"].value
+    data = edit_form(
+        ticket, **{"arguments.title": "final", "arguments.body": "typed"}, csrfmiddlewaretoken=token
+    )
+    response = client.post(f"/inbox/{ticket.correlation_id}/resume/", data, follow=True)
+    assert response.status_code == 200
+    assert "with your edited arguments" in unescape(response.content.decode())
+    assert execute_run(parked.pk) == Run.Status.COMPLETED
+    assert list(Note.objects.values_list("title", "body")) == [("final", "typed")]
+
+
+def test_hitl12_a_refused_edit_on_the_card_keeps_what_was_typed_with_errors(approver, parked):
+    ticket = active_ticket(parked.pk)
+    before = picture(parked.pk)
+    data = edit_form(ticket, **{"arguments.title": "x" * 201, "arguments.body": "kept body"})
+    response = signed_in(approver).post(f"/inbox/{ticket.correlation_id}/resume/", data)
+    assert response.status_code == 422
+    html = unescape(response.content.decode())
+    assert WORDS["invalid_arguments"] in html
+    assert "kept body" in html and "x" * 201 in html
+    assert 'aria-invalid="true"' in html
+    assert '<details class="edit-arguments" open>' in html
+    assert picture(parked.pk) == before
+
+
+def test_hitl12_a_card_post_naming_another_tool_is_refused(approver, parked):
+    ticket = active_ticket(parked.pk)
+    before = picture(parked.pk)
+    data = edit_form(ticket, tool="test.external_write", **{"arguments.title": "t"})
+    response = signed_in(approver).post(f"/inbox/{ticket.correlation_id}/resume/", data)
+    assert response.status_code == 422
+    assert picture(parked.pk) == before
+
+
+def test_hitl12_the_admin_ticket_page_edits_arguments_through_run_resume(staff, parked):
+    operator = grant(staff, "approve_run", "view_ticket", "change_ticket")
+    ticket = active_ticket(parked.pk)
+    client = signed_in(operator)
+    change = f"/admin/agentruns/ticket/{ticket.pk}/change/"
+    assert "Edit arguments" in unescape(client.get(change).content.decode())
+    decide = f"/admin/agentruns/ticket/{ticket.pk}/decide/"
+    bad = edit_form(ticket, **{"arguments.title": "", "arguments.body": "still here"})
+    html = unescape(client.post(decide, bad, follow=True).content.decode())
+    assert WORDS["invalid_arguments"] in html
+    assert "still here" in html  # what was typed is kept after the redirect
+    assert active_ticket(parked.pk).pk == ticket.pk
+    good = edit_form(ticket, **{"arguments.title": "admin", "arguments.body": "edited"})
+    html = unescape(client.post(decide, good, follow=True).content.decode())
+    assert "with your edited arguments" in html
+    assert execute_run(parked.pk) == Run.Status.COMPLETED
+    assert list(Note.objects.values_list("title", "body")) == [("admin", "edited")]

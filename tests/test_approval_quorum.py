@@ -9,19 +9,23 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from html import unescape
 
 import pytest
 from django.db import connection
+from django.test import Client
 
 from agentruns.models import Event, Note, Run, Ticket, TicketApproval
 from agentruns.runtime.loop import execute_run
 from agentruns.tools.registry import digest
+from agentruns.words import WORDS
 from tests.conftest import grant
 from tests.support.hitl import (
     active_ticket,
     allow,
     client_for,
     deny,
+    identity,
     park,
     picture,
     results_by_call,
@@ -186,3 +190,27 @@ def test_hitl13_approvals_required_is_between_one_and_five_in_the_api(staff, peo
     response = client.patch(url, {"approvals_required": 5}, format="json")
     assert response.status_code == 200, response.json()
     assert response.json()["approvals_required"] == 5
+
+
+def test_hitl13_the_inbox_card_shows_the_count_and_who_no_js_post(people):
+    ada, bob = people[:2]
+    run = parked(ada)
+    ticket = active_ticket(run.pk)
+    client = Client()
+    client.force_login(ada)
+    data = {**identity(ticket), "kind": "permission", "decision": "allow", "next": "/inbox/"}
+    response = client.post(f"/inbox/{ticket.correlation_id}/resume/", data, follow=True)
+    html = unescape(response.content.decode())
+    assert "Approval counted" in html
+    assert "1 of 2 approvals" in html and ": ada" in html
+    assert "you approved these arguments" in html
+    again = unescape(
+        client.post(f"/inbox/{ticket.correlation_id}/resume/", data, follow=True).content.decode()
+    )
+    assert WORDS["already_approved"] in again
+    other = Client()
+    other.force_login(bob)
+    card = unescape(other.get(f"/inbox/{ticket.correlation_id}/").content.decode())
+    assert "1 of 2 approvals" in card and "you approved" not in card
+    other.post(f"/inbox/{ticket.correlation_id}/resume/", data)
+    assert Ticket.objects.get(pk=ticket.pk).status == Ticket.Status.ANSWERED

@@ -56,6 +56,14 @@ def edit_checked(
     return Edit(value, digest(value), kinds)
 
 
+def edit_schema(ticket: Ticket) -> dict[str, Any] | None:
+    """The schema an edit of this ticket's arguments must fit: its own tool's, live."""
+    if ticket.kind != Ticket.Kind.TOOL_PERMISSION:
+        return None
+    registered = REGISTRY.get(ticket.tool)
+    return registered.parameters if registered else None
+
+
 def approval_refusal(ticket: Ticket, user: Any, edit: Edit | None) -> None:
     """HITL-13: the same person never counts twice for the same arguments."""
     approving = edit.digest if edit else ticket.pending_digest
