@@ -22,7 +22,6 @@ from agentruns.services.runs import run_cancel
 from agentruns.throttles import RESUME, throttle_check
 from agentruns.words import decided_sentence, field_errors, sentence
 
-
 REFUSED_EDIT = "agentruns_refused_edit"  # session key: a refused edit, shown once
 
 

@@ -25,7 +25,8 @@ class TargetOut(serializers.Serializer):
 class ApprovalsOut(serializers.Serializer):
     """HITL-12, HITL-13: what an allow now approves and who has allowed it so far."""
 
-    required = serializers.IntegerField()
+    # DRF takes declared fields off the class; mypy only sees the name Field also uses.
+    required = serializers.IntegerField()  # type: ignore[assignment]
     approvers = serializers.ListField(child=serializers.CharField())
     arguments = serializers.JSONField(allow_null=True)
     arguments_digest = serializers.CharField()

@@ -26,7 +26,7 @@ class Edit:
 
     arguments: dict[str, Any]
     digest: str
-    redacted: list[str]
+    redacted: dict[str, int]  # what redaction replaced, by kind (CG-11)
 
 
 def edit_checked(

@@ -175,7 +175,7 @@ def _approval_items(
     append_events(
         thread_id=run.thread_id,
         run_id=run.pk,
-        items=[*_redacted_items(edit, note_kinds, []), (ev.TICKET_APPROVED, approved)],
+        items=[*_redacted_items(edit, note_kinds, {}), (ev.TICKET_APPROVED, approved)],
     )
 
 
@@ -192,9 +192,9 @@ def _edit_fields(ticket: Ticket) -> dict[str, Any]:
 
 
 def _redacted_items(
-    edit: Edit | None, note_kinds: list[str], value_kinds: list[str]
+    edit: Edit | None, note_kinds: dict[str, int], value_kinds: dict[str, int]
 ) -> list[tuple[str, dict[str, Any]]]:
-    edited_kinds = edit.redacted if edit else []
+    edited_kinds = edit.redacted if edit else {}
     return [
         (ev.SECRET_REDACTED, {"where": where, "kinds": kinds})
         for where, kinds in (
