@@ -50,7 +50,7 @@ def test_hitl12_edit_arguments_in_the_inbox_without_javascript_runs_the_edit(
     page.goto(f"/inbox/{ticket.correlation_id}/")
     card = card_of(page, ticket)
     card.get_by_text("Edit arguments").click()
-    form = card.get_by_role("form", name="Edit the arguments of notes.write and approve")
+    form = card.get_by_role("form", name="Changed arguments to approve")
     expect(form.get_by_label("title")).to_have_value("Incident")
     form.get_by_label("title").fill("Incident 4711")
     form.get_by_label("body").fill("Cache was stale; purged at 10:02.")
@@ -59,9 +59,7 @@ def test_hitl12_edit_arguments_in_the_inbox_without_javascript_runs_the_edit(
     form.get_by_label("title").fill("")  # required, at least one character: refused
     form.get_by_role("button", name="Approve with these arguments").click()
     expect(page.locator("main")).to_contain_text("do not fit the tool's schema")
-    form = card_of(page, ticket).get_by_role(
-        "form", name="Edit the arguments of notes.write and approve"
-    )
+    form = card_of(page, ticket).get_by_role("form", name="Changed arguments to approve")
     expect(form).to_contain_text("'title' is a required property")
     expect(form.get_by_label("body")).to_have_value("Cache was stale; purged at 10:02.")
     form.get_by_label("title").fill("Incident 4711")
@@ -86,7 +84,9 @@ def test_hitl13_a_quorum_card_counts_approvals_and_the_second_releases_the_call(
     card_of(first, ticket).get_by_role("button", name="Approve", exact=True).click()
     expect(first.get_by_role("status").first).to_contain_text("Approval counted")
     expect(card_of(first, ticket)).to_contain_text("1 of 2 approvals: ada")
-    expect(card_of(first, ticket).get_by_role("button", name="Approve", exact=True)).to_be_disabled()
+    expect(
+        card_of(first, ticket).get_by_role("button", name="Approve", exact=True)
+    ).to_be_disabled()
     second.reload()
     expect(card_of(second, ticket)).to_contain_text("1 of 2 approvals: ada", timeout=LIVE)
     screenshot(second, "inbox-quorum")
