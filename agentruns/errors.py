@@ -126,6 +126,12 @@ class SelfApproval(ResumeError):
     code = "self_approval"
 
 
+class ArgumentsChanged(ResumeError):
+    """HITL-12, HITL-13: another approver changed the arguments since this one looked."""
+
+    code = "arguments_changed"
+
+
 class AlreadyApproved(ResumeError):
     """HITL-13: this person's allow of these arguments is already counted."""
 

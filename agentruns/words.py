@@ -78,6 +78,10 @@ WORDS: dict[str, str] = {
         "Nothing was changed: your approval of these arguments is already counted; the "
         "call waits for another approver."
     ),
+    "arguments_changed": (
+        "Nothing was approved: another approver changed the arguments since this page was "
+        "shown. Read them again on the card as it is now."
+    ),
     # SEC-14: the same per-person rates as the API.
     "throttled": (
         "Nothing was done: you have started or answered runs too often in a short time. "

@@ -192,13 +192,29 @@ def test_hitl13_approvals_required_is_between_one_and_five_in_the_api(staff, peo
     assert response.json()["approvals_required"] == 5
 
 
+def signed_in(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def card_allow(ticket, **fields):
+    """The card's Approve form as a browser without JavaScript posts it."""
+    return {
+        **identity(ticket),
+        "kind": "permission",
+        "decision": "allow",
+        "next": "/inbox/",
+        **fields,
+    }
+
+
 def test_hitl13_the_inbox_card_shows_the_count_and_who_no_js_post(people):
     ada, bob = people[:2]
     run = parked(ada)
     ticket = active_ticket(run.pk)
-    client = Client()
-    client.force_login(ada)
-    data = {**identity(ticket), "kind": "permission", "decision": "allow", "next": "/inbox/"}
+    client = signed_in(ada)
+    data = card_allow(ticket)
     response = client.post(f"/inbox/{ticket.correlation_id}/resume/", data, follow=True)
     html = unescape(response.content.decode())
     assert "Approval counted" in html
@@ -208,9 +224,38 @@ def test_hitl13_the_inbox_card_shows_the_count_and_who_no_js_post(people):
         client.post(f"/inbox/{ticket.correlation_id}/resume/", data, follow=True).content.decode()
     )
     assert WORDS["already_approved"] in again
-    other = Client()
-    other.force_login(bob)
+    other = signed_in(bob)
     card = unescape(other.get(f"/inbox/{ticket.correlation_id}/").content.decode())
     assert "1 of 2 approvals" in card and "you approved" not in card
     other.post(f"/inbox/{ticket.correlation_id}/resume/", data)
     assert Ticket.objects.get(pk=ticket.pk).status == Ticket.Status.ANSWERED
+
+
+def test_hitl13_hitl12_an_allow_of_arguments_edited_since_they_were_shown_is_refused(people):
+    ada, bob, cy = people[:3]
+    run = parked(ada, required=3)
+    shown = active_ticket(run.pk).arguments_digest  # what cy's card showed
+    edited = {"title": "edited", "body": "meanwhile"}
+    assert allowed_by(bob, run, arguments=edited).status_code == 200
+    before = picture(run.pk)
+    stale = allowed_by(cy, run, arguments_digest=shown)
+    assert stale.status_code == 409
+    assert stale.json()["code"] == "arguments_changed"
+    assert picture(run.pk) == before
+    fresh = allowed_by(cy, run, arguments_digest=digest(edited))
+    assert fresh.json()["ticket"]["approvals"]["approvers"] == ["bob", "cy"]
+
+
+def test_hitl13_the_card_posts_the_digest_of_the_arguments_it_shows(people):
+    ada, bob = people[:2]
+    run = parked(ada)
+    ticket = active_ticket(run.pk)
+    client = signed_in(bob)
+    html = client.get(f"/inbox/{ticket.correlation_id}/").content.decode()
+    assert f'name="arguments_digest" value="{ticket.arguments_digest}"' in html
+    edited = {"title": "edited", "body": "meanwhile"}
+    assert allowed_by(ada, run, arguments=edited).status_code == 200
+    data = card_allow(ticket, arguments_digest=ticket.arguments_digest)
+    response = client.post(f"/inbox/{ticket.correlation_id}/resume/", data, follow=True)
+    assert WORDS["arguments_changed"] in unescape(response.content.decode())
+    assert TicketApproval.objects.filter(user=bob).count() == 0

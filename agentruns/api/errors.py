@@ -31,6 +31,7 @@ STATUS_BY_CODE = {
     "invalid_input": status.HTTP_422_UNPROCESSABLE_ENTITY,
     "invalid_arguments": status.HTTP_422_UNPROCESSABLE_ENTITY,
     "already_approved": status.HTTP_409_CONFLICT,
+    "arguments_changed": status.HTTP_409_CONFLICT,
     "result_kind_mismatch": status.HTTP_422_UNPROCESSABLE_ENTITY,
     "not_awaiting": status.HTTP_409_CONFLICT,
     "correlation_mismatch": status.HTTP_409_CONFLICT,

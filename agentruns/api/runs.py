@@ -103,6 +103,8 @@ class ResultSerializer(serializers.Serializer):
     # HITL-12: an allow with the arguments the approver edited; the tool never changes.
     arguments = serializers.JSONField(required=False, allow_null=True)
     tool = serializers.CharField(required=False, max_length=100)
+    # HITL-13: the digest of the arguments the approver saw, refused if they changed since.
+    arguments_digest = serializers.CharField(required=False, max_length=64)
 
     def validate(self, data: dict) -> dict:
         if data["kind"] == Ticket.Answer.PERMISSION and "decision" not in data:
@@ -307,6 +309,7 @@ class RunViewSet(viewsets.GenericViewSet):
             value=result.get("value"),
             arguments=result.get("arguments"),
             tool=result.get("tool"),
+            arguments_digest=result.get("arguments_digest"),
         )
         run = run_resume(user=request.user, run_id=int(self.get_object().pk), command=command)
         return Response(run_dict(run))

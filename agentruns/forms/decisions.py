@@ -49,6 +49,7 @@ def command_from_post(post: Mapping[str, Any], ticket: Ticket) -> ResumeCommand:
         value=None if permission else value_from_post(ticket.schema, post),
         arguments=arguments,
         tool=(str(post.get("tool", "")) or None) if edited else None,
+        arguments_digest=(str(post.get("arguments_digest", "")) or None) if permission else None,
     )
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentruns.answers import field_errors
-from agentruns.errors import AlreadyApproved, InvalidArguments
+from agentruns.errors import AlreadyApproved, ArgumentsChanged, InvalidArguments
 from agentruns.models import Run, Ticket, TicketApproval, ToolInvocation
 from agentruns.runtime.actions.model_turn import idempotency_key
 from agentruns.runtime.redaction import redact_value
@@ -64,8 +64,11 @@ def edit_schema(ticket: Ticket) -> dict[str, Any] | None:
     return registered.parameters if registered else None
 
 
-def approval_refusal(ticket: Ticket, user: Any, edit: Edit | None) -> None:
-    """HITL-13: the same person never counts twice for the same arguments."""
+def approval_refusal(ticket: Ticket, user: Any, edit: Edit | None, shown: str | None) -> None:
+    """HITL-13: an allow approves the arguments its approver was shown (`shown`, their
+    digest, when the host sends it), and the same person never counts twice for them."""
+    if shown and shown != ticket.pending_digest:
+        raise ArgumentsChanged("The arguments were edited since they were shown to you.")
     approving = edit.digest if edit else ticket.pending_digest
     if TicketApproval.objects.filter(ticket=ticket, user=user, arguments_digest=approving).exists():
         raise AlreadyApproved("You already approved this call with these arguments.")

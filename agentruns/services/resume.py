@@ -57,7 +57,8 @@ PERMISSION, INPUT = Ticket.Answer.PERMISSION, Ticket.Answer.INPUT  # local short
 class ResumeCommand:
     """The ticket's identity, copied by the host, plus the answer: `answer` is its kind
     (`Ticket.Answer`), `decision` allow or deny for a permission, `value` for input. An
-    allow may carry edited `arguments` (HITL-12); `tool`, when given, must be the ticket's."""
+    allow may carry edited `arguments` (HITL-12); `tool`, when given, must be the ticket's;
+    `arguments_digest`, when given, must be that of the arguments an allow now approves."""
 
     identity: TicketIdentity
     answer: str
@@ -66,6 +67,7 @@ class ResumeCommand:
     value: Any = None
     arguments: Any = None
     tool: str | None = None
+    arguments_digest: str | None = None  # of the arguments the approver was shown
 
 
 def run_resume(*, user: Any, run_id: int, command: ResumeCommand) -> Run:
@@ -144,7 +146,7 @@ def _checked(
     if command.decision == ev.ALLOW:
         if four_eyes(user, run).blocks:
             raise SelfApproval("This configuration needs a second person to allow the call.")
-        approval_refusal(ticket, user, edit)
+        approval_refusal(ticket, user, edit, command.arguments_digest)
     return ticket, edit
 
 
