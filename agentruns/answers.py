@@ -175,8 +175,14 @@ def answer_errors(schema: dict[str, Any], value: Any) -> dict[str, list[str]]:
     is refused, so its ticket ends by expiry or cancel instead of a 500."""
     if schema_problems(schema):
         return {"": ["The question's schema is not one agentruns can check (SEC-7)."]}
+    return field_errors(AnswerValidator(schema), value)
+
+
+def field_errors(validator: Any, value: Any) -> dict[str, list[str]]:
+    """`validator`'s complaints about `value`, by the path of the field each names (a
+    missing required property is named by its own path, where a form shows it)."""
     errors: dict[str, list[str]] = {}
-    for error in AnswerValidator(schema).iter_errors(value):
+    for error in validator.iter_errors(value):
         path = "/".join(str(part) for part in error.absolute_path)
         if error.validator == "required":
             missing = error.message.split("'")[1] if "'" in error.message else ""

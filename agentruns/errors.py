@@ -116,5 +116,23 @@ class InvalidInput(ResumeError):
     code = "invalid_input"
 
 
+class InvalidArguments(ResumeError):
+    """HITL-12: edited arguments that do not fit the ticket's own tool; `fields` per field."""
+
+    code = "invalid_arguments"
+
+
 class SelfApproval(ResumeError):
     code = "self_approval"
+
+
+class ArgumentsChanged(ResumeError):
+    """HITL-12, HITL-13: another approver changed the arguments since this one looked."""
+
+    code = "arguments_changed"
+
+
+class AlreadyApproved(ResumeError):
+    """HITL-13: this person's allow of these arguments is already counted."""
+
+    code = "already_approved"

@@ -15,6 +15,7 @@ ASSISTANT = "message.assistant"
 TOOL_RESULT = "tool.result"
 TICKET_OPENED = "ticket.opened"
 TICKET_DECIDED = "ticket.decided"
+TICKET_APPROVED = "ticket.approved"  # HITL-13: one allow of several the quorum needs
 CONTEXT_REFUSED = "context.refused"
 CONTEXT_OBSERVED = "context.observed"
 SOURCES_DROPPED = "sources.dropped"
@@ -32,6 +33,7 @@ EVENT_TYPES = (
     TOOL_RESULT,
     TICKET_OPENED,
     TICKET_DECIDED,
+    TICKET_APPROVED,
     CONTEXT_REFUSED,
     CONTEXT_OBSERVED,
     SOURCES_DROPPED,
@@ -46,7 +48,7 @@ EVENT_TYPES = (
 
 # OPS-5: the events the audit export carries (beside the gate's rows). The log indexes them
 # by time, and only them (models/runs.py `event_audit_time`).
-AUDITED = (TICKET_DECIDED, SECRET_REDACTED, RUN_CANCELLED)
+AUDITED = (TICKET_DECIDED, TICKET_APPROVED, SECRET_REDACTED, RUN_CANCELLED)
 
 
 @dataclass(frozen=True)
@@ -98,6 +100,9 @@ def summary(kind: str, payload: dict[str, Any]) -> str:
     if kind == TICKET_DECIDED:
         note = f": {payload['note']}" if payload.get("note") else ""
         return f"{payload.get('decision')} by {payload.get('by')}{note}"[:SUMMARY_CHARS]
+    if kind == TICKET_APPROVED:
+        count = f"{payload.get('approvals')} of {payload.get('required')}"
+        return f"approval {count} by {payload.get('by')}"[:SUMMARY_CHARS]
     if kind == RUN_COMPLETED:
         return str(payload.get("final_reply", ""))[:SUMMARY_CHARS]
     if kind in (RUN_FAILED, CONTEXT_REFUSED):

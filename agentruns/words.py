@@ -66,9 +66,21 @@ WORDS: dict[str, str] = {
     "invalid_input": (
         "Nothing was sent: the answer does not fit the question; see the marked fields."
     ),
+    "invalid_arguments": (
+        "Nothing was approved: the edited arguments do not fit the tool's schema, or name "
+        "another tool; see the marked fields."
+    ),
     "self_approval": (
         "Nothing was approved: four-eyes. You started this run, and its configuration needs "
         "a second person to approve its tool calls; ask another approver (you may deny)."
+    ),
+    "already_approved": (
+        "Nothing was changed: your approval of these arguments is already counted; the "
+        "call waits for another approver."
+    ),
+    "arguments_changed": (
+        "Nothing was approved: another approver changed the arguments since this page was "
+        "shown. Read them again on the card as it is now."
     ),
     # SEC-14: the same per-person rates as the API.
     "throttled": (
@@ -114,8 +126,15 @@ def decided_sentence(command: ResumeCommand, ticket: Ticket) -> str:
     where = f"run #{ticket.run_id}"
     if command.answer == Ticket.Answer.INPUT:
         return f"Answer sent: {where} goes on with it."
+    edited = " with your edited arguments" if command.arguments is not None else ""
+    if command.decision == ev.ALLOW and ticket.status == Ticket.Status.ACTIVE:
+        # HITL-13: counted, and the quorum is not reached yet.
+        return (
+            f"Approval counted: {ticket.tool} on {where}{edited} waits for "
+            f"{ticket.run.configuration.approvals_required} approvals in all."
+        )
     if command.decision == ev.ALLOW:
-        return f"Approved: {ticket.tool} on {where}; the run goes on and makes the call."
+        return f"Approved: {ticket.tool} on {where}{edited}; the run goes on and makes the call."
     note = ", with your note" if command.note else ""
     return f"Denied: {ticket.tool} on {where} will not run; the model is told{note}."
 

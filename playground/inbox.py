@@ -10,7 +10,6 @@ count and the cards never disagree (HITL-9, UI-7).
 
 from __future__ import annotations
 
-import json
 from typing import Any
 from uuid import UUID
 
@@ -22,9 +21,9 @@ from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
-from agentruns.errors import AgentrunsError, InvalidInput
-from agentruns.forms.decisions import command_from_post, decision_context
-from agentruns.forms.questions import typed_fields, unplaced_errors
+from agentruns.errors import AgentrunsError, InvalidArguments, InvalidInput
+from agentruns.forms.decisions import ARGUMENTS, command_from_post, decision_context
+from agentruns.forms.questions import typed_fields
 from agentruns.models import Ticket
 from agentruns.policy import answerable_tickets, visible_tickets
 from agentruns.selectors import run_readout, run_readouts, uncertain_invocations
@@ -89,21 +88,25 @@ def resume(request: HttpRequest, correlation_id: UUID) -> HttpResponse:
     back = _back(request)
     try:
         throttle_check(request, RESUME)  # SEC-14: the API's rate, the same counter
-        command = command_from_post(request.POST, ticket.schema)
+        command = command_from_post(request.POST, ticket)
         run_resume(user=request.user, run_id=ticket.run_id, command=command)
-    except InvalidInput as exc:
+    except (InvalidInput, InvalidArguments) as exc:
         return _refused_input(request, ticket, exc)
     except AgentrunsError as exc:
         messages.error(request, _refusal(exc, ticket, request.user))
         return redirect(back)
+    ticket.refresh_from_db()
     messages.success(request, decided_sentence(command, ticket))
     return redirect(back)
 
 
-def _refused_input(request: HttpRequest, ticket: Ticket, exc: InvalidInput) -> HttpResponse:
-    """HITL-6: the card again, each error beside its field, what was typed kept."""
+def _refused_input(
+    request: HttpRequest, ticket: Ticket, exc: InvalidInput | InvalidArguments
+) -> HttpResponse:
+    """HITL-6, HITL-12: the card again, each error beside its field, what was typed kept."""
     messages.error(request, sentence(exc))
-    typed, errors = typed_fields(request.POST), field_errors(exc)
+    typed = typed_fields(request.POST) | typed_fields(request.POST, ARGUMENTS)
+    errors = field_errors(exc)
     tickets = answerable_tickets(request.user).filter(pk=ticket.pk)
     live = reverse("playground:inbox-card-live", args=[ticket.correlation_id])
     context = _list_context(request, tickets, live, _back(request))
@@ -193,8 +196,6 @@ def _card(
         "ticket": ticket,
         "run": run,
         "initiator": initiator.get_username() if initiator else "",
-        "arguments": json.dumps(ticket.arguments or {}, indent=2, ensure_ascii=False),
         "readout": run_readout(run) if readout is None else readout,
         "own_run": run.created_by_id == user.pk,
-        "form_errors": unplaced_errors(form["controls"], errors or {}),
     }

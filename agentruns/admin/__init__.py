@@ -35,6 +35,7 @@ from agentruns.models import (
     Snippet,
     Thread,
     Ticket,
+    TicketApproval,
     ToolInvocation,
 )
 from agentruns.models.runs import NoteQuerySet, RunQuerySet, ThreadQuerySet
@@ -152,7 +153,16 @@ class ConfigurationAdmin(PlaygroundAdminMixin):
                 ]
             },
         ),
-        ("Approvals", {"fields": ["approval_timeout_seconds", "require_second_approver"]}),
+        (
+            "Approvals",
+            {
+                "fields": [
+                    "approval_timeout_seconds",
+                    "require_second_approver",
+                    "approvals_required",
+                ]
+            },
+        ),
         (
             "Usage and limits (OPS-1, OPS-2)",
             {"fields": ["input_token_price", "output_token_price", "daily_token_limit"]},
@@ -265,6 +275,17 @@ class TicketAdmin(TicketDecisionAdminMixin, RecordAdmin):
 
     def view_on_site(self, obj: Ticket) -> str:
         return reverse("playground:run", args=[obj.run_id])
+
+
+@admin.register(TicketApproval)
+class TicketApprovalAdmin(RecordAdmin):
+    """HITL-13: each allow as it arrived; written only by `run_resume`."""
+
+    list_display = ["ticket", "user", "arguments_digest", "created_at"]
+    readonly_fields = [field.name for field in TicketApproval._meta.fields]
+
+    def visible(self, rows: QuerySet, user: Any) -> QuerySet:
+        return of_visible_runs(rows, user, run="ticket__run")
 
 
 @admin.register(ToolInvocation)

@@ -13,13 +13,16 @@ from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.shortcuts import get_object_or_404, redirect
 from django.urls import URLPattern, path, reverse
 
-from agentruns.errors import AgentrunsError
-from agentruns.forms.decisions import command_from_post, decision_context
+from agentruns.errors import AgentrunsError, InvalidArguments
+from agentruns.forms.decisions import ARGUMENTS, command_from_post, decision_context
+from agentruns.forms.questions import typed_fields
 from agentruns.models import Run, Ticket
 from agentruns.services.resume import run_resume
 from agentruns.services.runs import run_cancel
 from agentruns.throttles import RESUME, throttle_check
 from agentruns.words import decided_sentence, field_errors, sentence
+
+REFUSED_EDIT = "agentruns_refused_edit"  # session key: a refused edit, shown once
 
 
 class TicketDecisionAdminMixin(admin.ModelAdmin):
@@ -40,7 +43,11 @@ class TicketDecisionAdminMixin(admin.ModelAdmin):
         ticket = self.get_object(request, object_id)
         extra = dict(extra_context or {})
         if isinstance(ticket, Ticket) and ticket.status == Ticket.Status.ACTIVE:
-            extra["decision"] = decision_form(request, ticket)
+            refused = request.session.pop(REFUSED_EDIT, None)
+            typed, errors = None, None
+            if refused and refused[0] == ticket.pk:
+                typed, errors = refused[1], refused[2]
+            extra["decision"] = decision_form(request, ticket, typed, errors)
         return super().change_view(request, object_id, form_url, extra)
 
     def decide_view(self, request: HttpRequest, ticket_id: int) -> HttpResponse:
@@ -49,20 +56,32 @@ class TicketDecisionAdminMixin(admin.ModelAdmin):
         ticket = get_object_or_404(self.get_queryset(request), pk=ticket_id)
         try:
             throttle_check(request, RESUME)  # SEC-14: the API's rate, the same counter
-            command = command_from_post(request.POST, ticket.schema)
+            command = command_from_post(request.POST, ticket)
             run_resume(user=request.user, run_id=ticket.run_id, command=command)
+        except InvalidArguments as exc:
+            # HITL-12: the page again (after the redirect), each error beside its field,
+            # what was typed kept; the admin's change view itself only shows.
+            self.message_user(request, sentence(exc), level="error")
+            typed = typed_fields(request.POST, ARGUMENTS)
+            request.session[REFUSED_EDIT] = [ticket.pk, typed, field_errors(exc)]
         except AgentrunsError as exc:
             self.message_user(request, sentence(exc), level="error")
             for field, errors in field_errors(exc).items():
                 self.message_user(request, f"{field or 'answer'}: {'; '.join(errors)}", "error")
         else:
+            ticket.refresh_from_db()
             self.message_user(request, decided_sentence(command, ticket))
         return redirect("admin:agentruns_ticket_change", ticket_id)
 
 
-def decision_form(request: HttpRequest, ticket: Ticket) -> dict[str, Any]:
+def decision_form(
+    request: HttpRequest,
+    ticket: Ticket,
+    typed: dict[str, str] | None = None,
+    errors: dict[str, list[str]] | None = None,
+) -> dict[str, Any]:
     return {
-        **decision_context(request.user, ticket),
+        **decision_context(request.user, ticket, typed=typed, errors=errors),
         "action": reverse("admin:agentruns_ticket_decide", args=[ticket.pk]),
         "cid": ticket.correlation_id,
     }

@@ -172,6 +172,7 @@ class ConfigurationSerializer(serializers.ModelSerializer):
             "approval_timeout_seconds",
             "context_budget_tokens",
             "require_second_approver",
+            "approvals_required",
             "input_token_price",
             "output_token_price",
             "daily_token_limit",

@@ -104,6 +104,18 @@ RESUME_EXAMPLES = [
         {**IDENTITY, "result": {"kind": "permission", "decision": "allow", "note": "Looks right."}},
     ),
     example(
+        "Approve with edited arguments (HITL-12: same tool, checked against its schema)",
+        {
+            **IDENTITY,
+            "result": {
+                "kind": "permission",
+                "decision": "allow",
+                "arguments": {"title": "Incident 4711", "body": "Cache was stale; purged."},
+                "note": "Named the incident.",
+            },
+        },
+    ),
+    example(
         "Answer question-demo's question (copy the identity fields from the ticket)",
         {**IDENTITY, "result": {"kind": "input", "value": {"severity": "high", "hours": 2}}},
     ),

@@ -26,6 +26,7 @@ from agentruns.api.shapes import EventsOut, RunDetailOut, RunOut, ThreadOut, Tic
 from agentruns.models import Event, Note, Run, Thread, Ticket, TicketIdentity
 from agentruns.policy import answerable_tickets, visible_notes, visible_runs, visible_threads
 from agentruns.selectors import run_readout, uncertain_invocations
+from agentruns.services.approvals import approval_count
 from agentruns.services.fork import ForkRequest, run_fork
 from agentruns.services.log import events_read
 from agentruns.services.resume import ResumeCommand, run_resume
@@ -99,6 +100,11 @@ class ResultSerializer(serializers.Serializer):
     decision = serializers.ChoiceField(choices=[ev.ALLOW, ev.DENY], required=False)
     note = serializers.CharField(required=False, allow_blank=True, max_length=2000, default="")
     value = serializers.JSONField(required=False, allow_null=True)
+    # HITL-12: an allow with the arguments the approver edited; the tool never changes.
+    arguments = serializers.JSONField(required=False, allow_null=True)
+    tool = serializers.CharField(required=False, max_length=100)
+    # HITL-13: the digest of the arguments the approver saw, refused if they changed since.
+    arguments_digest = serializers.CharField(required=False, max_length=64)
 
     def validate(self, data: dict) -> dict:
         if data["kind"] == Ticket.Answer.PERMISSION and "decision" not in data:
@@ -142,6 +148,22 @@ def ticket_dict(ticket: Ticket | None) -> dict[str, Any] | None:
             "question": ticket.question,
             "schema": ticket.schema,
         },
+        "approvals": approvals_dict(ticket),
+    }
+
+
+def approvals_dict(ticket: Ticket) -> dict[str, Any]:
+    """HITL-12, HITL-13: what an allow now approves and who has allowed it so far."""
+    required = ticket.run.configuration.approvals_required
+    # With one approval needed the first allow answers the ticket: nobody to list.
+    approvers = approval_count(ticket.run, ticket).approvers if required > 1 else []
+    editor = ticket.edited_by if ticket.edited_by_id else None
+    return {
+        "required": required,
+        "approvers": approvers,
+        "arguments": ticket.pending_arguments,
+        "arguments_digest": ticket.pending_digest,
+        "edited_by": editor.get_username() if editor else None,
     }
 
 
@@ -285,6 +307,9 @@ class RunViewSet(viewsets.GenericViewSet):
             decision=result.get("decision"),
             note=result.get("note", ""),
             value=result.get("value"),
+            arguments=result.get("arguments"),
+            tool=result.get("tool"),
+            arguments_digest=result.get("arguments_digest"),
         )
         run = run_resume(user=request.user, run_id=int(self.get_object().pk), command=command)
         return Response(run_dict(run))

@@ -22,6 +22,17 @@ class TargetOut(serializers.Serializer):
     schema = serializers.JSONField(allow_null=True)
 
 
+class ApprovalsOut(serializers.Serializer):
+    """HITL-12, HITL-13: what an allow now approves and who has allowed it so far."""
+
+    # DRF takes declared fields off the class; mypy only sees the name Field also uses.
+    required = serializers.IntegerField()  # type: ignore[assignment]
+    approvers = serializers.ListField(child=serializers.CharField())
+    arguments = serializers.JSONField(allow_null=True)
+    arguments_digest = serializers.CharField()
+    edited_by = serializers.CharField(allow_null=True)
+
+
 class TicketOut(serializers.Serializer):
     correlation_id = serializers.UUIDField()
     run = serializers.IntegerField()
@@ -31,6 +42,7 @@ class TicketOut(serializers.Serializer):
     deadline = serializers.DateTimeField(allow_null=True)
     status = serializers.ChoiceField(choices=TICKET_STATUSES)
     target = TargetOut()
+    approvals = ApprovalsOut()
 
 
 class UncertainOut(serializers.Serializer):

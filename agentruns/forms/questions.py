@@ -148,6 +148,30 @@ def _option(item: Any) -> str:
     return item if isinstance(item, str) else str(item)
 
 
+def typed_from_value(
+    schema: Mapping[str, Any] | None, value: Any, *, prefix: str = PREFIX
+) -> dict[str, str]:
+    """The fields `value_from_post` would read back as `value`: how a form starts out
+    holding a value it offers to edit (HITL-12's arguments)."""
+    typed: dict[str, str] = {}
+    value = value if isinstance(value, dict) else {}
+    for name, spec in ((schema or {}).get("properties") or {}).items():
+        spec = spec if isinstance(spec, dict) else {}
+        key, item = f"{prefix}.{name}", value.get(name)
+        if item is None:
+            continue
+        if spec.get("type") == "object":
+            typed.update(typed_from_value(spec, item, prefix=key))
+        elif isinstance(item, list):
+            typed[key] = "\n".join(_option(line) for line in item)
+        elif isinstance(item, bool) and "enum" not in spec:
+            if item:
+                typed[key] = "on"
+        else:
+            typed[key] = _option(item)
+    return typed
+
+
 def typed_fields(post: Mapping[str, Any], prefix: str = PREFIX) -> dict[str, str]:
     """What the person typed, by field name, to show again beside the errors."""
     return {key: str(post.get(key)) for key in post if key.startswith(prefix + ".")}

@@ -24,6 +24,7 @@ from agentruns.models.runs import (
     Run,
     Thread,
     Ticket,
+    TicketApproval,
     TicketIdentity,
     ToolInvocation,
 )
@@ -48,6 +49,7 @@ __all__ = [
     "Snippet",
     "Thread",
     "Ticket",
+    "TicketApproval",
     "TicketIdentity",
     "ToolInvocation",
     "Webhook",

@@ -187,6 +187,12 @@ class Configuration(models.Model):
     approval_timeout_seconds = models.PositiveIntegerField(default=24 * 3600)
     context_budget_tokens = models.PositiveIntegerField(default=32000)
     require_second_approver = models.BooleanField(default=False)
+    # HITL-13: how many distinct people must allow a call before it runs.
+    approvals_required = models.PositiveSmallIntegerField(
+        default=1,
+        validators=[MinValueValidator(1), MaxValueValidator(5)],
+        help_text="Distinct approvers whose allow a tool call needs (1 to 5).",
+    )
     script = models.JSONField(
         default=dict,
         blank=True,

@@ -370,6 +370,19 @@ class Ticket(models.Model):
     # OPS-6: when the cluster mailed the people who can answer, and the reminder.
     notified_at = models.DateTimeField(null=True, blank=True)
     reminded_at = models.DateTimeField(null=True, blank=True)
+    # HITL-12: arguments an approver changed (redacted, valid for `tool`), which the
+    # allows are now counted for and which run if the quorum is reached; the model's
+    # own stay in `arguments`.
+    edited_arguments = models.JSONField(null=True, blank=True)
+    # A database default: the step statement inserts a ticket naming only its columns.
+    edited_digest = models.CharField(max_length=64, blank=True, default="", db_default="")
+    edited_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
 
     class Meta:
         ordering = ["-id"]
@@ -401,6 +414,37 @@ class Ticket(models.Model):
             catalog_fingerprint=self.catalog_fingerprint,
             call_id=self.call_id,
         )
+
+    @property
+    def pending_arguments(self) -> Any:
+        """HITL-12, HITL-13: the arguments an allow now approves (an edit's, else the
+        model's)."""
+        return self.arguments if self.edited_arguments is None else self.edited_arguments
+
+    @property
+    def pending_digest(self) -> str:
+        return self.edited_digest or self.arguments_digest
+
+
+class TicketApproval(models.Model):
+    """HITL-13: one person's allow of a ticket's call with exactly these arguments,
+    recorded as it arrives; the ticket is answered once enough of them agree."""
+
+    ticket = models.ForeignKey(Ticket, on_delete=models.CASCADE, related_name="approvals")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    arguments_digest = models.CharField(max_length=64)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["ticket", "user", "arguments_digest"], name="one_approval_per_person"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user_id} allowed {self.ticket_id} ({self.arguments_digest[:12]})"
 
 
 class Note(models.Model):

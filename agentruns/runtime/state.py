@@ -44,6 +44,9 @@ class Turn:
     results: dict[str, str] = field(default_factory=dict)
     decisions: dict[str, str] = field(default_factory=dict)
     ticket_call: str | None = None
+    # HITL-12: calls an approver edited before allowing, and who: the call in `calls`
+    # then holds the edited arguments, which are what runs.
+    edited: dict[str, str] = field(default_factory=dict)
 
     def open_calls(self) -> list[ProposedCall]:
         return [call for call in self.calls if call.id not in self.results]
@@ -58,6 +61,7 @@ class Turn:
             "results": self.results,
             "decisions": self.decisions,
             "ticket_call": self.ticket_call,
+            "edited": self.edited,
         }
 
     @classmethod
@@ -71,6 +75,7 @@ class Turn:
             results=dict(data.get("results", {})),
             decisions=dict(data.get("decisions", {})),
             ticket_call=data.get("ticket_call"),
+            edited=dict(data.get("edited", {})),
         )
 
 
@@ -144,7 +149,18 @@ def _on_ticket_decided(state: RunState, payload: dict[str, Any]) -> None:
         call_id = payload.get("call_id")
         if call_id:
             state.turn.decisions[call_id] = payload["decision"]
+            if payload["decision"] == ev.ALLOW and "arguments" in payload:
+                _edited(state.turn, call_id, payload)
         state.turn.ticket_call = None
+
+
+def _edited(turn: Turn, call_id: str, payload: dict[str, Any]) -> None:
+    """HITL-12: the approved call is the edited one, under the same id and tool."""
+    turn.calls = [
+        ProposedCall(call.id, call.name, dict(payload["arguments"])) if call.id == call_id else call
+        for call in turn.calls
+    ]
+    turn.edited[call_id] = str(payload.get("edited_by") or "")
 
 
 def _on_observed(state: RunState, payload: dict[str, Any]) -> None:

@@ -118,6 +118,9 @@ def _event_record(kind: str, payload: dict[str, Any]) -> tuple[str | None, str, 
     """(actor, decision, reason) of one event."""
     if kind == ev.TICKET_DECIDED:
         return payload.get("by"), str(payload.get("decision") or ""), payload.get("note") or ""
+    if kind == ev.TICKET_APPROVED:  # HITL-13: one allow of a quorum
+        count = f"{payload.get('approvals')} of {payload.get('required')}"
+        return payload.get("by"), "approval", f"{count}; {payload.get('note') or ''}".rstrip("; ")
     if kind == ev.SECRET_REDACTED:
         kinds = ", ".join(payload.get("kinds") or [])
         return None, "redacted", f"{payload.get('where', '')}: {kinds}"

@@ -1,4 +1,5 @@
-"""Resuming a parked run with exactly one valid answer (HITL-3..HITL-6, HITL-8, HITL-9).
+"""Resuming a parked run with exactly one valid answer (HITL-3..HITL-6, HITL-8, HITL-9,
+HITL-12, HITL-13).
 
 Every check runs before any side effect and a rejected command changes nothing. The run
 row lock arbitrates concurrent commands in the database: the first to commit wins, the
@@ -35,6 +36,14 @@ from agentruns.errors import (
 from agentruns.models import Run, Ticket, TicketIdentity, ToolInvocation
 from agentruns.policy import four_eyes, may_answer, visible_runs
 from agentruns.runtime.redaction import redact, redact_value
+from agentruns.services.approvals import (
+    Count,
+    Edit,
+    approval_record,
+    approval_refusal,
+    edit_checked,
+    edited_invocation,
+)
 from agentruns.services.log import append_events
 from agentruns.store.transitions import run_requeue_answered
 from agentruns.store.wakeups import enqueue_wake
@@ -47,13 +56,18 @@ PERMISSION, INPUT = Ticket.Answer.PERMISSION, Ticket.Answer.INPUT  # local short
 @dataclass(frozen=True)
 class ResumeCommand:
     """The ticket's identity, copied by the host, plus the answer: `answer` is its kind
-    (`Ticket.Answer`), `decision` allow or deny for a permission, `value` for input."""
+    (`Ticket.Answer`), `decision` allow or deny for a permission, `value` for input. An
+    allow may carry edited `arguments` (HITL-12); `tool`, when given, must be the ticket's;
+    `arguments_digest`, when given, must be that of the arguments an allow now approves."""
 
     identity: TicketIdentity
     answer: str
     decision: str | None = None
     note: str = ""
     value: Any = None
+    arguments: Any = None
+    tool: str | None = None
+    arguments_digest: str | None = None  # of the arguments the approver was shown
 
 
 def run_resume(*, user: Any, run_id: int, command: ResumeCommand) -> Run:
@@ -65,10 +79,16 @@ def run_resume(*, user: Any, run_id: int, command: ResumeCommand) -> Run:
         ticket = Ticket.objects.filter(run=run, status=Ticket.Status.ACTIVE).first()
         if not may_answer(user, run, ticket.answer if ticket else command.answer):
             raise NotPermitted("You may not answer this run's ticket.")
-        ticket = _checked(run, ticket, command, user)
-        _apply(run, ticket, command, user)
+        ticket, edit = _checked(run, ticket, command, user)
+        count = _counted(run, ticket, command, user, edit)
+        if count is None or count.reached:
+            _apply(run, ticket, command, user, edit, count)
+        else:
+            _approval_items(run, ticket, command, user, edit, count)
     # UI-7: who decided what, for the operator; never the arguments, a note or an answer.
     decision = command.decision if command.answer == PERMISSION else "answered"
+    if count is not None and not count.reached:
+        decision = f"approval {len(count.approvers)} of {count.required}"
     logger.info(
         "ticket %s of run %s (%s): %s by %s",
         ticket.correlation_id,
@@ -81,8 +101,10 @@ def run_resume(*, user: Any, run_id: int, command: ResumeCommand) -> Run:
     return run
 
 
-def _checked(run: Run, ticket: Ticket | None, command: ResumeCommand, user: Any) -> Ticket:
-    """HITL-3, in the spec's order."""
+def _checked(
+    run: Run, ticket: Ticket | None, command: ResumeCommand, user: Any
+) -> tuple[Ticket, Edit | None]:
+    """HITL-3, in the spec's order; then HITL-12's edit and HITL-13's one count a person."""
     given = command.identity
     if ticket is None or run.status != Run.Status.AWAITING:
         correlation = _uuid(given.correlation_id)
@@ -116,13 +138,74 @@ def _checked(run: Run, ticket: Ticket | None, command: ResumeCommand, user: Any)
         errors = answer_errors(ticket.schema or {}, redact_value(command.value)[0])
         if errors:
             raise InvalidInput("The answer does not fit the question's schema.", fields=errors)
-    if (
-        command.answer == PERMISSION
-        and command.decision == ev.ALLOW
-        and four_eyes(user, run).blocks
-    ):
-        raise SelfApproval("This configuration needs a second person to allow the call.")
-    return ticket
+    if command.answer != PERMISSION:
+        return ticket, None
+    edit = edit_checked(
+        ticket, decision=command.decision, tool=command.tool, arguments=command.arguments
+    )
+    if command.decision == ev.ALLOW:
+        if four_eyes(user, run).blocks:
+            raise SelfApproval("This configuration needs a second person to allow the call.")
+        approval_refusal(ticket, user, edit, command.arguments_digest)
+    return ticket, edit
+
+
+def _counted(
+    run: Run, ticket: Ticket, command: ResumeCommand, user: Any, edit: Edit | None
+) -> Count | None:
+    """HITL-13: an allow is recorded as it arrives; None for any other answer."""
+    if command.answer != PERMISSION or command.decision != ev.ALLOW:
+        return None
+    return approval_record(run, ticket, user, edit)
+
+
+def _approval_items(
+    run: Run, ticket: Ticket, command: ResumeCommand, user: Any, edit: Edit | None, count: Count
+) -> None:
+    """One allow of a quorum not yet reached: the ticket stays active, the run awaiting."""
+    note, note_kinds = redact(command.note)
+    approved = {
+        "correlation_id": str(ticket.correlation_id),
+        "call_id": ticket.call_id,
+        "by": user.get_username(),
+        "note": note,
+        "approvals": len(count.approvers),
+        "required": count.required,
+        "approvers": count.approvers,
+        **_edit_fields(ticket),
+    }
+    append_events(
+        thread_id=run.thread_id,
+        run_id=run.pk,
+        items=[*_redacted_items(edit, note_kinds, {}), (ev.TICKET_APPROVED, approved)],
+    )
+
+
+def _edit_fields(ticket: Ticket) -> dict[str, Any]:
+    """HITL-12: both digests and who edited, when the pending arguments are an edit."""
+    if not ticket.edited_digest:
+        return {}
+    editor = ticket.edited_by
+    return {
+        "original_digest": ticket.arguments_digest,
+        "arguments_digest": ticket.edited_digest,
+        "edited_by": editor.get_username() if editor else None,
+    }
+
+
+def _redacted_items(
+    edit: Edit | None, note_kinds: dict[str, int], value_kinds: dict[str, int]
+) -> list[tuple[str, dict[str, Any]]]:
+    edited_kinds = edit.redacted if edit else {}
+    return [
+        (ev.SECRET_REDACTED, {"where": where, "kinds": kinds})
+        for where, kinds in (
+            ("approver_note", note_kinds),
+            ("answer", value_kinds),
+            ("edited_arguments", edited_kinds),
+        )
+        if kinds
+    ]
 
 
 def _uuid(raw: str) -> str | None:
@@ -132,27 +215,38 @@ def _uuid(raw: str) -> str | None:
         return None
 
 
-def _apply(run: Run, ticket: Ticket, command: ResumeCommand, user: Any) -> None:
+def _apply(
+    run: Run,
+    ticket: Ticket,
+    command: ResumeCommand,
+    user: Any,
+    edit: Edit | None,
+    count: Count | None,
+) -> None:
     """One decision event naming who answered; allow moves the call to executing before
-    the tool runs (HITL-5); deny and input become the call's result."""
+    the tool runs (HITL-5); deny and input become the call's result. An allow of edited
+    arguments carries them, so the run executes exactly those (HITL-12)."""
     now = timezone.now()
     who = user.get_username()
     decision = command.decision if command.answer == PERMISSION else INPUT
     # CG-11: what a person typed is stored and sent only redacted.
     note, note_kinds = redact(command.note)
     value, value_kinds = redact_value(command.value)
-    items: list[tuple[str, dict[str, Any]]] = [
-        (ev.SECRET_REDACTED, {"where": where, "kinds": kinds})
-        for where, kinds in (("approver_note", note_kinds), ("answer", value_kinds))
-        if kinds
-    ]
-    decided = {
+    items = _redacted_items(edit, note_kinds, value_kinds)
+    decided: dict[str, Any] = {
         "correlation_id": str(ticket.correlation_id),
         "call_id": ticket.call_id,
         "decision": decision,
         "by": who,
         "note": note,
     }
+    invocation_changes: dict[str, Any] = {}
+    if count is not None:  # an allow: who agreed, and what exactly they allowed
+        decided.update(approvers=count.approvers, required=count.required)
+        decided.update(_edit_fields(ticket))
+        if ticket.edited_digest:
+            decided["arguments"] = ticket.edited_arguments
+            invocation_changes = edited_invocation(run, ticket)
     items.append((ev.TICKET_DECIDED, decided))
     invocation_status = ToolInvocation.Status.EXECUTING
     result: dict[str, Any] | None = None
@@ -168,12 +262,23 @@ def _apply(run: Run, ticket: Ticket, command: ResumeCommand, user: Any) -> None:
         status=Ticket.Status.ANSWERED,
         resolved_at=now,
         resolved_by=user,
-        resolution={"decision": decision, "note": note, "value": value},
+        resolution={
+            "decision": decision,
+            "note": note,
+            "value": value,
+            **({"approvers": count.approvers} if count else {}),
+            **_edit_fields(ticket),
+        },
     )
     assert moved == 1  # the run row lock makes this ours
     ToolInvocation.objects.filter(run=run, call_id=ticket.call_id).exclude(
         status=ToolInvocation.Status.COMPLETED
-    ).update(status=invocation_status, result=result, completed_at=now if result else None)
+    ).update(
+        status=invocation_status,
+        result=result,
+        completed_at=now if result else None,
+        **invocation_changes,
+    )
     append_events(thread_id=run.thread_id, run_id=run.pk, items=items)
     _requeue(run)
 

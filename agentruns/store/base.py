@@ -59,11 +59,13 @@ class SystemStore(abc.ABC):
         return list(rows.values_list("call_id", "pk", "tool_version", "effect_sent_at"))
 
     def approval_shown(self, run_id: int, call_id: str) -> tuple[str, str] | None:
-        """HITL-5: (tool, arguments digest) of the call the answered ticket showed."""
+        """HITL-5: (tool, arguments digest) of the call the answered ticket showed, or of
+        the arguments its approvers edited and allowed (HITL-12)."""
         answered = Ticket.objects.filter(
             run_id=run_id, call_id=call_id, status=Ticket.Status.ANSWERED
         )
-        return answered.values_list("tool", "arguments_digest").first()
+        row = answered.values_list("tool", "arguments_digest", "edited_digest").first()
+        return None if row is None else (row[0], row[2] or row[1])
 
     def catalog_generation(self) -> int:
         """The live catalog generation (CG-9)."""

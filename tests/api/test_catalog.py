@@ -503,6 +503,7 @@ def admin_form(configuration, fallback_ids, **overrides):
         "max_tool_calls": "10",
         "context_budget_tokens": "32000",
         "approval_timeout_seconds": "86400",
+        "approvals_required": "1",
         "script": "{}",
         "_save": "Save",
     }

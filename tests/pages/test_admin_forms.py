@@ -96,6 +96,7 @@ def posted(configuration: Configuration, **changes: Any) -> dict[str, Any]:
         "max_tool_calls": configuration.max_tool_calls,
         "context_budget_tokens": configuration.context_budget_tokens,
         "approval_timeout_seconds": configuration.approval_timeout_seconds,
+        "approvals_required": configuration.approvals_required,
         "input_token_price": configuration.input_token_price,
         "output_token_price": configuration.output_token_price,
         "daily_token_limit": configuration.daily_token_limit or "",

@@ -4,6 +4,7 @@ the step that records them."""
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -98,6 +99,7 @@ class Ready:
     tool: Tool
     context: ToolContext
     invocation: Invocation
+    edited_by: str | None = None  # HITL-12: the approver who changed its arguments
 
 
 def _ready(ctx: RunContext, turn: Turn, call: ProposedCall) -> Ready | None:
@@ -128,7 +130,7 @@ def _ready(ctx: RunContext, turn: Turn, call: ProposedCall) -> Ready | None:
         active=tuple(sorted(ctx.active_deferred())),
         timeout_seconds=ctx.config.tool_timeout_seconds,
     )
-    return Ready(call, tool, context, invocation)
+    return Ready(call, tool, context, invocation, turn.edited.get(call.id))
 
 
 def _execute(ctx: RunContext, batch: Sequence[Ready]) -> None:
@@ -198,7 +200,7 @@ def _run_transactional(ctx: RunContext, ready: Ready) -> None:
     with transaction.atomic():
         output = run_tool(ready.tool, ready.call, ready.context, savepoint=True)
         written = ctx.write(
-            _output_items(ready.call, output, ready.tool),
+            _output_items(ready, output),
             invocation_updates=[(ready.invocation.pk, completion(output))],
             checkpoints=((Checkpoint.Kind.TOOL_COMPLETED, None),),
         )
@@ -220,10 +222,12 @@ def _record_uncertain(ctx: RunContext, call: ProposedCall) -> None:
     )
 
 
-def _output_items(call: ProposedCall, output: ToolOutput, tool: Tool) -> Items:
+def _output_items(ready: Ready, output: ToolOutput) -> Items:
     """The result, with its tool's class as it ran: the class it keeps in later sends
-    should the tool stop being registered (MCP-4)."""
-    content, redacted = redact(output.content)
+    should the tool stop being registered (MCP-4). A call an approver edited says so
+    first, with what ran, so the model does not take its own arguments for it (HITL-12)."""
+    call, tool = ready.call, ready.tool
+    content, redacted = redact(_edited_note(ready) + output.content)
     status = ev.OK if output.ok else ev.ERROR
     extra: dict[str, Any] = {"class": tool.output_class.label}
     if output.ok and "added_tool_names" in output.data:
@@ -234,9 +238,17 @@ def _output_items(call: ProposedCall, output: ToolOutput, tool: Tool) -> Items:
     ]
 
 
+def _edited_note(ready: Ready) -> str:
+    if ready.edited_by is None:
+        return ""
+    who = f"The approver {ready.edited_by}" if ready.edited_by else "An approver"
+    ran = json.dumps(ready.call.arguments, ensure_ascii=False, sort_keys=True)
+    return f"[{who} changed the arguments before approving; the call ran with {ran}.]\n"
+
+
 def _record_output(ctx: RunContext, ready: Ready, output: ToolOutput, *, durable: bool) -> None:
     ctx.commit(
-        _output_items(ready.call, output, ready.tool),
+        _output_items(ready, output),
         invocation_updates=[(ready.invocation.pk, completion(output))],
         checkpoints=((Checkpoint.Kind.TOOL_COMPLETED, None),),
         durable=durable,
