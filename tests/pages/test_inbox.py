@@ -124,7 +124,7 @@ def test_ui3_ui6_a_card_shows_the_call_its_binding_and_the_governance(approver, 
 
 
 def test_ui6_a_forced_source_is_marked_forced_on_the_card(staff):
-    from tests.support.factories import make_snippet
+    from tests.support.catalog import make_snippet
 
     admin = grant(staff, "approve_run", "use_playground")  # FS-5: forcing is theirs
     snippet = make_snippet("runbook", "internal")

@@ -137,7 +137,7 @@ def test_the_idempotency_digest_is_an_hmac_of_the_raw_request(settings):
 def test_a_replayed_key_with_a_different_secret_conflicts(api, staff):
     """CLU-5: same Idempotency-Key, bodies differing only in the secret: 409, one run, and
     neither secret stored."""
-    from tests.support.factories import make_configuration
+    from tests.support.catalog import make_configuration
 
     make_configuration("idem")
     body = {"configuration": "idem", "input": "use password: alpha1"}
@@ -160,7 +160,7 @@ def test_the_raw_input_is_never_written_not_even_briefly(api):
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from tests.support.factories import make_configuration
+    from tests.support.catalog import make_configuration
 
     make_configuration("raw")
     with CaptureQueriesContext(connection) as queries:

@@ -16,21 +16,20 @@ from agentruns.runtime.state import ProposedCall
 from agentruns.tools.registry import REGISTRY, digest
 from agentruns.words import WORDS
 from tests.conftest import grant
-from tests.support.crash import effect_lines, expire_lease
+from tests.support.catalog import scripted_configuration
+from tests.support.crash import claim_and_die, effect_lines, expire_lease
 from tests.support.hitl import (
     active_ticket,
     allow,
     client_for,
     deny,
     identity,
-    park,
     picture,
     results_by_call,
     resume,
-    scripted_configuration,
     write_call,
 )
-from tests.support.hitl_processes import claim_and_die
+from tests.support.runs import park
 
 pytestmark = pytest.mark.django_db
 

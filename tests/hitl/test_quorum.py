@@ -20,19 +20,19 @@ from agentruns.runtime.loop import execute_run
 from agentruns.tools.registry import digest
 from agentruns.words import WORDS
 from tests.conftest import grant
+from tests.support.catalog import scripted_configuration
 from tests.support.hitl import (
     active_ticket,
     allow,
     client_for,
     deny,
     identity,
-    park,
     picture,
     results_by_call,
     resume,
-    scripted_configuration,
     write_call,
 )
+from tests.support.runs import park
 
 pytestmark = pytest.mark.django_db
 
