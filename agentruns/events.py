@@ -15,6 +15,8 @@ ASSISTANT = "message.assistant"
 TOOL_RESULT = "tool.result"
 TICKET_OPENED = "ticket.opened"
 TICKET_DECIDED = "ticket.decided"
+TICKET_REMINDED = "ticket.reminded"
+TICKET_ESCALATED = "ticket.escalated"
 CONTEXT_REFUSED = "context.refused"
 CONTEXT_OBSERVED = "context.observed"
 SOURCES_DROPPED = "sources.dropped"
@@ -32,6 +34,8 @@ EVENT_TYPES = (
     TOOL_RESULT,
     TICKET_OPENED,
     TICKET_DECIDED,
+    TICKET_REMINDED,
+    TICKET_ESCALATED,
     CONTEXT_REFUSED,
     CONTEXT_OBSERVED,
     SOURCES_DROPPED,
@@ -98,6 +102,10 @@ def summary(kind: str, payload: dict[str, Any]) -> str:
     if kind == TICKET_DECIDED:
         note = f": {payload['note']}" if payload.get("note") else ""
         return f"{payload.get('decision')} by {payload.get('by')}{note}"[:SUMMARY_CHARS]
+    if kind == TICKET_REMINDED:
+        return f"approvers reminded: {payload.get('kind')} {payload.get('tool', '')}".strip()
+    if kind == TICKET_ESCALATED:
+        return f"escalated to {payload.get('group')}: {payload.get('tool', '')}".strip(" :")
     if kind == RUN_COMPLETED:
         return str(payload.get("final_reply", ""))[:SUMMARY_CHARS]
     if kind in (RUN_FAILED, CONTEXT_REFUSED):

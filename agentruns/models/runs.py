@@ -370,6 +370,11 @@ class Ticket(models.Model):
     # OPS-6: when the cluster mailed the people who can answer, and the reminder.
     notified_at = models.DateTimeField(null=True, blank=True)
     reminded_at = models.DateTimeField(null=True, blank=True)
+    # HITL-15: when the sweeper escalated the ticket, and when the outbox mailed the
+    # configuration's reminder and the escalation (each claimed once, like notified_at).
+    escalated_at = models.DateTimeField(null=True, blank=True)
+    reminder_mailed_at = models.DateTimeField(null=True, blank=True)
+    escalation_mailed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-id"]
