@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import time
 from datetime import timedelta
+from typing import Any
 
 from django.conf import settings
 from django.core.mail import send_mass_mail
@@ -112,7 +113,9 @@ def tickets_notify_due(*, limit: int = 100, budget_seconds: float = 20.0) -> int
 
 def tickets_remind_due(*, limit: int = 100, budget_seconds: float = 20.0) -> int:
     """A reminder once a ticket's deadline is within AGENTRUNS_REMINDER_SECONDS; a ticket
-    opened already inside that window had its first mail just now and gets none."""
+    opened already inside that window had its first mail just now and gets none. A
+    configuration with its own `remind_after_seconds` has the reminder the sweeper
+    recorded instead (HITL-15)."""
     lead = timedelta(seconds=float(settings.AGENTRUNS_REMINDER_SECONDS))
     now = timezone.now()
     due = (
@@ -123,17 +126,19 @@ def tickets_remind_due(*, limit: int = 100, budget_seconds: float = 20.0) -> int
             deadline__gt=now,
             deadline__lte=now + lead,
             created_at__lt=F("deadline") - lead,
+            run__configuration__remind_after_seconds=None,
         )
         .select_related("run__configuration", "run__created_by")
         .order_by("deadline")[:limit]
     )
-    sent = _send(
-        list(due.filter(run__configuration__remind_after_seconds=None)), REMINDER, budget_seconds
-    )
-    return sent + _send(
-        _recorded(ROUTED_REMINDER, reminded_at__isnull=False, limit=limit),
+    recorded = _recorded(
         ROUTED_REMINDER,
-        budget_seconds,
+        limit=limit,
+        reminded_at__isnull=False,
+        run__configuration__remind_after_seconds__isnull=False,
+    )
+    return _send(list(due), REMINDER, budget_seconds) + _send(
+        recorded, ROUTED_REMINDER, budget_seconds
     )
 
 
@@ -144,7 +149,7 @@ def tickets_escalation_due(*, limit: int = 100, budget_seconds: float = 20.0) ->
     )
 
 
-def _recorded(mark: str, *, limit: int, **recorded: bool) -> list[Ticket]:
+def _recorded(mark: str, *, limit: int, **recorded: Any) -> list[Ticket]:
     """Active tickets whose reminder or escalation the sweeper recorded and nobody mailed."""
     due = (
         Ticket.objects.filter(status=Ticket.Status.ACTIVE, **recorded, **{mark: None})
