@@ -78,7 +78,7 @@ def test_hitl15_nothing_is_reminded_or_escalated_early(member, groups, people, h
 def test_hitl15_a_reminder_is_recorded_once_with_its_webhook_event_and_mailed_once(
     member, groups, people, hook
 ):
-    insider, escalation = people
+    insider, _escalation = people
     run, ticket = parked(member, groups)
     opened_ago(ticket, 61)
     assert tickets_remind_and_escalate() == (1, 0)

@@ -14,10 +14,13 @@ from agentruns.models import Configuration, Ticket
 from tests.conftest import grant
 from tests.support.hitl import scripted_configuration, write_call
 
-WRITE_TURNS = [{"tool_calls": [write_call("Routed", call_id="call_w")]}, {"text": "done"}]
+WRITE_TURNS: list[dict[str, Any]] = [
+    {"tool_calls": [write_call("Routed", call_id="call_w")]},
+    {"text": "done"},
+]
 SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
 ASK = {"id": "call_q", "name": "ask_user", "arguments": {"question": "n?", "schema": SCHEMA}}
-ASK_TURNS = [{"tool_calls": [ASK]}, {"text": "thanks"}]
+ASK_TURNS: list[dict[str, Any]] = [{"tool_calls": [ASK]}, {"text": "thanks"}]
 
 
 def person(username: str, *groups: Group, approves: bool = True) -> Any:
@@ -40,6 +43,7 @@ def routed_configuration(
 def age(ticket: Ticket, *, passed: float) -> Ticket:
     """Move the ticket's opening back so that `passed` (0..1) of its time to the deadline
     has gone by now (the deadline keeps its distance from the opening)."""
+    assert ticket.deadline is not None
     span = ticket.deadline - ticket.created_at
     opened = timezone.now() - span * passed
     Ticket.objects.filter(pk=ticket.pk).update(created_at=opened, deadline=opened + span)
