@@ -199,3 +199,14 @@ def test_hitl14_the_configuration_api_and_admin_edit_the_routing_fields(payments
     html = form.content.decode()
     assert 'type="checkbox" name="approver_groups"' in html
     assert 'name="remind_after_seconds"' in html and 'name="escalation_group"' in html
+
+
+def test_hitl14_sec2_the_run_detail_shows_the_ticket_only_to_whom_it_is_routed(
+    routed, insider, outsider, member
+):
+    ticket = active_ticket(routed.pk)
+    seen = client_for(outsider).get(f"/api/runs/{routed.pk}/").json()
+    assert seen["status"] == "awaiting" and seen["ticket"] is None  # the run, not the ticket
+    for user in (insider, member):
+        shown = client_for(user).get(f"/api/runs/{routed.pk}/").json()["ticket"]
+        assert shown["correlation_id"] == str(ticket.correlation_id)
