@@ -6,6 +6,10 @@ decides. The card list is polled by htmx (`/inbox/cards/`, one card's page
 `/inbox/<id>/live/`); an unchanged list answers 204 so nothing a person is typing is swapped
 away. A changed list brings the navigation's count with it (an out-of-band swap), so the
 count and the cards never disagree (HITL-9, UI-7).
+
+A team's inbox (HITL-14, HITL-15) is filtered by GET parameters (`inbox_filters`), carried
+into the poll's URL and the redirect after a decision; each card says why its viewer
+sees it (`policy.with_access`).
 """
 
 from __future__ import annotations
