@@ -16,6 +16,8 @@ TOOL_RESULT = "tool.result"
 TICKET_OPENED = "ticket.opened"
 TICKET_DECIDED = "ticket.decided"
 TICKET_APPROVED = "ticket.approved"  # HITL-13: one allow of several the quorum needs
+TICKET_REMINDED = "ticket.reminded"
+TICKET_ESCALATED = "ticket.escalated"
 CONTEXT_REFUSED = "context.refused"
 CONTEXT_OBSERVED = "context.observed"
 SOURCES_DROPPED = "sources.dropped"
@@ -34,6 +36,8 @@ EVENT_TYPES = (
     TICKET_OPENED,
     TICKET_DECIDED,
     TICKET_APPROVED,
+    TICKET_REMINDED,
+    TICKET_ESCALATED,
     CONTEXT_REFUSED,
     CONTEXT_OBSERVED,
     SOURCES_DROPPED,
@@ -103,6 +107,10 @@ def summary(kind: str, payload: dict[str, Any]) -> str:
     if kind == TICKET_APPROVED:
         count = f"{payload.get('approvals')} of {payload.get('required')}"
         return f"approval {count} by {payload.get('by')}"[:SUMMARY_CHARS]
+    if kind == TICKET_REMINDED:
+        return f"approvers reminded: {payload.get('kind')} {payload.get('tool', '')}".strip()
+    if kind == TICKET_ESCALATED:
+        return f"escalated to {payload.get('group')}: {payload.get('tool', '')}".strip(" :")
     if kind == RUN_COMPLETED:
         return str(payload.get("final_reply", ""))[:SUMMARY_CHARS]
     if kind in (RUN_FAILED, CONTEXT_REFUSED):

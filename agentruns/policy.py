@@ -1,6 +1,7 @@
 """Who may do what, each rule written once: seeing (SEC-2), the playground (FS-5), steering
-a thread (SEC-10), cancelling (HITL-11), answering (HITL-9), four-eyes (HITL-8), who is
-told of a ticket (OPS-6), metrics (OPS-3) and the audit export (OPS-5).
+a thread (SEC-10), cancelling (HITL-11), answering (HITL-9), four-eyes (HITL-8), routing
+and escalation (HITL-14, HITL-15), who is told of a ticket (OPS-6), metrics (OPS-3) and
+the audit export (OPS-5).
 
 Each rule is a predicate over one object, with its queryset form beside it where a list
 needs one. The pages, the admin, the API, the services and the notifications all ask
@@ -10,14 +11,28 @@ that read application data and must apply it too; this module names it for the r
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
+from datetime import datetime
+from functools import reduce
 from typing import Any, TypeVar
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
-from django.db.models import Model, Q, QuerySet
+from django.db.models import (
+    Case,
+    DateTimeField,
+    ExpressionWrapper,
+    F,
+    Model,
+    Q,
+    QuerySet,
+    Value,
+    When,
+)
+from django.utils import timezone
 
-from agentruns.models import Note, Run, Thread, Ticket
+from agentruns.models import Configuration, Note, Run, Thread, Ticket
 from agentruns.models.runs import sees_all_runs
 
 Row = TypeVar("Row", bound=Model)
@@ -25,6 +40,7 @@ Row = TypeVar("Row", bound=Model)
 APPROVE_RUN = "agentruns.approve_run"
 USE_PLAYGROUND = "agentruns.use_playground"
 VIEW_AUDIT = "agentruns.view_audit"
+VIEW_ALL_RUNS = "agentruns.view_all_runs"
 
 
 def is_approver(user: Any) -> bool:
@@ -52,7 +68,17 @@ def visible_notes(user: Any) -> QuerySet[Note]:
 
 
 def visible_tickets(user: Any) -> QuerySet[Ticket]:
-    return of_visible_runs(Ticket.objects.all(), user)
+    """SEC-2 narrowed by routing (HITL-14): an approver who sees every run through
+    `approve_run` alone sees a routed ticket only if it is routed to them, or if the run
+    is theirs; `view_all_runs` (an auditor's right) still sees every ticket."""
+    tickets = of_visible_runs(Ticket.objects.all(), user)
+    if not is_approver(user) or user.has_perm(VIEW_ALL_RUNS):
+        return tickets
+    return tickets.filter(Q(run__created_by=user) | _decides(user, timezone.now()))
+
+
+def may_see_ticket(user: Any, ticket: Ticket) -> bool:
+    return visible_tickets(user).filter(pk=ticket.pk).exists()
 
 
 def of_visible_runs(rows: QuerySet[Row], user: Any, *, run: str = "run") -> QuerySet[Row]:
@@ -104,11 +130,21 @@ def may_cancel(user: Any, run: Run) -> bool:
 
 
 def may_answer(user: Any, run: Run, answer: str) -> bool:
-    """`answer` is the kind the ticket takes (`Ticket.Answer`)."""
+    """`answer` is the kind the ticket takes (`Ticket.Answer`). Routing (HITL-14) is
+    `may_decide`'s; this is the rule before a ticket's configuration narrows it."""
     if is_approver(user):
         return True
     mine = user.is_authenticated and run.created_by_id == user.pk
     return bool(mine and answer == Ticket.Answer.INPUT)
+
+
+def may_decide(user: Any, ticket: Ticket) -> bool:
+    """HITL-9 and HITL-14 for one ticket: an approver the ticket is routed to, or the
+    initiator answering their own run's question."""
+    mine = user.is_authenticated and ticket.run.created_by_id == user.pk
+    if mine and ticket.answer == Ticket.Answer.INPUT:
+        return True
+    return bool(is_approver(user) and decided_by(user, ticket, timezone.now()))
 
 
 def answerable_tickets(user: Any) -> QuerySet[Ticket]:
@@ -123,9 +159,87 @@ def answerable_tickets(user: Any) -> QuerySet[Ticket]:
         .select_related("run", "run__configuration__provider", "run__created_by")
         .order_by("deadline", "id")
     )
+    own_questions = Q(run__created_by=user, kind=Ticket.Kind.REMOTE_INPUT)
     if is_approver(user):
-        return tickets
-    return tickets.filter(run__created_by=user, kind=Ticket.Kind.REMOTE_INPUT)
+        return tickets.filter(own_questions | _decides(user, timezone.now()))
+    return tickets.filter(own_questions)
+
+
+# HITL-14, HITL-15: routing. A configuration with `approver_groups` is decided only by
+# members of those groups holding `approve_run`; once 80 % of a ticket's deadline has
+# passed, members of its `escalation_group` holding `approve_run` decide it too (HITL-9
+# still holds: a group never grants deciding by itself). Superusers are no exception:
+# routing names people, and a superuser outside the groups is not one of them. The one
+# rule's forms side by side: the tickets a user decides (`_routes`, `_decides`), the
+# predicate (`decided_by`, the same query for one row), the users who decide a ticket
+# (`deciders`), and why a card reached its viewer (`with_access`).
+
+# Escalation begins when this share of the time between a ticket opening and its
+# deadline is left (80 % has passed).
+ESCALATION_REMAINING = 0.2
+APPROVER, GROUP_MEMBER, ESCALATION, INITIATOR = (
+    "approver",
+    "group member",
+    "escalation",
+    "initiator",
+)
+
+
+def escalation_due(now: datetime) -> Q:
+    """Tickets with a deadline of which 80 % has passed at `now`: deadline - now is at
+    most 20 % of deadline - created."""
+    latest = ExpressionWrapper(
+        Value(now) + (F("deadline") - F("created_at")) * ESCALATION_REMAINING,
+        output_field=DateTimeField(),
+    )
+    return Q(deadline__isnull=False, deadline__lte=latest)
+
+
+def _routes(user: Any, now: datetime) -> list[tuple[str, Q]]:
+    """Each way a ticket reaches an approver (the caller has checked `is_approver`), with
+    the word its card gives for it (UI-3)."""
+    groups = user.groups.values("pk")
+    routed = Configuration.objects.filter(approver_groups__isnull=False).values("pk")
+    mine = Configuration.objects.filter(approver_groups__in=groups).values("pk")
+    escalated = Configuration.objects.filter(escalation_group__in=groups).values("pk")
+    return [
+        (APPROVER, ~Q(run__configuration__in=routed)),
+        (GROUP_MEMBER, Q(run__configuration__in=mine)),
+        (ESCALATION, Q(run__configuration__in=escalated) & escalation_due(now)),
+    ]
+
+
+def _decides(user: Any, now: datetime) -> Q:
+    """The tickets an approver decides."""
+    return reduce(operator.or_, (route for _, route in _routes(user, now)))
+
+
+def decided_by(user: Any, ticket: Ticket, now: datetime) -> bool:
+    """Whether routing lets `user` (an approver) decide `ticket` at `now`."""
+    return Ticket.objects.filter(_decides(user, now), pk=ticket.pk).exists()
+
+
+def deciders(ticket: Ticket, *, escalation: bool = False) -> QuerySet[Any]:
+    """The approvers who decide `ticket` (OPS-6's recipients): every approver, or the
+    approver groups' members; with `escalation`, the escalation group's members."""
+    configuration = ticket.run.configuration
+    if escalation:
+        if configuration.escalation_group_id is None:
+            return approvers().none()
+        return approvers().filter(groups=configuration.escalation_group_id)
+    groups = configuration.approver_groups.values("pk")
+    if not groups.exists():
+        return approvers()
+    return approvers().filter(groups__in=groups).distinct()
+
+
+def with_access(tickets: QuerySet[Ticket], user: Any) -> QuerySet[Ticket]:
+    """Each ticket annotated with why `user` sees it (`access`): the first route that
+    reaches them, else that the run is theirs."""
+    whens = []
+    if is_approver(user):
+        whens = [When(route, then=Value(word)) for word, route in _routes(user, timezone.now())]
+    return tickets.annotate(access=Case(*whens, default=Value(INITIATOR)))
 
 
 # HITL-8: four-eyes. Under `require_second_approver` the initiator's *allow* (never a
@@ -168,11 +282,17 @@ def approvers() -> QuerySet[Any]:
     return get_user_model().objects.filter(holds, is_active=True).distinct()
 
 
-def recipients(ticket: Ticket, approver_emails: set[str]) -> list[str]:
-    """The addresses to tell of `ticket`, given the approvers' (fetched once per pass)."""
-    emails = set(approver_emails)
+def recipients(ticket: Ticket, approver_emails: set[str], *, escalation: bool = False) -> list[str]:
+    """The addresses to tell of `ticket`, given every approver's (fetched once per pass);
+    a routed or escalated ticket asks `deciders` for its own (HITL-14, HITL-15)."""
+    configuration = ticket.run.configuration
+    if escalation or configuration.approver_groups.exists():
+        found = deciders(ticket, escalation=escalation).exclude(email="")
+        emails = set(found.values_list("email", flat=True))
+    else:
+        emails = set(approver_emails)
     initiator = ticket.run.created_by
-    if ticket.answer == Ticket.Answer.INPUT and initiator and initiator.email:
+    if ticket.answer == Ticket.Answer.INPUT and initiator and initiator.email and not escalation:
         emails.add(initiator.email)
     return sorted(emails)
 

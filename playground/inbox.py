@@ -6,6 +6,10 @@ decides. The card list is polled by htmx (`/inbox/cards/`, one card's page
 `/inbox/<id>/live/`); an unchanged list answers 204 so nothing a person is typing is swapped
 away. A changed list brings the navigation's count with it (an out-of-band swap), so the
 count and the cards never disagree (HITL-9, UI-7).
+
+A team's inbox (HITL-14, HITL-15) is filtered by GET parameters (`inbox_filters`), carried
+into the poll's URL and the redirect after a decision; each card says why its viewer
+sees it (`policy.with_access`).
 """
 
 from __future__ import annotations
@@ -25,36 +29,49 @@ from agentruns.errors import AgentrunsError, InvalidArguments, InvalidInput
 from agentruns.forms.decisions import ARGUMENTS, command_from_post, decision_context
 from agentruns.forms.questions import typed_fields
 from agentruns.models import Ticket
-from agentruns.policy import answerable_tickets, visible_tickets
+from agentruns.policy import answerable_tickets, visible_tickets, with_access
 from agentruns.selectors import run_readout, run_readouts, uncertain_invocations
 from agentruns.services.resume import run_resume
 from agentruns.throttles import RESUME, throttle_check
 from agentruns.words import decided_sentence, field_errors, sentence, ticket_outcome
+from playground.inbox_filters import InboxFilter, filter_choices, filtered, inbox_filter
 from playground.polls import poll, signature, unchanged
 
 POLL = "every 2s"
 
 
-def _inbox_url() -> str:
-    return reverse("playground:inbox")
+def _inbox_url(chosen: InboxFilter | None = None) -> str:
+    query = chosen.query() if chosen else ""
+    return reverse("playground:inbox") + (f"?{query}" if query else "")
 
 
 @login_required
 def inbox(request: HttpRequest) -> HttpResponse:
-    tickets = answerable_tickets(request.user)
-    context = _list_context(request, tickets, reverse("playground:inbox-cards"), _inbox_url())
+    chosen = inbox_filter(request)
+    context = _filtered_context(request, chosen, reverse("playground:inbox-cards"))
     context["count_in_cards"] = True  # the nav's count comes with the cards' poll
+    context.update(
+        chosen=chosen,
+        choices=filter_choices(answerable_tickets(request.user), chosen, request.user),
+    )
     return render(request, "playground/inbox.html", _with_cards(request, context))
 
 
 @poll
 def cards(request: HttpRequest) -> HttpResponse:
-    """The polled list; 204 while nothing changed (htmx then swaps nothing). A new list
-    carries the nav's count out of band: both come from this one answer."""
-    tickets = answerable_tickets(request.user)
-    context = _list_context(request, tickets, request.path, _inbox_url())
-    context["oob_count"] = context["count"]
+    """The polled list, under the page's filter (its query comes along); 204 while nothing
+    changed (htmx then swaps nothing). A new list carries the nav's count (every ticket,
+    not only the filtered) out of band: both come from this one answer."""
+    context = _filtered_context(request, inbox_filter(request), request.path)
+    context["oob_count"] = answerable_tickets(request.user).count()
     return _partial(request, context)
+
+
+def _filtered_context(request: HttpRequest, chosen: InboxFilter, poll_url: str) -> dict[str, Any]:
+    tickets = filtered(answerable_tickets(request.user), chosen, request.user)
+    context = _list_context(request, tickets, poll_url, _inbox_url(chosen))
+    context["poll_query"] = chosen.query()
+    return context
 
 
 @login_required
@@ -111,7 +128,10 @@ def _refused_input(
     live = reverse("playground:inbox-card-live", args=[ticket.correlation_id])
     context = _list_context(request, tickets, live, _back(request))
     context.update(
-        cards=[_card(request, row, typed=typed, errors=errors) for row in tickets],
+        cards=[
+            _card(request, row, typed=typed, errors=errors)
+            for row in with_access(tickets, request.user)
+        ],
         single=ticket,
         outcome=None,
     )
@@ -173,7 +193,7 @@ def _partial(request: HttpRequest, context: dict[str, Any]) -> HttpResponse:
 
 def _with_cards(request: HttpRequest, context: dict[str, Any]) -> dict[str, Any]:
     if "cards" not in context:
-        tickets = list(context["tickets"])
+        tickets = list(with_access(context["tickets"], request.user))
         readouts = run_readouts(ticket.run for ticket in tickets)  # PERF-8: not one per card
         context["cards"] = [_card(request, t, readout=readouts[t.run_id]) for t in tickets]
     return context
@@ -198,4 +218,5 @@ def _card(
         "initiator": initiator.get_username() if initiator else "",
         "readout": run_readout(run) if readout is None else readout,
         "own_run": run.created_by_id == user.pk,
+        "access": getattr(ticket, "access", ""),  # why they see it (`policy.with_access`)
     }

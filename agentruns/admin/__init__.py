@@ -39,7 +39,7 @@ from agentruns.models import (
     ToolInvocation,
 )
 from agentruns.models.runs import NoteQuerySet, RunQuerySet, ThreadQuerySet
-from agentruns.policy import of_visible_runs, of_visible_threads
+from agentruns.policy import of_visible_runs, of_visible_threads, visible_tickets
 from agentruns.selectors import configuration_readout, run_readout
 from agentruns.services.catalog import fallback_problem
 from agentruns.services.runs import run_cancel
@@ -160,6 +160,9 @@ class ConfigurationAdmin(PlaygroundAdminMixin):
                     "approval_timeout_seconds",
                     "require_second_approver",
                     "approvals_required",
+                    "approver_groups",
+                    "remind_after_seconds",
+                    "escalation_group",
                 ]
             },
         ),
@@ -271,7 +274,8 @@ class TicketAdmin(TicketDecisionAdminMixin, RecordAdmin):
     readonly_fields = [field.name for field in Ticket._meta.fields]
 
     def visible(self, rows: QuerySet, user: Any) -> QuerySet:
-        return of_visible_runs(rows, user)
+        """SEC-2 narrowed by routing (HITL-14): the tickets the inbox would show."""
+        return rows.filter(pk__in=visible_tickets(user).values("pk"))
 
     def view_on_site(self, obj: Ticket) -> str:
         return reverse("playground:run", args=[obj.run_id])

@@ -183,7 +183,9 @@ class ConfigurationAdminForm(forms.ModelForm):
     class Meta:
         model = Configuration
         # The admin's fieldsets name the rest; these are the fields this form shapes.
-        fields = ["allowed_tools", "approval_exempt_tools", "modes"]
+        fields = ["allowed_tools", "approval_exempt_tools", "modes", "approver_groups"]
+        # HITL-14: ticked like the tool lists above it, and usable without JavaScript.
+        widgets = {"approver_groups": forms.CheckboxSelectMultiple}
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.contrib.auth.models import Group
 from django.db import transaction
 from drf_spectacular.utils import (
     OpenApiParameter,
@@ -153,6 +154,13 @@ class ConfigurationSerializer(serializers.ModelSerializer):
     approval_exempt_tools = name_list(required=False)
     modes = ModesField(required=False)
     script = ScriptField(required=False, help_text=Configuration.script.field.help_text)
+    # HITL-14, HITL-15: groups by name, as the admin shows them.
+    approver_groups = serializers.SlugRelatedField(
+        slug_field="name", queryset=Group.objects.all(), many=True, required=False
+    )
+    escalation_group = serializers.SlugRelatedField(
+        slug_field="name", queryset=Group.objects.all(), allow_null=True, required=False
+    )
 
     class Meta:
         model = Configuration
@@ -173,6 +181,9 @@ class ConfigurationSerializer(serializers.ModelSerializer):
             "context_budget_tokens",
             "require_second_approver",
             "approvals_required",
+            "approver_groups",
+            "remind_after_seconds",
+            "escalation_group",
             "input_token_price",
             "output_token_price",
             "daily_token_limit",
@@ -205,6 +216,7 @@ class ConfigurationSerializer(serializers.ModelSerializer):
             "skill_ids": data.pop("skills", None),
             "fallback_ids": data.pop("fallbacks", None),
         }
+        groups = data.pop("approver_groups", None)
         with transaction.atomic():
             if instance is None:
                 instance = Configuration.objects.create(**data)
@@ -213,6 +225,8 @@ class ConfigurationSerializer(serializers.ModelSerializer):
                     setattr(instance, key, value)
                 instance.save()
             configuration_set_sources(configuration=instance, **lists)
+            if groups is not None:
+                instance.approver_groups.set(groups)
         return instance
 
     def create(self, validated_data: dict) -> Configuration:

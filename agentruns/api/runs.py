@@ -24,7 +24,13 @@ from agentruns.api import docs
 from agentruns.api.limits import MAX_ID
 from agentruns.api.shapes import EventsOut, RunDetailOut, RunOut, ThreadOut, TicketsOut
 from agentruns.models import Event, Note, Run, Thread, Ticket, TicketIdentity
-from agentruns.policy import answerable_tickets, visible_notes, visible_runs, visible_threads
+from agentruns.policy import (
+    answerable_tickets,
+    visible_notes,
+    visible_runs,
+    visible_threads,
+    visible_tickets,
+)
 from agentruns.selectors import run_readout, uncertain_invocations
 from agentruns.services.approvals import approval_count
 from agentruns.services.fork import ForkRequest, run_fork
@@ -167,7 +173,11 @@ def approvals_dict(ticket: Ticket) -> dict[str, Any]:
     }
 
 
-def run_dict(run: Run, *, detail: bool = True, usage: Usage | None = None) -> dict[str, Any]:
+def run_dict(
+    run: Run, viewer: Any, *, detail: bool = True, usage: Usage | None = None
+) -> dict[str, Any]:
+    """The run as `viewer` sees it: its active ticket only if routed to them or theirs
+    (HITL-14, `policy.visible_tickets`)."""
     data: dict[str, Any] = {
         "id": run.pk,
         "thread": run.thread_id,
@@ -187,7 +197,7 @@ def run_dict(run: Run, *, detail: bool = True, usage: Usage | None = None) -> di
         ),
     }
     if detail:
-        active = run.tickets.filter(status=Ticket.Status.ACTIVE).first()
+        active = visible_tickets(viewer).filter(run=run, status=Ticket.Status.ACTIVE).first()
         data["ticket"] = ticket_dict(active)
         data["readout"] = run_readout(run)
         counts = dict(Event.objects.filter(run=run).values_list("type").annotate(n=Count("id")))
@@ -235,7 +245,7 @@ class RunViewSet(viewsets.GenericViewSet):
         page = self.paginate_queryset(runs) or []
         usage = runs_usage(page)  # one query for the page
         return self.get_paginated_response(
-            [run_dict(run, detail=False, usage=usage[run.pk]) for run in page]
+            [run_dict(run, request.user, detail=False, usage=usage[run.pk]) for run in page]
         )
 
     @extend_schema(
@@ -270,14 +280,15 @@ class RunViewSet(viewsets.GenericViewSet):
             idempotency_key=request.headers.get("Idempotency-Key") or None,
         )
         return Response(
-            run_dict(run), status=status.HTTP_201_CREATED if created else status.HTTP_200_OK
+            run_dict(run, request.user),
+            status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
         )
 
     @extend_schema(
         summary="Get a run: status, reply, failure, ticket, readout", responses={200: RunDetailOut}
     )
     def retrieve(self, request: Request, pk: str | None = None) -> Response:
-        return Response(run_dict(self.get_object()))
+        return Response(run_dict(self.get_object(), request.user))
 
     @extend_schema(
         summary="A run's events, in order", parameters=[EventsQuery], responses={200: EventsOut}
@@ -312,7 +323,7 @@ class RunViewSet(viewsets.GenericViewSet):
             arguments_digest=result.get("arguments_digest"),
         )
         run = run_resume(user=request.user, run_id=int(self.get_object().pk), command=command)
-        return Response(run_dict(run))
+        return Response(run_dict(run, request.user))
 
     @extend_schema(
         summary="Fork a run at a model turn: a new run on a new thread from its context",
@@ -336,13 +347,13 @@ class RunViewSet(viewsets.GenericViewSet):
                 input=data.get("input", ""),
             ),
         )
-        return Response(run_dict(fork), status=status.HTTP_201_CREATED)
+        return Response(run_dict(fork, request.user), status=status.HTTP_201_CREATED)
 
     @extend_schema(summary="Cancel a run", request=None, responses={200: RunDetailOut})
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk: str | None = None) -> Response:
         run = run_cancel(user=request.user, run_id=int(self.get_object().pk))
-        return Response(run_dict(run))
+        return Response(run_dict(run, request.user))
 
 
 class NoteSerializer(serializers.ModelSerializer):

@@ -18,7 +18,11 @@ from typing import Any
 
 from django.db import close_old_connections
 
-from agentruns.services.notifications import tickets_notify_due, tickets_remind_due
+from agentruns.services.notifications import (
+    tickets_escalation_due,
+    tickets_notify_due,
+    tickets_remind_due,
+)
 from agentruns.services.webhooks import webhook_deliver_due
 
 logger = logging.getLogger(__name__)
@@ -34,6 +38,7 @@ def run_outbox(*, budget_seconds: float = 20.0) -> dict[str, Any]:
         ("webhook_attempts", webhook_deliver_due),
         ("tickets_notified", tickets_notify_due),
         ("tickets_reminded", tickets_remind_due),
+        ("tickets_escalated", tickets_escalation_due),
     ):
         try:
             report[name] = part(budget_seconds=budget_seconds)

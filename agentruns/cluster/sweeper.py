@@ -12,6 +12,7 @@ lock after re-checking what was seen, so two sweepers never enqueue twice for on
   than q2's task timeout, whose run is still queued, counts as gone: that cluster died
   holding it (q2 itself would only redeliver it after `retry`).
 - Tickets past their deadline resolve as denials with reason `expired` (HITL-7).
+- Open tickets are reminded and escalated, each once (HITL-15, `services.reminders`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from django.utils import timezone
 from django_q.models import OrmQ
 
 from agentruns.models import Run
+from agentruns.services.reminders import tickets_remind_and_escalate
 from agentruns.services.resume import ticket_expire_due
 from agentruns.store.base import lease_expired
 from agentruns.store.wakeups import enqueue_wake
@@ -44,10 +46,18 @@ class SweepReport:
     expired_leases: list[int] = field(default_factory=list)
     lost_wakeups: list[int] = field(default_factory=list)
     tickets_expired: int = 0
+    tickets_reminded: int = 0
+    tickets_escalated: int = 0
 
     @property
     def changed(self) -> bool:
-        return bool(self.expired_leases or self.lost_wakeups or self.tickets_expired)
+        return bool(
+            self.expired_leases
+            or self.lost_wakeups
+            or self.tickets_expired
+            or self.tickets_reminded
+            or self.tickets_escalated
+        )
 
 
 def q_timeouts() -> tuple[float, float]:
@@ -150,13 +160,20 @@ def sweep(limit: int = 500) -> SweepReport:
         report.tickets_expired = ticket_expire_due()
     except Exception:
         logger.exception("expiring tickets failed")
+    try:
+        report.tickets_reminded, report.tickets_escalated = tickets_remind_and_escalate()
+    except Exception:
+        logger.exception("reminding and escalating tickets failed")
     if report.changed:
         logger.info(
-            "sweeper: re-enqueued %s expired leases %s, %s lost wake-ups %s; %s tickets expired",
+            "sweeper: re-enqueued %s expired leases %s, %s lost wake-ups %s; %s tickets "
+            "expired, %s reminded, %s escalated",
             len(report.expired_leases),
             report.expired_leases[:20],
             len(report.lost_wakeups),
             report.lost_wakeups[:20],
             report.tickets_expired,
+            report.tickets_reminded,
+            report.tickets_escalated,
         )
     return report

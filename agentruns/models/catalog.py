@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from django.contrib.auth.models import Group
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
@@ -192,6 +193,31 @@ class Configuration(models.Model):
         default=1,
         validators=[MinValueValidator(1), MaxValueValidator(5)],
         help_text="Distinct approvers whose allow a tool call needs (1 to 5).",
+    )
+    # HITL-14, HITL-15: who decides this configuration's tickets (empty: every approver),
+    # when they are reminded, and who is called in once 80 % of the deadline has passed.
+    approver_groups = models.ManyToManyField(
+        Group,
+        blank=True,
+        related_name="approved_configurations",
+        help_text="Only members of these groups holding approve_run see and decide this "
+        "configuration's tickets, and only they are mailed. Empty: every approver.",
+    )
+    remind_after_seconds = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text="Mail the approvers once more if a ticket is still open this many seconds "
+        "after it opened. Empty: the site's reminder before the deadline.",
+    )
+    escalation_group = models.ForeignKey(
+        Group,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="escalated_configurations",
+        help_text="Once 80 % of a ticket's deadline has passed, this group's members holding "
+        "approve_run are mailed and may decide it too.",
     )
     script = models.JSONField(
         default=dict,

@@ -383,6 +383,11 @@ class Ticket(models.Model):
         on_delete=models.SET_NULL,
         related_name="+",
     )
+    # HITL-15: when the sweeper escalated the ticket, and when the outbox mailed the
+    # configuration's reminder and the escalation (each claimed once, like notified_at).
+    escalated_at = models.DateTimeField(null=True, blank=True)
+    reminder_mailed_at = models.DateTimeField(null=True, blank=True)
+    escalation_mailed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-id"]

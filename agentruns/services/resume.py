@@ -1,5 +1,5 @@
 """Resuming a parked run with exactly one valid answer (HITL-3..HITL-6, HITL-8, HITL-9,
-HITL-12, HITL-13).
+HITL-12, HITL-13, HITL-14).
 
 Every check runs before any side effect and a rejected command changes nothing. The run
 row lock arbitrates concurrent commands in the database: the first to commit wins, the
@@ -34,7 +34,7 @@ from agentruns.errors import (
     SnapshotMismatch,
 )
 from agentruns.models import Run, Ticket, TicketIdentity, ToolInvocation
-from agentruns.policy import four_eyes, may_answer, visible_runs
+from agentruns.policy import four_eyes, may_answer, may_decide, may_see_ticket, visible_runs
 from agentruns.runtime.redaction import redact, redact_value
 from agentruns.services.approvals import (
     Count,
@@ -77,7 +77,10 @@ def run_resume(*, user: Any, run_id: int, command: ResumeCommand) -> Run:
     with transaction.atomic():
         run = Run.objects.select_for_update().select_related("configuration").get(pk=run_id)
         ticket = Ticket.objects.filter(run=run, status=Ticket.Status.ACTIVE).first()
-        if not may_answer(user, run, ticket.answer if ticket else command.answer):
+        if ticket is not None and not may_see_ticket(user, ticket):
+            raise NotFound("No such run.")  # HITL-14: routed to others, and not theirs
+        allowed = may_decide(user, ticket) if ticket else may_answer(user, run, command.answer)
+        if not allowed:
             raise NotPermitted("You may not answer this run's ticket.")
         ticket, edit = _checked(run, ticket, command, user)
         count = _counted(run, ticket, command, user, edit)

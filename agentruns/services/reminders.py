@@ -1,0 +1,90 @@
+"""Reminders and escalation (HITL-15), recorded by the sweeper once per ticket.
+
+A ticket of a configuration with `remind_after_seconds` that is still open that long after
+it opened is *reminded*; one of a configuration with an `escalation_group` is *escalated*
+once 80 % of its deadline has passed (`policy.escalation_due`; from then on the group's
+approvers may decide it, whether or not this has run yet). Each is recorded by a
+conditional update of `reminded_at` / `escalated_at` that must change exactly one row, in
+the transaction that appends the `ticket.reminded` / `ticket.escalated` event, whose
+webhook deliveries are queued with it (OPS-4): of two sweepers at once, one records and
+emits, the other changes nothing. The mails follow from the outbox process, which claims
+each once (`notifications.tickets_remind_due`; SEC-8: no mail is sent from a sweeper).
+
+The run row is locked first, as by an expiry or a resume: while the ticket is active no
+worker holds the run, so the append never interleaves with a step's.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import transaction
+from django.db.models import DateTimeField, ExpressionWrapper, F, Q, Value
+from django.utils import timezone
+
+from agentruns import events as ev
+from agentruns.models import Run, Ticket
+from agentruns.policy import escalation_due
+from agentruns.services.log import append_events
+
+REMINDED, ESCALATED = "reminded_at", "escalated_at"
+
+
+def _remind_due(now: datetime) -> Q:
+    opened_before = ExpressionWrapper(
+        Value(now) - F("run__configuration__remind_after_seconds") * Value(timedelta(seconds=1)),
+        output_field=DateTimeField(),
+    )
+    return Q(run__configuration__remind_after_seconds__isnull=False, created_at__lte=opened_before)
+
+
+def _escalate_due(now: datetime) -> Q:
+    return Q(run__configuration__escalation_group__isnull=False) & escalation_due(now)
+
+
+def _record(ticket_id: int, mark: str, now: datetime) -> bool:
+    """Record `mark` and its event in one transaction, iff nobody recorded it first."""
+    with transaction.atomic():
+        ticket = Ticket.objects.select_related("run__configuration__escalation_group").get(
+            pk=ticket_id
+        )
+        Run.objects.select_for_update().filter(pk=ticket.run_id).values_list("pk").get()
+        moved = Ticket.objects.filter(
+            pk=ticket_id, status=Ticket.Status.ACTIVE, **{mark: None}
+        ).update(**{mark: now})
+        if moved != 1:
+            return False
+        append_events(
+            thread_id=ticket.thread_id, run_id=ticket.run_id, items=[_event(ticket, mark)]
+        )
+    return True
+
+
+def _event(ticket: Ticket, mark: str) -> tuple[str, dict[str, Any]]:
+    """What a webhook receiver hears: which ticket, never its arguments or recipients."""
+    payload: dict[str, Any] = {
+        "correlation_id": str(ticket.correlation_id),
+        "call_id": ticket.call_id,
+        "kind": ticket.kind,
+        "tool": ticket.tool,
+        "deadline": ticket.deadline.isoformat() if ticket.deadline else None,
+    }
+    if mark == REMINDED:
+        return ev.TICKET_REMINDED, payload
+    group = ticket.run.configuration.escalation_group
+    return ev.TICKET_ESCALATED, {**payload, "group": group.name if group else None}
+
+
+def tickets_remind_and_escalate(*, limit: int = 500) -> tuple[int, int]:
+    """The sweeper's share of HITL-15: (tickets reminded, tickets escalated) by this call."""
+    now = timezone.now()
+    counts = []
+    for mark, due in ((REMINDED, _remind_due(now)), (ESCALATED, _escalate_due(now))):
+        ids = list(
+            Ticket.objects.filter(due, status=Ticket.Status.ACTIVE, **{mark: None})
+            .order_by("id")
+            .values_list("pk", flat=True)[:limit]
+        )
+        counts.append(sum(_record(pk, mark, now) for pk in ids))
+    return counts[0], counts[1]
