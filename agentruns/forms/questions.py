@@ -15,7 +15,7 @@ from typing import Any
 
 PREFIX = "value"
 _INTEGER = re.compile(r"^[+-]?\d+$")
-_UNSAFE_ID = re.compile(r"[^A-Za-z0-9_.-]")
+_UNSAFE_ID = re.compile(r"[^A-Za-z0-9_-]")
 _BOUNDS = {
     "integer": ("minimum", "maximum"),
     "number": ("minimum", "maximum"),
@@ -42,8 +42,9 @@ class Control:
 
     @property
     def dom_id(self) -> str:
-        """The name as an HTML id: a property may be called anything, an id may not."""
-        return _UNSAFE_ID.sub("_", self.name)
+        """The name as an HTML id: a property may be called anything, an id may not. It is
+        also a plain CSS identifier (no dots): htmx finds a preserved control by `#id`."""
+        return _UNSAFE_ID.sub("_", self.name.replace(".", "__"))
 
 
 def controls(

@@ -53,6 +53,9 @@ def test_hitl15_filtering_the_inbox_keeps_the_filter_in_the_url_and_the_poll(
     expect(cards(page)).to_have_count(3)
     expect(page.locator(".shown")).to_have_text("Showing 3 tickets under this filter.")
     expect(cards(page).first.locator(".access")).to_have_text("You are an approver")
+    # The swap put every preserved control back into its card (UI-2): none is left over.
+    expect(page.locator("#--htmx-preserve-pantry--")).to_have_count(0)
+    expect(page.locator("#inbox-cards ~ * textarea, footer ~ *")).to_have_count(0)
     screenshot(page, "inbox-filtered")
 
 

@@ -123,6 +123,18 @@ def test_ui3_ui6_a_card_shows_the_call_its_binding_and_the_governance(approver, 
     assert ">Approve</button>" in card and ">Deny</button>" in card
 
 
+def test_ui2_every_preserved_control_has_an_id_htmx_can_select(approver, approval, question):
+    """A poll that swaps the cards moves each `hx-preserve` control aside and back by
+    `#id`; an id starting with a digit (a correlation id) or holding a dot is no CSS
+    selector, the move back throws and every typed control is left below the footer."""
+    html = signed_in(approver).get("/inbox/").content.decode()
+    preserved = re.findall(r"<(?:input|select|textarea|details)\b[^>]*\bhx-preserve\b[^>]*>", html)
+    assert len(preserved) >= 4  # the notes, the edit form's fields, the question's
+    for tag in preserved:
+        [dom_id] = re.findall(r'\bid="([^"]*)"', tag)
+        assert re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]*", dom_id), tag
+
+
 def test_ui6_a_forced_source_is_marked_forced_on_the_card(staff):
     from tests.support.catalog import make_snippet
 
@@ -163,9 +175,9 @@ def test_ui3_a_question_is_a_form_with_one_control_per_property(initiator, quest
     html = signed_in(initiator).get(f"/inbox/{ticket.correlation_id}/").content.decode()
     cid = ticket.correlation_id
     assert "How bad?" in html
-    assert f'<label for="{cid}-value.severity">severity' in html
-    assert re.search(rf'<select id="{cid}-value\.severity" name="value\.severity"', html)
-    assert f'<label for="{cid}-value.hours">hours</label>' in html
+    assert f'<label for="q-{cid}-value__severity">severity' in html
+    assert re.search(rf'<select id="q-{cid}-value__severity" name="value\.severity"', html)
+    assert f'<label for="q-{cid}-value__hours">hours</label>' in html
     assert re.search(r'type="number"[^>]*name="value\.hours"[^>]*min="0"[^>]*max="72"', html)
     assert ">Answer</button>" in html
 
@@ -186,8 +198,8 @@ def test_ui2_a_nested_object_is_a_fieldset_of_its_own_controls(initiator, questi
     fieldset = html[html.index('<fieldset class="answer-group">') : html.index("</fieldset>")]
     assert "<legend>owner</legend>" in fieldset
     cid = ticket.correlation_id
-    assert f'<label for="{cid}-value.owner.name">name' in fieldset
-    assert re.search(rf'<input type="checkbox" id="{cid}-value\.owner\.urgent"', fieldset)
+    assert f'<label for="q-{cid}-value__owner__name">name' in fieldset
+    assert re.search(rf'<input type="checkbox" id="q-{cid}-value__owner__urgent"', fieldset)
 
 
 def test_ops6_showing_a_card_decides_nothing(approver, approval):
@@ -383,8 +395,8 @@ def test_hitl6_an_out_of_range_answer_shows_the_fields_error_and_keeps_what_was_
     cid = ticket.correlation_id
     assert WORDS["invalid_input"] in unescape(html)
     assert re.search(
-        rf'id="{cid}-value\.hours" name="value\.hours" value="99".*?'
-        rf'<ul class="errorlist" id="{cid}-value\.hours-errors"><li>99 is greater than the '
+        rf'id="q-{cid}-value__hours" name="value\.hours" value="99".*?'
+        rf'<ul class="errorlist" id="q-{cid}-value__hours-errors"><li>99 is greater than the '
         r"maximum of 72</li>",
         html,
         re.S,
@@ -407,7 +419,7 @@ def test_hitl6_a_missing_required_answer_is_shown_on_its_field(initiator, questi
     )
     assert response.status_code == 422
     html = response.content.decode()
-    assert f'id="{ticket.correlation_id}-value.severity-errors"' in html
+    assert f'id="q-{ticket.correlation_id}-value__severity-errors"' in html
     assert "&#x27;severity&#x27; is a required property" in html
 
 

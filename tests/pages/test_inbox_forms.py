@@ -104,4 +104,4 @@ def test_ui3_a_property_name_that_is_no_html_id_still_gets_a_working_label():
     schema = {"type": "object", "properties": {'due "date"': {"type": "string"}}}
     [control] = controls(schema)
     assert control.label == 'due "date"' and control.name == 'value.due "date"'
-    assert control.dom_id == "value.due__date_"
+    assert control.dom_id == "value__due__date_"

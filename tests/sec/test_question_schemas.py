@@ -240,10 +240,10 @@ def test_hitl6_a_valid_schema_is_asked_in_the_inbox_and_answered_end_to_end(memb
     html = unescape(browser.get(f"/inbox/{ticket.correlation_id}/").content.decode())
 
     cid = ticket.correlation_id
-    assert re.search(rf'<textarea id="{cid}-value\.tags" name="value\.tags"', html)
+    assert re.search(rf'<textarea id="q-{cid}-value__tags" name="value\.tags"', html)
     assert "one per line, each one of: a, b, c" in html
     assert "<legend>owner</legend>" in html
-    assert f'id="{cid}-value.owner.name"' in html
+    assert f'id="q-{cid}-value__owner__name"' in html
     data = {
         **identity(ticket),
         "kind": "input",
