@@ -5,6 +5,10 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PG_URL ?= postgres://postgres@127.0.0.1:5432/agentruns
 PYTEST_ARGS ?=
+PYTEST_WORKERS ?= 2
+# A marker expression both runs obey, e.g. PYTEST_MARKS="not slow".
+PYTEST_MARKS ?=
+MARKS_AND = $(if $(PYTEST_MARKS), and ($(PYTEST_MARKS)))
 
 .PHONY: run test install postgres lint bench bench-cluster bench-scale
 
@@ -31,7 +35,13 @@ postgres:
 test: install postgres
 	@# The browser tests (tests/browser) drive Debian's Chromium, never a downloaded one.
 	command -v chromium >/dev/null || (apt-get update && apt-get install -y chromium chromium-driver)
-	DATABASE_URL=$(PG_URL) $(PY) -m pytest $(PYTEST_ARGS)
+	@# In a random order whose seed the header prints ("Using --randomly-seed=N"; replay
+	@# with PYTEST_ARGS=--randomly-seed=N), on $(PYTEST_WORKERS) workers, a test database each.
+	DATABASE_URL=$(PG_URL) $(PY) -m pytest -n $(PYTEST_WORKERS) -m "not serial$(MARKS_AND)" \
+	  --durations=25 $(PYTEST_ARGS)
+	@# Alone, after the others: it restarts the PostgreSQL server every test database is on.
+	@# (Exit status 5: PYTEST_MARKS selected none of them.)
+	DATABASE_URL=$(PG_URL) $(PY) -m pytest -m "serial$(MARKS_AND)" $(PYTEST_ARGS) || test $$? -eq 5
 	@# The embedded default (SQLite) takes the portable write path: smoke it too.
 	env -u DATABASE_URL AGENTRUNS_VAR_DIR=$$(mktemp -d) $(PY) -m pytest -q \
 	  tests/loop/test_smoke.py tests/hitl/test_smoke.py

@@ -4,6 +4,8 @@ import pytest
 from django.contrib.auth.models import Permission
 from rest_framework.test import APIClient
 
+from tests.support import leaks
+
 
 @pytest.fixture
 def staff(django_user_model):
@@ -62,6 +64,19 @@ def _test_key_vars(settings):
 def _fast_password_hashing(settings):
     # PBKDF2 costs ~0.4 s per user; the suite creates hundreds.
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture(autouse=True)
+def _nothing_left_running():
+    """A test whose fixtures left a thread or a child process running fails (its work
+    would race the next test and the database flush). Set up after the wider-scoped
+    fixtures (the browser, the live server), so what they keep running is not counted;
+    torn down after the test's own fixtures and before pytest-django flushes."""
+    before = leaks.running()
+    yield
+    left = leaks.left_running(before)
+    if left:
+        pytest.fail(f"still running after the test's teardown: {left.describe()}")
 
 
 @pytest.fixture

@@ -60,6 +60,9 @@ CLAIM_BATCH = 16
 # Finalisers run in descending priority; ours runs before multiprocessing's own (0).
 SHUTDOWN_PRIORITY = 100
 
+# How long a shutdown waits for its idle threads to exit, past its deadline for the runs.
+JOIN_SECONDS = 5.0
+
 
 @dataclass(frozen=True)
 class DriverConfig:
@@ -280,8 +283,9 @@ class Driver:
 
     def shutdown(self, timeout: float | None = None) -> int:
         """Ask every executor to release its run at its next step boundary and wait for
-        them (bounded). Returns how many runs were still held at the deadline; their
-        leases expire and the sweeper reclaims them."""
+        them (bounded), then for the threads themselves, so nothing of this driver writes
+        after it returns (a test's database flush would meet it). Returns how many runs
+        were still held at the deadline; their leases expire and the sweeper reclaims them."""
         timeout = self.config.shutdown_seconds if timeout is None else timeout
         self._shutting_down = True
         deadline = time.monotonic() + timeout
@@ -291,12 +295,25 @@ class Driver:
             while self.held and time.monotonic() < deadline:
                 self._released.wait(timeout=min(0.2, max(0.0, deadline - time.monotonic())))
             left = len(self.held)
+        # The heartbeat first (it exits after the beat it is in), so no thread starts after
+        # the executor threads are told to exit; a thread without a run exits at once.
+        # Runs still held at the deadline are not waited for any longer.
+        self._stop.set()
+        if not left:
+            deadline = max(deadline, time.monotonic() + JOIN_SECONDS)
+        _join(self._heartbeat, deadline)
         for _ in self._threads:
             self._jobs.put(None)
-        self._stop.set()
+        for thread in self._threads:
+            _join(thread, deadline)
         if left:
             logger.warning("shutdown: %s runs still held; their leases will expire", left)
         return left
+
+
+def _join(thread: threading.Thread, deadline: float) -> None:
+    if thread is not threading.current_thread():
+        thread.join(timeout=max(0.0, deadline - time.monotonic()))
 
 
 _driver: Driver | None = None

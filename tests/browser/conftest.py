@@ -19,6 +19,7 @@ from django.conf import settings
 from django.test import Client
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
+from tests.support import leaks
 from tests.support.catalog import KEY, KEY_ENV
 from tests.support.clusters import Clusters
 
@@ -58,7 +59,13 @@ def browser() -> Iterator[Browser]:
     # tests' own ORM calls happen; Django would refuse them as "async unsafe". Nothing here
     # is async. Set only while this package runs: the rest of the suite (and the processes
     # it starts, such as `check --deploy`) must not inherit it.
-    with pytest.MonkeyPatch.context() as patch, sync_playwright() as playwright:
+    # Playwright's event loop starts its default executor's threads ("asyncio_N") on a
+    # test's first DNS lookup; they are this fixture's, and stop when the loop closes.
+    with (
+        leaks.owned(lambda thread: thread.name.startswith("asyncio_")),
+        pytest.MonkeyPatch.context() as patch,
+        sync_playwright() as playwright,
+    ):
         patch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
         launched = playwright.chromium.launch(
             executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS

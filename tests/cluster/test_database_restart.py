@@ -32,7 +32,9 @@ from tests.support.clusters import (
 )
 from tests.support.runs import submit_batch
 
-pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+# `serial`: it restarts the PostgreSQL server every other test's database lives on, so
+# `make test` runs it alone, after the parallel run.
+pytestmark = [pytest.mark.slow, pytest.mark.serial, pytest.mark.django_db(transaction=True)]
 
 RUNS = 24
 # Long enough (7 turns of a 1.2 s provider) that runs are still in flight at the third
