@@ -12,8 +12,9 @@ that read application data and must apply it too; this module names it for the r
 from __future__ import annotations
 
 import operator
+from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import reduce
 from typing import Any, TypeVar
 
@@ -21,9 +22,6 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 from django.db.models import (
     Case,
-    DateTimeField,
-    ExpressionWrapper,
-    F,
     Model,
     Q,
     QuerySet,
@@ -185,14 +183,26 @@ APPROVER, GROUP_MEMBER, ESCALATION, INITIATOR = (
 )
 
 
-def escalation_due(now: datetime) -> Q:
-    """Tickets with a deadline of which 80 % has passed at `now`: deadline - now is at
-    most 20 % of deadline - created."""
-    latest = ExpressionWrapper(
-        Value(now) + (F("deadline") - F("created_at")) * ESCALATION_REMAINING,
-        output_field=DateTimeField(),
+def escalation_due(now: datetime, configurations: QuerySet | None = None) -> Q:
+    """Tickets (of `configurations` with an escalation group, all such by default) of
+    whose time 80 % has passed at `now`: the deadline is at most 20 % of the
+    configuration's approval timeout away. Plain comparisons per configuration, no date
+    arithmetic in SQL, which the embedded SQLite would do on text."""
+    if configurations is None:
+        configurations = Configuration.objects.filter(escalation_group__isnull=False)
+    rows = configurations.values_list("pk", "approval_timeout_seconds")
+    return any_of(
+        Q(
+            run__configuration_id=pk,
+            deadline__lte=now + timedelta(seconds=timeout * ESCALATION_REMAINING),
+        )
+        for pk, timeout in rows
     )
-    return Q(deadline__isnull=False, deadline__lte=latest)
+
+
+def any_of(conditions: Iterable[Q]) -> Q:
+    """The OR of `conditions`; of none, a condition nothing meets."""
+    return reduce(operator.or_, conditions, Q(pk__in=[]))
 
 
 def _routes(user: Any, now: datetime) -> list[tuple[str, Q]]:
@@ -205,7 +215,7 @@ def _routes(user: Any, now: datetime) -> list[tuple[str, Q]]:
     return [
         (APPROVER, ~Q(run__configuration__in=routed)),
         (GROUP_MEMBER, Q(run__configuration__in=mine)),
-        (ESCALATION, Q(run__configuration__in=escalated) & escalation_due(now)),
+        (ESCALATION, escalation_due(now, escalated)),
     ]
 
 

@@ -20,27 +20,26 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import DateTimeField, ExpressionWrapper, F, Q, Value
+from django.db.models import Q
 from django.utils import timezone
 
 from agentruns import events as ev
-from agentruns.models import Run, Ticket
-from agentruns.policy import escalation_due
+from agentruns.models import Configuration, Run, Ticket
+from agentruns.policy import any_of, escalation_due
 from agentruns.services.log import append_events
 
 REMINDED, ESCALATED = "reminded_at", "escalated_at"
 
 
 def _remind_due(now: datetime) -> Q:
-    opened_before = ExpressionWrapper(
-        Value(now) - F("run__configuration__remind_after_seconds") * Value(timedelta(seconds=1)),
-        output_field=DateTimeField(),
+    """Tickets opened at least their configuration's `remind_after_seconds` ago."""
+    rows = Configuration.objects.filter(remind_after_seconds__isnull=False).values_list(
+        "pk", "remind_after_seconds"
     )
-    return Q(run__configuration__remind_after_seconds__isnull=False, created_at__lte=opened_before)
-
-
-def _escalate_due(now: datetime) -> Q:
-    return Q(run__configuration__escalation_group__isnull=False) & escalation_due(now)
+    return any_of(
+        Q(run__configuration_id=pk, created_at__lte=now - timedelta(seconds=seconds or 0))
+        for pk, seconds in rows
+    )
 
 
 def _record(ticket_id: int, mark: str, now: datetime) -> bool:
@@ -80,7 +79,7 @@ def tickets_remind_and_escalate(*, limit: int = 500) -> tuple[int, int]:
     """The sweeper's share of HITL-15: (tickets reminded, tickets escalated) by this call."""
     now = timezone.now()
     counts = []
-    for mark, due in ((REMINDED, _remind_due(now)), (ESCALATED, _escalate_due(now))):
+    for mark, due in ((REMINDED, _remind_due(now)), (ESCALATED, escalation_due(now))):
         ids = list(
             Ticket.objects.filter(due, status=Ticket.Status.ACTIVE, **{mark: None})
             .order_by("id")
