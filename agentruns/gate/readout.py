@@ -90,15 +90,19 @@ def readout(
     not withheld are carried, and the strictest of them can set the effective class."""
     decision = decide(config, sources)
     zone = reachable_zone(config)
+    carried = _carried_results(results, withheld)
+    verdict = decision.verdict
+    if verdict is Verdict.UNDECLARED and any(r.data_class for r in carried):
+        verdict = Verdict.PERMITTED  # a carried result is classed, and within the ceiling
     return {
         "configuration": config.slug,
         "sources": [_source_row(source) for source in sources],
-        **_effective(decision.source, _carried_results(results, withheld)),
+        **_effective(decision.source, carried),
         "zone": zone.label,
         "ceiling": zone.ceiling.label,
         "chain": [{"configuration": link.slug, "zone": link.zone.label} for link in config.chain],
         "enforcement": mode.value,
-        "verdict": verdict_label(decision.verdict, mode),
+        "verdict": verdict_label(verdict, mode),
         "message": refusal_message(decision) if decision.refused else "",
         "tools": [
             {
