@@ -1,9 +1,13 @@
-"""Asserting a decision: one audit row, then raise (enforce) or log (observe) — CG-4..CG-6."""
+"""Asserting a decision: one audit row, then raise (enforce) or log (observe) — CG-4..CG-6.
+
+The gate writes nothing itself: the caller hands it `save`, which writes the rows durably
+and returns the live catalog generation. The loop's `save` writes them in the same
+statement as the step before the send (`RunContext.audit`), behind the lease's fence."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -21,7 +25,6 @@ from agentruns.gate.core import (
     refusal_message,
 )
 from agentruns.models import GateAudit
-from agentruns.store import store
 
 logger = logging.getLogger(__name__)
 
@@ -59,24 +62,21 @@ def audit_row(decision: Decision, enforcement: Enforcement, run_id: int | None) 
     )
 
 
-def save_audit(row: GateAudit, *, epoch: int | None = None) -> int:
-    """Write the row and return the live catalog generation. The row is the send's
-    justification, so it is durable (never `synchronous_commit = off`) and, given the
-    asserting worker's lease epoch, written only while the run still carries it (CLU-2):
-    a fenced worker raises Fenced before it can write or send."""
-    return store().save_audit(row, epoch=epoch)
+# Writes audit rows durably (each is a send's justification: never without the WAL
+# flush) and returns the live catalog generation; a fenced worker's raises Fenced (CLU-2).
+SaveAudits = Callable[[list[GateAudit]], int]
 
 
 def context_assert(
     *,
     config: ConfigView,
     sources: Sequence[Source],
+    save: SaveAudits,
     run_id: int | None = None,
-    epoch: int | None = None,
 ) -> Asserted:
     decision = decide(config, sources)
     enforcement = current_enforcement()
-    generation = save_audit(audit_row(decision, enforcement, run_id), epoch=epoch)
+    generation = save([audit_row(decision, enforcement, run_id)])
     if decision.refused:
         if enforcement is Enforcement.ENFORCE:
             refused = ContextRefused(refusal_message(decision), **refusal_fields(decision))
@@ -91,25 +91,34 @@ def withheld_assert(
     config: ConfigView,
     results: Sequence[ResultSource],
     zone: Zone,
+    save: SaveAudits,
     run_id: int | None = None,
-    epoch: int | None = None,
 ) -> None:
     """MCP-4: one `gate.refused` audit row per result a send carries withheld (observed,
     and sent after all, when the gate only observes: CG-6). Names and classes only."""
     enforcement = current_enforcement()
-    for result in results:
-        assert result.data_class is not None
-        row = GateAudit(
-            verdict=Verdict.REFUSED.value,
-            enforcement=enforcement.recorded,
-            configuration=config.slug,
-            run_id=run_id,
-            zone=zone.label,
-            ceiling=zone.ceiling.label,
-            source_kind=result.kind,
-            source_name=result.tool,
-            data_class=result.data_class.label,
-        )
-        save_audit(row, epoch=epoch)
-        if enforcement is Enforcement.OBSERVE:
+    save([_withheld_row(config, result, zone, enforcement, run_id) for result in results])
+    if enforcement is Enforcement.OBSERVE:
+        for result in results:
             logger.warning("withheld result observed: %s of %s", result.kind, result.tool)
+
+
+def _withheld_row(
+    config: ConfigView,
+    result: ResultSource,
+    zone: Zone,
+    enforcement: Enforcement,
+    run_id: int | None,
+) -> GateAudit:
+    assert result.data_class is not None
+    return GateAudit(
+        verdict=Verdict.REFUSED.value,
+        enforcement=enforcement.recorded,
+        configuration=config.slug,
+        run_id=run_id,
+        zone=zone.label,
+        ceiling=zone.ceiling.label,
+        source_kind=result.kind,
+        source_name=result.tool,
+        data_class=result.data_class.label,
+    )

@@ -16,6 +16,12 @@ flushes WAL in order, so the next durable commit (an effect's watermark, a write
 a ticket, a terminal state) makes every earlier step durable too: a crash of the database
 server can lose only a tail of re-doable work, never an effect or a decision. A crashed
 worker loses nothing either way.
+
+A step whose loss could only cost time may also be *held* (`RunContext.write(hold=True)`):
+not written yet, but merged into the next write, which fences it where it was taken. The
+read-only results of a turn are held this way and go with the audit rows of the next
+send, in one durable statement before the send (LOOP-4: every result is committed before
+the loop acts on it; CG-4: the audit row before the send it justifies).
 """
 
 from __future__ import annotations
@@ -28,8 +34,8 @@ __all__ = ["Step", "read", "write"]
 
 
 def write(lease: Lease, step: Step, *, durable: bool = True) -> Written:
-    """Write the step or raise Fenced."""
-    return store().write_step(lease, step, durable=durable)
+    """Write the step or raise Fenced; a step with audit rows is always durable."""
+    return store().write_step(lease, step, durable=durable or bool(step.audits))
 
 
 def read(lease: Lease) -> tuple[list[LogEntry], dict | None]:

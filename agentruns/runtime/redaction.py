@@ -147,6 +147,24 @@ EXTRA: list[Shape] = [
 
 SHAPES: list[Shape] = [*EXTRA, *_detect_secrets_shapes()]
 
+
+def _any_hint(shapes: list[Shape]) -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """One look for every shape's hints at once, (in the lower-cased text, in the text):
+    most texts a run stores (a number, "done", a short JSON reply) hold none, and then
+    no shape needs a look of its own."""
+    lower: set[str] = set()
+    cased: set[str] = set()
+    for shape in shapes:
+        if isinstance(shape.hints, re.Pattern):
+            cased.add(shape.hints.pattern)
+        else:
+            for hint in shape.hints:
+                (lower if hint.islower() else cased).add(re.escape(hint))
+    return re.compile("|".join(sorted(lower))), re.compile("|".join(sorted(cased)))
+
+
+LOWER_HINTS, CASED_HINTS = _any_hint(SHAPES)
+
 # Secret-like names: detect-secrets' keyword DENYLIST plus tokens, access keys and
 # credentials. A name must END with one (`max_tokens` is no secret, `GITHUB_TOKEN` is).
 NAMES = [name.replace("_?", "[_-]?") for name in DENYLIST] + [
@@ -216,10 +234,11 @@ def redact(text: str) -> tuple[str, dict[str, int]]:
     """The text with every secret replaced by a marker, and how many of each kind."""
     found: Counter[str] = Counter()
     lower = text.lower()
-    for shape in SHAPES:
-        if _present(shape.hints, text, lower):
-            text = _apply(shape, text, found)
-            lower = text.lower()
+    if LOWER_HINTS.search(lower) or CASED_HINTS.search(text):
+        for shape in SHAPES:
+            if _present(shape.hints, text, lower):
+                text = _apply(shape, text, found)
+                lower = text.lower()
     if NAME_ENDINGS.search(lower):
         text = _hide_assignments(text, lower, found)
     return text, {kind: n for kind, n in found.items() if n}

@@ -20,7 +20,6 @@ from agentruns.models import (
     CatalogGeneration,
     DailyUsage,
     Event,
-    GateAudit,
     Run,
     Ticket,
     ToolInvocation,
@@ -113,12 +112,6 @@ class SystemStore(abc.ABC):
     def queue_deliveries(self, events: Sequence[Event]) -> None:
         """OPS-4: one pending delivery per (event, active webhook that wants it), in the
         caller's transaction (events appended outside a step: submission, resume...)."""
-        ...
-
-    @abc.abstractmethod
-    def save_audit(self, row: GateAudit, *, epoch: int | None) -> int:
-        """Write the audit row durably, and with an `epoch` only while the run still
-        carries it (else raise Fenced); return the live catalog generation."""
         ...
 
     @abc.abstractmethod

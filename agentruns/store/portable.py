@@ -74,6 +74,9 @@ class PortableStore(SystemStore):
             )
             if step.new_ticket is not None:
                 Ticket.objects.create(**step.new_ticket)
+            for audit in step.audits:
+                audit.created_at = now
+            GateAudit.objects.bulk_create(step.audits)
             for pk, changes in step.invocation_updates:
                 ToolInvocation.objects.filter(pk=pk).update(**changes)
             if step.run_update and not Run.objects.filter(lease.fence).update(**step.run_update):
@@ -130,15 +133,6 @@ class PortableStore(SystemStore):
     def queue_deliveries(self, events: Sequence[Event]) -> None:
         hooks = Webhook.objects.filter(active=True)
         WebhookDelivery.objects.bulk_create(WebhookDelivery.rows_for(events, hooks))
-
-    def save_audit(self, row: GateAudit, *, epoch: int | None) -> int:
-        with transaction.atomic():
-            if epoch is not None and row.run_id is not None:
-                fence = Run.objects.select_for_update().filter(pk=row.run_id, epoch=epoch)
-                if not fence.values_list("pk", flat=True).first():
-                    raise Fenced("the lease was taken by another worker")
-            row.save()
-            return _generation()
 
     def dequeue_tasks(self, list_key: str, limit: int, lock_secs: float) -> list[tuple[int, str]]:
         raise NotImplementedError("without SKIP LOCKED the ORM broker dequeues by itself")

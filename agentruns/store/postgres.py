@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 from functools import cache
 from typing import Any
 
+import orjson
 from django.db import connection, transaction
 from django.utils import timezone
 from django_q.models import OrmQ
@@ -108,19 +109,21 @@ TICKET_COLUMNS = (
 AUDIT_FIELDS = [f for f in GateAudit._meta.concrete_fields if not f.primary_key]
 
 
+AUDIT_COLUMNS = tuple(str(f.column) for f in AUDIT_FIELDS)
+
+
 @cache
-def _audit_sql(fenced: bool) -> str:
-    """The row (behind the lease fence when there is one) and the live generation. Typed
-    parameters: an INSERT ... SELECT cannot infer them. Never RELAX_COMMIT: the row is a
-    send's justification."""
-    values = ", ".join(f"%s::{f.db_type(connection)}" for f in AUDIT_FIELDS)
-    fence = f"fence AS (SELECT id FROM {RUN} WHERE id = %s AND epoch = %s FOR SHARE), "
-    return (
-        f"WITH {fence if fenced else ''}a AS (INSERT INTO {GateAudit._meta.db_table} "
-        f"({', '.join(str(f.column) for f in AUDIT_FIELDS)}) SELECT {values}"
-        + (" WHERE EXISTS (SELECT 1 FROM fence)" if fenced else "")
-        + f" RETURNING 1) SELECT {GENERATION}, (SELECT count(*) FROM a)"
-    )
+def _audit_casts() -> dict[str, str]:
+    """Typed parameters for the audit rows: nothing else in their statement types them."""
+    return {str(f.column): f"::{f.db_type(connection)}" for f in AUDIT_FIELDS}
+
+
+def _audit_rows(audits: Sequence[GateAudit], now: datetime) -> list[dict[str, Any]]:
+    rows = []
+    for row in audits:
+        row.created_at = now
+        rows.append({str(f.column): getattr(row, f.attname) for f in AUDIT_FIELDS})
+    return rows
 
 
 def _cast(column: str) -> str:
@@ -135,12 +138,29 @@ def _cast(column: str) -> str:
 
 def _value(column: str, value: Any) -> Any:
     if column in JSON_COLUMNS and value is not None:
-        return json.dumps(value)
+        return _json(value)
     return value
 
 
-def _insert(name: str, table: str, columns: tuple[str, ...], rows: list[dict], params: list) -> str:
-    row = "(" + ", ".join(f"%s{_cast(c)}" for c in columns) + ")"
+def _json(value: Any) -> str:
+    """orjson, several times quicker than json on a step's payloads and checkpoint states;
+    json for what orjson refuses (an integer past 64 bits, which a model may write)."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
+    except orjson.JSONEncodeError:
+        return json.dumps(value)
+
+
+def _insert(
+    name: str,
+    table: str,
+    columns: tuple[str, ...],
+    rows: list[dict],
+    params: list,
+    casts: dict[str, str] | None = None,
+) -> str:
+    cast = casts.__getitem__ if casts else _cast
+    row = "(" + ", ".join(f"%s{cast(c)}" for c in columns) + ")"
     for values in rows:
         params.extend(_value(c, values[c]) for c in columns)
     names = ", ".join(columns)
@@ -159,9 +179,10 @@ def _update(name: str, table: str, changes: dict[str, Any], where: str, params: 
 
 
 def step_statement(lease: Lease, step: Step, fast: bool) -> tuple:
-    """The whole step as data-modifying CTEs behind a `FOR SHARE` fence on the run row;
-    returns (fence held, cancel flag, catalog generation, [[call_id, invocation id]],
-    the configuration's tokens today if the step used any)."""
+    """The whole step (and the audit rows of the send after it) as data-modifying CTEs
+    behind a `FOR SHARE` fence on the run row; returns (fence held, cancel flag, catalog
+    generation, [[call_id, invocation id]], the configuration's tokens today if the step
+    used any)."""
     params: list[Any] = [lease.run_id, lease.epoch]
     held = ""
     if step.after:
@@ -201,6 +222,10 @@ def step_statement(lease: Lease, step: Step, fast: bool) -> tuple:
             )
         )
         params.append(pk)
+    if step.audits:
+        rows = _audit_rows(step.audits, now)
+        table = GateAudit._meta.db_table
+        parts.append(_insert("au", table, AUDIT_COLUMNS, rows, params, _audit_casts()))
     if step.run_update:
         parts.append(_update("run", RUN, step.run_update, "id = %s AND epoch = %s", params))
         params.extend([lease.run_id, lease.epoch])
@@ -273,8 +298,8 @@ class PostgresStore(SystemStore):
             [thread_id, run_id],
         )
         *logged, (_, _, state, _) = rows  # NULL sorts last: the checkpoint row
-        events = [(seq, kind, json.loads(payload), run) for seq, kind, payload, run in logged]
-        return events, json.loads(state) if state else None
+        events = [(seq, kind, orjson.loads(payload), run) for seq, kind, payload, run in logged]
+        return events, orjson.loads(state) if state else None
 
     def claim(self, run_id: int, owner: str, seconds: float) -> dict | None:
         rows = _claim_rows(f"id = %s AND {CLAIMABLE}", [run_id], owner, seconds)
@@ -324,16 +349,6 @@ class PostgresStore(SystemStore):
         sql = WebhookDelivery.insert_sql(f"(VALUES {values}) AS e ({columns})")
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
-
-    def save_audit(self, row: GateAudit, *, epoch: int | None) -> int:
-        row.created_at = timezone.now()
-        values = [getattr(row, f.attname) for f in AUDIT_FIELDS]  # plain str/bool/int/datetime
-        fenced = epoch is not None and row.run_id is not None
-        params = [row.run_id, epoch, *values] if fenced else values
-        generation, written = prepared(_audit_sql(fenced), params)
-        if not written:
-            raise Fenced("the lease was taken by another worker")
-        return int(generation)
 
     def dequeue_tasks(self, list_key: str, limit: int, lock_secs: float) -> list[tuple[int, str]]:
         now = timezone.now()

@@ -14,6 +14,7 @@ from django.conf import settings
 from django.db.models import Q
 
 from agentruns.events import LogEntry
+from agentruns.models import GateAudit
 
 
 @dataclass(frozen=True)
@@ -130,6 +131,22 @@ class Step:
     # without waiting for the WAL flush, and a worker that carried on over a fresh
     # connection would otherwise act on (and leave gaps after) steps that no longer exist.
     after: int = 0
+    # CG-4: the audit rows of the send that follows the step, written only behind the same
+    # fence. A step that carries them is durable: each row is a send's justification.
+    audits: list[GateAudit] = field(default_factory=list)
+
+    def then(self, later: Step) -> Step:
+        """This step and a later one as one write, fenced where this one was."""
+        return Step(
+            events=[*self.events, *later.events],
+            checkpoints=[*self.checkpoints, *later.checkpoints],
+            new_invocations=[*self.new_invocations, *later.new_invocations],
+            invocation_updates=[*self.invocation_updates, *later.invocation_updates],
+            run_update={**self.run_update, **later.run_update},
+            new_ticket=later.new_ticket if later.new_ticket is not None else self.new_ticket,
+            after=self.after,
+            audits=[*self.audits, *later.audits],
+        )
 
 
 # A claim reads these columns of the run as they were before it.

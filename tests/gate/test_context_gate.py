@@ -24,7 +24,7 @@ from agentruns.gate.core import (
 )
 from agentruns.models import GateAudit
 from agentruns.selectors import configuration_readout
-from tests.support.catalog import make_configuration, make_provider, make_snippet
+from tests.support.catalog import make_configuration, make_provider, make_snippet, save_audits
 from tests.support.gate_values import link, skill, source, view
 
 ENFORCEMENT = "AGENTRUNS_DATA_CLASS_ENFORCEMENT"
@@ -206,12 +206,14 @@ def all_texts(*sources):
 def test_cg4_context_assert_writes_exactly_one_audit_row_per_call(settings):
     settings.AGENTRUNS_DATA_CLASS_ENFORCEMENT = None
     config = view("cfg-audit", zone="external_eu")
-    context_assert(config=config, sources=[source("ok", "public")], run_id=11)
+    context_assert(save=save_audits, config=config, sources=[source("ok", "public")], run_id=11)
     assert GateAudit.objects.count() == 1
-    context_assert(config=config, sources=[source("blank")])
+    context_assert(save=save_audits, config=config, sources=[source("blank")])
     assert GateAudit.objects.count() == 2
     with pytest.raises(ContextRefused):
-        context_assert(config=config, sources=[source("bad", "secret")], run_id=12)
+        context_assert(
+            save=save_audits, config=config, sources=[source("bad", "secret")], run_id=12
+        )
     assert GateAudit.objects.count() == 3
     verdicts = list(GateAudit.objects.order_by("id").values_list("verdict", "run_id"))
     assert verdicts == [("permitted", 11), ("undeclared", None), ("refused", 12)]
@@ -231,7 +233,7 @@ def test_cg4_audit_row_has_the_decision_fields_and_no_text(settings):
     )
     sources = compose_sources(config, [low, high])
     with pytest.raises(ContextRefused):
-        context_assert(config=config, sources=sources, run_id=99)
+        context_assert(save=save_audits, config=config, sources=sources, run_id=99)
     row = GateAudit.objects.get()
     assert row.verdict == "refused"
     assert row.enforcement == Enforcement.ENFORCE.recorded == "enforced"
@@ -251,7 +253,9 @@ def test_cg4_audit_row_has_the_decision_fields_and_no_text(settings):
 @pytest.mark.django_db
 def test_cg4_permitted_assert_returns_the_decision_and_does_not_raise(settings):
     settings.AGENTRUNS_DATA_CLASS_ENFORCEMENT = "enforce"
-    asserted = context_assert(config=view(zone="local"), sources=[source("s", "secret")])
+    asserted = context_assert(
+        save=save_audits, config=view(zone="local"), sources=[source("s", "secret")]
+    )
     assert asserted.decision.verdict is Verdict.PERMITTED
     assert asserted.enforcement is Enforcement.ENFORCE
     assert not asserted.observed_refusal
@@ -300,7 +304,9 @@ def test_cg5_readout_shows_the_effective_mode(raw, shown, settings):
 def test_cg5_a_typo_in_the_setting_still_refuses(raw, settings):
     settings.AGENTRUNS_DATA_CLASS_ENFORCEMENT = raw
     with pytest.raises(ContextRefused):
-        context_assert(config=view(zone="external_global"), sources=[source("s", "secret")])
+        context_assert(
+            save=save_audits, config=view(zone="external_global"), sources=[source("s", "secret")]
+        )
     assert GateAudit.objects.get().enforcement == "enforced"
 
 
@@ -312,7 +318,9 @@ def test_cg6_observe_lets_the_refusal_through_and_marks_the_audit_row(settings, 
     settings.AGENTRUNS_DATA_CLASS_ENFORCEMENT = "observe"
     with caplog.at_level(logging.WARNING, logger="agentruns.gate.audit"):
         asserted = context_assert(
-            config=view("cfg-obs", zone="external_global"), sources=[source("hot", "secret")]
+            save=save_audits,
+            config=view("cfg-obs", zone="external_global"),
+            sources=[source("hot", "secret")],
         )
     assert asserted.decision.refused
     assert asserted.observed_refusal
@@ -406,7 +414,7 @@ def test_cg7_context_refused_error_carries_the_structured_fields(settings):
     config = view("cfg-x", zone="external_global")
     forced = source("forced-hot", "restricted", forced=True, text="HOT-TEXT-beef")
     with pytest.raises(ContextRefused) as caught:
-        context_assert(config=config, sources=compose_sources(config, [forced]))
+        context_assert(save=save_audits, config=config, sources=compose_sources(config, [forced]))
     error = caught.value
     assert error.code == "context_refused"
     assert error.fields == {

@@ -17,7 +17,13 @@ from agentruns.gate.lookups import (
 )
 from agentruns.models import GateAudit
 from agentruns.selectors import configuration_readout
-from tests.support.catalog import make_configuration, make_provider, make_skill, make_snippet
+from tests.support.catalog import (
+    make_configuration,
+    make_provider,
+    make_skill,
+    make_snippet,
+    save_audits,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -51,7 +57,7 @@ def gate_composed(configuration, snippet_ids=None, skill_ids=None):
 def test_fs1_forced_snippet_at_or_below_the_ceiling_is_permitted(eu_config):
     mild = make_snippet("mild", "confidential")
     view, sources, _ = gate_composed(eu_config, [mild.pk])
-    asserted = context_assert(config=view, sources=sources)
+    asserted = context_assert(save=save_audits, config=view, sources=sources)
     assert asserted.decision.verdict is Verdict.PERMITTED
     assert asserted.decision.source.name == "mild"
 
@@ -60,7 +66,7 @@ def test_fs1_forced_snippet_above_the_ceiling_is_refused_and_named(eu_config):
     hot = make_snippet("hot-dossier", "restricted")
     view, sources, _ = gate_composed(eu_config, [hot.pk])
     with pytest.raises(ContextRefused) as caught:
-        context_assert(config=view, sources=sources)
+        context_assert(save=save_audits, config=view, sources=sources)
     fields = caught.value.fields
     assert fields["source_kind"] == SNIPPET
     assert fields["source_name"] == "hot-dossier"
@@ -79,7 +85,7 @@ def test_fs1_forced_skill_above_the_ceiling_is_refused_and_named(eu_config):
     hot = make_skill("hot-skill", "secret")
     view, sources, _ = gate_composed(eu_config, None, [permitted.pk, hot.pk])
     with pytest.raises(ContextRefused) as caught:
-        context_assert(config=view, sources=sources)
+        context_assert(save=save_audits, config=view, sources=sources)
     fields = caught.value.fields
     assert (fields["source_kind"], fields["source_name"], fields["forced"]) == (
         SKILL,
@@ -216,7 +222,9 @@ def test_rg2_resume_keeps_an_inactive_forced_source_and_it_still_counts(eu_confi
     assert [(s.name, s.forced) for s in skills] == [("sleepy-skill", True)]
     view = config_view(eu_config)
     with pytest.raises(ContextRefused) as caught:
-        context_assert(config=view, sources=compose_sources(view, snippets, skills))
+        context_assert(
+            save=save_audits, config=view, sources=compose_sources(view, snippets, skills)
+        )
     assert caught.value.fields["source_name"] == "sleepy"
     assert caught.value.fields["forced"] is True
 
@@ -232,7 +240,9 @@ def test_rg2_resume_drops_a_deleted_forced_source_silently(eu_config):
     assert [s.name for s in snippets] == ["keep"]
     assert skills == []
     view = config_view(eu_config)
-    decision = context_assert(config=view, sources=compose_sources(view, snippets, skills))
+    decision = context_assert(
+        save=save_audits, config=view, sources=compose_sources(view, snippets, skills)
+    )
     assert decision.decision.verdict is Verdict.PERMITTED
 
 

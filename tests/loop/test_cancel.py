@@ -181,11 +181,11 @@ MIXED_TURN = {
 @pytest.mark.parametrize(
     ("point", "lands"),
     [
-        pytest.param(faults.TOOL_DONE, lambda run: True, id="while-the-call-runs"),
+        pytest.param(faults.TOOL_DONE, lambda seen: True, id="while-the-call-runs"),
         pytest.param(
             faults.COMMIT,
-            lambda run: "call_e" in results_by_call(run.pk),
-            id="after-the-last-result-committed",
+            lambda seen: faults.TOOL_DONE in seen,  # held, to go with the ticket
+            id="after-the-last-result-was-recorded",
         ),
     ],
 )
@@ -194,16 +194,18 @@ def test_hitl11_a_cancel_landing_while_a_turns_calls_run_never_parks_the_run(
 ):
     """HITL-11, HITL-1, LOOP-7: the turn's first call needs an approver, so once its other
     calls ran the run would park. A cancel that lands while they run (or just after the
-    last result committed, before the ticket) ends the run `cancelled` instead: no ticket
+    last result was recorded, before the ticket) ends the run `cancelled` instead: no ticket
     is ever opened, the call that ran keeps its result, the waiting one gets an
     'interrupted' result, and the history stays paired. OPS-5: `run.cancelled` names who
     asked, as a parked cancel's does."""
     scripted_configuration("mixed", [MIXED_TURN, {"text": "never asked"}])
     run = submit(approver, "mixed")
     cancelled = []
+    seen: list[str] = []
 
     def hook(name: str, count: int) -> None:
-        if name == point and not cancelled and lands(run):
+        seen.append(name)
+        if name == point and not cancelled and lands(seen[:-1]):
             cancelled.append(run_cancel(user=approver, run_id=run.pk).status)
 
     with fault_hook(hook):

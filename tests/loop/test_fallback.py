@@ -8,6 +8,7 @@ import pytest
 
 from agentruns import events as ev
 from agentruns.models import Configuration, Event, GateAudit, Provider, Run
+from agentruns.runtime import faults
 from agentruns.runtime.loop import execute_run
 from tests.support.catalog import make_configuration, make_provider, make_snippet
 from tests.support.crash import (
@@ -179,8 +180,10 @@ def repoint_to_weak_provider() -> None:
     configuration.save()
 
 
-def first_result_committed(run: Run) -> bool:
-    return Event.objects.filter(run=run, type=ev.TOOL_RESULT).exists()
+def first_result_recorded(seen: list[str]) -> bool:
+    """The fault points so far say the first turn's tool ran and its result was recorded:
+    held, to be written with the next send's audit row (runtime/journal.py)."""
+    return seen[-1:] == [faults.COMMIT] and faults.TOOL_DONE in seen
 
 
 def assert_second_send_refused(run: Run, fake: FakeProvider) -> None:
@@ -194,15 +197,17 @@ def assert_second_send_refused(run: Run, fake: FakeProvider) -> None:
 
 
 def test_a_configuration_repointed_between_turns_refuses_the_next_send_on_resume(staff, fake):
-    """CG-9: the run is stopped after its first turn's tool result committed, the
+    """CG-9: the run is stopped after its first turn's tool result was recorded, the
     configuration is pointed at a less trusted provider, and the resumed run's second send
     is refused — nothing more reaches any provider."""
     gated_configuration(fake)
     fake.queue(ECHO_TURN, {"text": "must never be asked"})
     run = submit(staff, "gated")
+    seen: list[str] = []
 
     def stop_after_first_result(name: str, count: int) -> None:
-        if name == "commit" and first_result_committed(run):
+        seen.append(name)
+        if first_result_recorded(seen):
             raise SimulatedCrash(name)
 
     with fault_hook(stop_after_first_result), pytest.raises(SimulatedCrash):
@@ -217,15 +222,17 @@ def test_a_configuration_repointed_between_turns_refuses_the_next_send_on_resume
 
 def test_a_configuration_repointed_while_the_run_is_live_refuses_the_next_send(staff, fake):
     """CG-9 without a pause: the configuration is re-pointed (in the worker's own thread,
-    right after the first turn's tool result committed, before the second send). The next
-    provider call must be gated against the live configuration."""
+    right after the first turn's tool result was recorded, before the second send). The
+    next provider call must be gated against the live configuration."""
     gated_configuration(fake)
     fake.queue(ECHO_TURN, {"text": "must never be asked"})
     run = submit(staff, "gated")
     changed = []
+    seen: list[str] = []
 
     def repoint_after_first_result(name: str, count: int) -> None:
-        if name == "commit" and not changed and first_result_committed(run):
+        seen.append(name)
+        if not changed and first_result_recorded(seen):
             repoint_to_weak_provider()
             changed.append(True)
 

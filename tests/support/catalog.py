@@ -6,7 +6,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from agentruns.models import Configuration, Provider, Skill, Snippet
+from django.utils import timezone
+
+from agentruns.models import CatalogGeneration, Configuration, GateAudit, Provider, Skill, Snippet
 from agentruns.services.catalog import configuration_set_sources
 from tests.support.fake_provider import FakeProvider
 
@@ -129,3 +131,11 @@ def openai_configuration(
     kw.setdefault("allowed_tools", ["notes", "test", "ask_user"])
     provider_kw = {"api_key_env": KEY_ENV}
     return make_openai_configuration(slug, fake, zone=zone, provider_kw=provider_kw, **kw)
+
+
+def save_audits(rows: list[GateAudit]) -> int:
+    """The gate's `save` outside any run: the rows as they are, and the live generation."""
+    for row in rows:
+        row.created_at = timezone.now()
+    GateAudit.objects.bulk_create(rows)
+    return CatalogGeneration.objects.get(pk=1).value

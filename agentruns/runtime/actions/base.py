@@ -20,7 +20,7 @@ from agentruns.classes import Enforcement
 from agentruns.errors import Fenced
 from agentruns.events import LogEntry
 from agentruns.gate.audit import current_enforcement
-from agentruns.models import Run
+from agentruns.models import GateAudit, Run
 from agentruns.runtime import faults, journal
 from agentruns.runtime.compose import LogView, log_view
 from agentruns.runtime.config import RuntimeConfig, runtime_config
@@ -31,7 +31,7 @@ from agentruns.runtime.state import (
     restore,
 )
 from agentruns.store import store
-from agentruns.store.records import Claim, Lease, Signals
+from agentruns.store.records import Claim, Lease, Signals, Written
 from agentruns.tools.mcp.pinned import sync_pinned
 from agentruns.tools.policy import (
     Mode,
@@ -100,6 +100,9 @@ class RunContext:
     composed: bool = False
     # SEC-6: sends given up in a row because the catalog moved after their composition.
     recomposed: int = 0
+    # A step written later, with the next write (runtime/journal.py): never one that
+    # creates rows a caller needs the ids of, or that an effect or a person waits on.
+    held: journal.Step | None = None
     # OPS-7: this drive's spans (a `traces.RunTrace`, which needs this module); None while
     # tracing is off, and then nothing traces at all.
     trace: Any = None
@@ -184,9 +187,11 @@ class RunContext:
         run_update: dict[str, Any] | Callable[[], dict[str, Any]] | None = None,
         new_ticket: dict[str, Any] | None = None,
         durable: bool = True,
+        hold: bool = False,
     ) -> list[LogEntry]:
         """Events fenced by the lease, folded into the state, with the checkpoints taken
-        on the way and the step's row changes — written as one unit (journal.write)."""
+        on the way and the step's row changes — written as one unit (journal.write), with
+        the step held before it if any; or, with `hold`, held itself."""
         written = [
             LogEntry(self.next_sequence + offset, kind, payload, self.lease.run_id)
             for offset, (kind, payload) in enumerate(items)
@@ -201,6 +206,25 @@ class RunContext:
             new_ticket=new_ticket,
             after=self.next_sequence - 1,
         )
+        if hold:
+            assert not (durable or step.new_invocations or new_ticket), "only a re-doable step"
+            self.held = step if self.held is None else self.held.then(step)
+            return written
+        result = self._write(step, durable)
+        for row in new_invocations:
+            self.invocations[row["call_id"]] = Invocation(
+                result.invocations[row["call_id"]], row["tool_version"], None
+            )
+        return written
+
+    def audit(self, rows: list[GateAudit]) -> int:
+        """CG-4: the rows, durably and behind the fence, with the held step if any; the
+        live catalog generation (the gate's `save`)."""
+        return self._write(journal.Step(after=self.next_sequence - 1, audits=rows), True).generation
+
+    def _write(self, step: journal.Step, durable: bool) -> Written:
+        if self.held is not None:
+            step, self.held = self.held.then(step), None
         try:
             result = journal.write(self.lease, step, durable=durable)
         except IntegrityError as exc:
@@ -211,11 +235,7 @@ class RunContext:
         self.generation = result.generation
         if result.used_today is not None:
             self.used_today = result.used_today
-        for row in new_invocations:
-            self.invocations[row["call_id"]] = Invocation(
-                result.invocations[row["call_id"]], row["tool_version"], None
-            )
-        return written
+        return result
 
     def committed(self, written: list[LogEntry]) -> None:
         self.events.extend(written)

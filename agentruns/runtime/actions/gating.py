@@ -60,11 +60,12 @@ def sources(ctx: RunContext) -> tuple[Source, ...]:
 
 
 def assert_context(ctx: RunContext) -> Outcome | None:
-    """CG-4..CG-9: an audit row per assert, decided on the configuration as cached for
-    the catalog generation this executor knows; the same statement reads the live
-    generation, and a decision taken on a stale one is taken again. A refusal ends the
-    run before anything is sent. SEC-6: a catalog that will not hold still for any
-    decision fails the run closed; no verdict of an earlier view is ever used."""
+    """CG-4..CG-9: an audit row per assert (written with the step held before it),
+    decided on the configuration as cached for the catalog generation this executor
+    knows; the same statement reads the live generation, and a decision taken on a stale
+    one is taken again. A refusal ends the run before anything is sent. SEC-6: a catalog
+    that will not hold still for any decision fails the run closed; no verdict of an
+    earlier view is ever used."""
     for wait in STABLE_VIEW_WAITS:
         if wait:
             release_connection()
@@ -75,8 +76,8 @@ def assert_context(ctx: RunContext) -> Outcome | None:
             asserted = context_assert(
                 config=ctx.config.view,
                 sources=sources(ctx),
+                save=ctx.audit,
                 run_id=ctx.lease.run_id,
-                epoch=ctx.lease.epoch,
             )
         except ContextRefused as refused:
             if refused.generation is not None and refused.generation != known:

@@ -21,7 +21,7 @@ from agentruns.providers.base import Link, ProviderError, ProviderRequest, Reply
 from agentruns.providers.dispatch import dispatch
 from agentruns.runtime import faults
 from agentruns.runtime.actions.base import Outcome, RunContext
-from agentruns.runtime.actions.endings import finish_failed
+from agentruns.runtime.actions.endings import boundary, finish_failed
 from agentruns.runtime.actions.gating import STABLE_VIEW_WAITS, assert_context, unstable
 from agentruns.store.connection import release_connection
 
@@ -45,7 +45,9 @@ def send(
     when the gate found the catalog moved since the request was composed on generation
     `composed_on` (SEC-6: no decision covers an earlier view): compose it again.
     `withheld`: the results the request carries withheld (MCP-4), audited before it goes."""
-    refused = assert_context(ctx)
+    # HITL-11: the audit statement brings the cancel flag back too; a cancel that landed
+    # while the turn's held results waited stops the run before anything is sent.
+    refused = assert_context(ctx) or boundary(ctx)
     if refused:
         return refused
     if ctx.generation != composed_on:
@@ -57,8 +59,8 @@ def send(
             config=ctx.config.view,
             results=withheld,
             zone=ctx.config.zone,
+            save=ctx.audit,
             run_id=ctx.lease.run_id,
-            epoch=ctx.lease.epoch,
         )
     release_connection()
     try:

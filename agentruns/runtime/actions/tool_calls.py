@@ -170,8 +170,7 @@ def _run_apart(ready: Ready) -> ToolOutput:
 
 def _finished(ctx: RunContext, ready: Ready, output: ToolOutput) -> None:
     faults.fault_point(faults.TOOL_DONE)
-    durable = ready.tool.effect is Effect.WRITE
-    _record_output(ctx, ready, output, durable=durable)
+    _record_output(ctx, ready, output, redoable=ready.tool.effect is not Effect.WRITE)
 
 
 def _live_gate(
@@ -246,12 +245,15 @@ def _edited_note(ready: Ready) -> str:
     return f"[{who} changed the arguments before approving; the call ran with {ran}.]\n"
 
 
-def _record_output(ctx: RunContext, ready: Ready, output: ToolOutput, *, durable: bool) -> None:
+def _record_output(ctx: RunContext, ready: Ready, output: ToolOutput, *, redoable: bool) -> None:
+    """A write's result is durable at once; a result that could be had again by running
+    the call again is held for the next write (the audit before the next send)."""
     ctx.commit(
         _output_items(ready, output),
         invocation_updates=[(ready.invocation.pk, completion(output))],
         checkpoints=((Checkpoint.Kind.TOOL_COMPLETED, None),),
-        durable=durable,
+        durable=not redoable,
+        hold=redoable,
     )
 
 
