@@ -89,9 +89,10 @@ class WebhookAttemptAdmin(RecordAdmin):
 
 @admin.register(DailyUsage)
 class DailyUsageAdmin(RecordAdmin):
-    """OPS-2's counters: deleting a day's row would lift its limit."""
+    """OPS-2's counters, a configuration's day in up to 32 shard rows (their sum is the
+    day's): deleting a row would lift the limit by its tokens."""
 
-    list_display = ["day", "configuration", "input_tokens", "output_tokens", "cost"]
+    list_display = ["day", "configuration", "shard", "input_tokens", "output_tokens", "cost"]
     list_filter = ["day", "configuration"]
     date_hierarchy = "day"
 

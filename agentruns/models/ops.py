@@ -21,26 +21,35 @@ USAGE_EVENTS = (ev.ASSISTANT, ev.COMPACTION)
 
 
 class DailyUsage(models.Model):
-    """OPS-1, OPS-2: tokens a configuration's runs used on one UTC day. The loop upserts it
-    in the statement that writes each model turn, so the daily limit is one indexed
-    single-row read and per-day spend never scans the log."""
+    """OPS-1, OPS-2: tokens a configuration's runs used on one UTC day, in SHARDS rows. The
+    loop upserts a run's shard in the statement that writes each model turn, so the daily
+    limit is one indexed read of at most SHARDS rows and per-day spend never scans the log.
+    Concurrent runs of one configuration would otherwise all queue on one row's lock, each
+    holding it to its commit (PERF-6: a 1000-run batch spent most of its time there)."""
+
+    SHARDS = 32
 
     configuration = models.ForeignKey(
         Configuration, on_delete=models.CASCADE, related_name="daily_usage"
     )
     day = models.DateField()
+    shard = models.PositiveSmallIntegerField(
+        default=0, help_text="The day's tokens are the sum over its shards (run id modulo 32)."
+    )
     input_tokens = models.BigIntegerField(default=0)
     output_tokens = models.BigIntegerField(default=0)
 
     class Meta:
-        ordering = ["-day", "configuration"]
+        ordering = ["-day", "configuration", "shard"]
         constraints = [
-            models.UniqueConstraint(fields=["configuration", "day"], name="daily_usage_once")
+            models.UniqueConstraint(
+                fields=["configuration", "day", "shard"], name="daily_usage_once"
+            )
         ]
         verbose_name_plural = "daily usage"
 
     def __str__(self) -> str:
-        return f"{self.configuration_id} on {self.day}"
+        return f"{self.configuration_id} on {self.day} ({self.shard})"
 
     @staticmethod
     def today() -> date:
@@ -48,13 +57,11 @@ class DailyUsage(models.Model):
 
     @classmethod
     def used_today(cls, configuration_id: int) -> int:
-        """OPS-2's one read: an index lookup on (configuration, day), one row."""
-        row = (
-            cls.objects.filter(configuration_id=configuration_id, day=cls.today())
-            .values_list("input_tokens", "output_tokens")
-            .first()
-        )
-        return sum(row) if row else 0
+        """OPS-2's one read: an index range on (configuration, day), its shards summed."""
+        total = cls.objects.filter(configuration_id=configuration_id, day=cls.today()).aggregate(
+            used=models.Sum(models.F("input_tokens") + models.F("output_tokens"))
+        )["used"]
+        return int(total or 0)
 
     @classmethod
     def at_limit(
@@ -70,15 +77,16 @@ class DailyUsage(models.Model):
 
     @classmethod
     def add(cls, configuration_id: int, input_tokens: int, output_tokens: int) -> None:
-        """The portable upsert; on PostgreSQL the loop uses UPSERT_SQL inside its step."""
+        """The portable upsert (into shard 0: SQLite writes one transaction at a time); on
+        PostgreSQL the loop uses UPSERT_SQL inside its step."""
         if not (input_tokens or output_tokens):
             return
         day = cls.today()
-        if not cls.objects.filter(configuration_id=configuration_id, day=day).update(
+        if not cls.objects.filter(configuration_id=configuration_id, day=day, shard=0).update(
             input_tokens=models.F("input_tokens") + input_tokens,
             output_tokens=models.F("output_tokens") + output_tokens,
         ):
-            cls.objects.get_or_create(configuration_id=configuration_id, day=day)
+            cls.objects.get_or_create(configuration_id=configuration_id, day=day, shard=0)
             cls.add(configuration_id, input_tokens, output_tokens)
 
     @staticmethod
@@ -92,17 +100,34 @@ class DailyUsage(models.Model):
                 spent_out += int(usage.get("output_tokens") or 0)
         return spent_in, spent_out
 
-    # The loop's upsert inside its step statement (PostgreSQL), behind the step's fence; it
-    # hands back the day's new total. Parameters: configuration id, UTC day, input tokens,
-    # output tokens.
+    # The loop's upsert of its run's shard inside its step statement (PostgreSQL), behind
+    # the step's fence, and the day's new total: that shard as upserted plus the others as
+    # the statement's snapshot has them (never waiting on their locks).
     UPSERT_SQL = (
-        "INSERT INTO agentruns_dailyusage (configuration_id, day, input_tokens, output_tokens) "
-        "SELECT %s, %s::date, %s, %s WHERE EXISTS (SELECT 1 FROM fence) "
-        "ON CONFLICT (configuration_id, day) DO UPDATE SET "
+        "INSERT INTO agentruns_dailyusage "
+        "(configuration_id, day, shard, input_tokens, output_tokens) "
+        "SELECT %s, %s::date, %s, %s, %s WHERE EXISTS (SELECT 1 FROM fence) "
+        "ON CONFLICT (configuration_id, day, shard) DO UPDATE SET "
         "input_tokens = agentruns_dailyusage.input_tokens + EXCLUDED.input_tokens, "
         "output_tokens = agentruns_dailyusage.output_tokens + EXCLUDED.output_tokens "
-        "RETURNING input_tokens + output_tokens AS used"
+        "RETURNING input_tokens + output_tokens AS mine"
     )
+    USED_SQL = (
+        "(SELECT mine FROM du) + (SELECT coalesce(sum(input_tokens + output_tokens), 0) "
+        "FROM agentruns_dailyusage WHERE configuration_id = %s AND day = %s::date "
+        "AND shard <> %s)"
+    )
+
+    @classmethod
+    def upsert_params(
+        cls, configuration_id: int, run_id: int, input_tokens: int, output_tokens: int
+    ) -> tuple[list[Any], list[Any]]:
+        """(UPSERT_SQL's parameters, USED_SQL's)."""
+        day, shard = cls.today(), run_id % cls.SHARDS
+        return (
+            [configuration_id, day, shard, input_tokens, output_tokens],
+            [configuration_id, day, shard],
+        )
 
 
 class Webhook(models.Model):

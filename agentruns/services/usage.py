@@ -106,18 +106,32 @@ class DayUsage:
 def daily_usage(
     *, start: date | None = None, end: date | None = None, configuration: str | None = None
 ) -> list[DayUsage]:
-    """Per configuration per UTC day, newest first; `end` is inclusive."""
-    rows = DailyUsage.objects.select_related("configuration").order_by("-day", "configuration")
+    """Per configuration per UTC day (its shards summed), newest first; `end` inclusive."""
+    rows = DailyUsage.objects.all()
     if start:
         rows = rows.filter(day__gte=start)
     if end:
         rows = rows.filter(day__lte=end)
     if configuration:
         rows = rows.filter(configuration__slug=configuration)
-    return [DayUsage(row.configuration.slug, row.day, day_usage(row)) for row in rows]
+    days = (
+        rows.values("configuration", "day")
+        .annotate(i=Sum("input_tokens"), o=Sum("output_tokens"))
+        .order_by("-day", "configuration")
+    )
+    configurations = Configuration.objects.in_bulk({day["configuration"] for day in days})
+    return [
+        DayUsage(
+            configurations[day["configuration"]].slug,
+            day["day"],
+            priced(day["i"], day["o"], configurations[day["configuration"]]),
+        )
+        for day in days
+    ]
 
 
 def day_usage(row: DailyUsage) -> Usage:
+    """One shard row's usage, priced (the admin lists the rows as stored)."""
     return priced(row.input_tokens, row.output_tokens, row.configuration)
 
 

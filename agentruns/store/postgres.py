@@ -184,6 +184,7 @@ def step_statement(lease: Lease, step: Step, fast: bool) -> tuple:
     generation, [[call_id, invocation id]], the configuration's tokens today if the step
     used any)."""
     params: list[Any] = [lease.run_id, lease.epoch]
+    used_params: list[Any] = []
     held = ""
     if step.after:
         held = f" AND EXISTS (SELECT 1 FROM {EVENT} WHERE thread_id = %s AND sequence = %s)"
@@ -199,7 +200,10 @@ def step_statement(lease: Lease, step: Step, fast: bool) -> tuple:
         spent_in, spent_out = DailyUsage.usage_of(step.events)
         if spent_in or spent_out:
             parts.append(f"du AS ({DailyUsage.UPSERT_SQL})")
-            params.extend([lease.configuration_id, DailyUsage.today(), spent_in, spent_out])
+            upsert, used_params = DailyUsage.upsert_params(
+                lease.configuration_id, lease.run_id, spent_in, spent_out
+            )
+            params.extend(upsert)
     if step.checkpoints:
         rows = [checkpoint_row(lease, cp, now) for cp in step.checkpoints]
         parts.append(_insert("cp", Checkpoint._meta.db_table, CHECKPOINT_COLUMNS, rows, params))
@@ -229,7 +233,7 @@ def step_statement(lease: Lease, step: Step, fast: bool) -> tuple:
     if step.run_update:
         parts.append(_update("run", RUN, step.run_update, "id = %s AND epoch = %s", params))
         params.extend([lease.run_id, lease.epoch])
-    used = "(SELECT used FROM du)" if any(p.startswith("du AS") for p in parts) else "NULL"
+    used = DailyUsage.USED_SQL if used_params else "NULL"
     created = (
         "(SELECT json_agg(json_build_array(call_id, id)) FROM inv)"
         if step.new_invocations
@@ -241,7 +245,7 @@ def step_statement(lease: Lease, step: Step, fast: bool) -> tuple:
         + f" SELECT (SELECT count(*) FROM fence), (SELECT cancel_requested FROM {RUN} "
         f"WHERE id = %s), {GENERATION}, {created}, {used}{RELAX_COMMIT if fast else ''}"
     )
-    params.append(lease.run_id)
+    params.extend([lease.run_id, *used_params])
     return prepared(sql, params)
 
 

@@ -11,7 +11,7 @@ from django.test.utils import CaptureQueriesContext
 
 from agentruns.models import DailyUsage, Event, Run
 from agentruns.runtime.loop import execute_run
-from agentruns.services.usage import run_usage
+from agentruns.services.usage import daily_usage, run_usage
 from tests.support.catalog import make_configuration, make_openai_configuration, make_provider
 from tests.support.fake_provider import OPENAI_PATH, FakeProvider
 from tests.support.ops import client_for
@@ -153,8 +153,8 @@ def test_ops1_usage_and_cost_sum_over_a_multi_turn_run_with_fallback(fake, staff
     }
     listed = client_for(staff).get("/api/runs/").json()["results"][0]
     assert listed["usage"] == usage
-    day = DailyUsage.objects.get(configuration__slug="primary")
-    assert (day.input_tokens, day.output_tokens) == (spent_in, spent_out)
+    [day] = daily_usage(configuration="primary")
+    assert (day.usage.input_tokens, day.usage.output_tokens) == (spent_in, spent_out)
 
 
 def test_ops2_a_limit_crossed_mid_run_fails_it_before_the_next_send(fake, staff):
@@ -208,9 +208,9 @@ def test_ops1_a_compaction_summary_call_counts_too(staff):
     turns = assistant_usage(second)
     usage = run_usage(Run.objects.get(pk=second))
     assert usage.input_tokens == summary["input_tokens"] + sum(t["input_tokens"] for t in turns)
-    day = DailyUsage.objects.get()
+    [day] = daily_usage(configuration="tight")  # the two runs' shards, summed
     first_usage = run_usage(Run.objects.get(pk=first.json()["id"]))
-    assert day.input_tokens == usage.input_tokens + first_usage.input_tokens
+    assert day.usage.input_tokens == usage.input_tokens + first_usage.input_tokens
 
 
 def test_ops1_the_run_admin_shows_usage_and_cost(staff, django_user_model):
@@ -258,3 +258,25 @@ def test_ops1_a_blank_price_in_a_form_means_zero():
     configuration.save()
     configuration.refresh_from_db()
     assert configuration.input_token_price == 0
+
+
+def test_ops2_perf6_a_runs_limit_counts_every_shard_of_the_day(staff):
+    """Runs of one configuration count into shards of the day (so a thousand of them never
+    queue on one row's lock); the total a step statement hands back, which the next turn's
+    limit check uses, is every shard's."""
+    turns = [{"tool_calls": [{"name": "clock.now", "arguments": {}}]}, {"text": "hi"}]
+    scripted("sharded", turns, allowed_tools=["clock"])
+    first = submitted(staff, "sharded")
+    assert execute_run(first) == "completed"
+    spent = run_usage(Run.objects.get(pk=first))
+    # The second run's first turn takes the day past the limit only with the first run's
+    # tokens counted: its second turn is then refused.
+    limit = spent.input_tokens + spent.output_tokens + 1
+    configuration = Run.objects.get(pk=first).configuration
+    configuration.daily_token_limit = limit
+    configuration.save()
+    second = submitted(staff, "sharded")
+    assert second % DailyUsage.SHARDS != first % DailyUsage.SHARDS
+    assert execute_run(second) == "failed"
+    assert Run.objects.get(pk=second).failure["code"] == "daily_limit_reached"
+    assert DailyUsage.objects.filter(configuration=configuration).count() == 2

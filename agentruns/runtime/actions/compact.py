@@ -34,11 +34,19 @@ def _event_tokens(ctx: RunContext, event: LogEntry) -> int:
     return tokens
 
 
+def _needed(ctx: RunContext, fixed: int) -> int:
+    """The next send's tokens by our own count (each event counted once per run): DEF-6's
+    bound never rests on what a provider reports."""
+    return fixed + sum(_event_tokens(ctx, event) for event in ctx.view().effective)
+
+
 def compact_if_needed(
     ctx: RunContext, system: list[str], specs: tuple[ToolSpec, ...]
 ) -> Outcome | None:
     budget = ctx.config.context_budget_tokens
     fixed = fixed_tokens(system, specs)
+    if _needed(ctx, fixed) <= budget:  # the usual case: no units to cut, no plan to make
+        return None
     units = compaction.units_of(
         ctx.view().effective,
         lambda events: sum(_event_tokens(ctx, event) for event in events),
@@ -76,7 +84,7 @@ def compact_if_needed(
 
 def _over_budget(ctx: RunContext, fixed: int, budget: int) -> Outcome | None:
     """DEF-6: nothing over the budget is ever sent, compacted or not."""
-    needed = fixed + sum(_event_tokens(ctx, e) for e in ctx.view().effective)
+    needed = _needed(ctx, fixed)
     if needed <= budget:
         return None
     return finish_failed(
