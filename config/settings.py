@@ -293,7 +293,7 @@ AGENTRUNS_DB_POOL_MAX = env_int("AGENTRUNS_DB_POOL_MAX", 12)
 AGENTRUNS_DB_POOL_TIMEOUT = env_float("AGENTRUNS_DB_POOL_TIMEOUT", 30.0)
 AGENTRUNS_EXECUTOR_THREADS = env_int(
     "AGENTRUNS_EXECUTOR_THREADS",
-    256 if DATABASES["default"]["ENGINE"].endswith("postgresql") else 4,
+    512 if DATABASES["default"]["ENGINE"].endswith("postgresql") else 4,
 )
 # How often a worker's heartbeat also sweeps (0: every heartbeat, i.e. lease/3).
 AGENTRUNS_SWEEP_SECONDS = env_float("AGENTRUNS_SWEEP_SECONDS", 0.0)
