@@ -1,15 +1,14 @@
 """Connection handling the runtime and the cluster share: a process's pool (PERF-6) and
 the connections it inherited across fork, giving a pooled connection back while a run
 waits, closing a thread's connections when its work is done, whether a step may skip
-waiting for the WAL flush (runtime/journal.py), and the prepared statements of the loop."""
+waiting for the WAL flush (runtime/journal.py). The loop's prepared statements are in
+`store/statements.py`."""
 
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any
 
-import psycopg
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -80,25 +79,3 @@ def use_pool(*, size: int, timeout: float, name: str) -> None:
     options["pool"] = {"min_size": size, "max_size": size, "timeout": timeout, "name": name}
     db["CONN_MAX_AGE"] = 0
     db["CONN_HEALTH_CHECKS"] = False
-
-
-def prepared(sql: str, params: list[Any]) -> tuple:
-    """The statement's one row (see `prepared_rows`)."""
-    rows = prepared_rows(sql, params)
-    assert rows, "the statement returned no row"
-    return rows[0]
-
-
-def prepared_rows(sql: str, params: list[Any]) -> list[tuple]:
-    """Run a statement the loop repeats with server-side parameters, prepared once per
-    connection: a step's statement has one of a few shapes, and planning it anew each time
-    would cost more than executing it. Logged like any Django query."""
-    db = this_connection()
-    db.ensure_connection()
-    started = time.monotonic()
-    with db.wrap_database_errors, psycopg.Cursor(db.connection) as cursor:
-        cursor.execute(sql, params, prepare=True)
-        rows = cursor.fetchall()
-    if db.queries_logged:
-        db.queries_log.append({"sql": sql, "time": f"{time.monotonic() - started:.3f}"})
-    return rows

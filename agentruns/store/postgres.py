@@ -28,7 +28,7 @@ from agentruns.models import (
     WebhookDelivery,
 )
 from agentruns.store.base import LogRow, SystemStore
-from agentruns.store.connection import fast_commit, prepared, prepared_rows
+from agentruns.store.connection import fast_commit
 from agentruns.store.records import (
     CLAIM_FIELDS,
     Lease,
@@ -37,6 +37,7 @@ from agentruns.store.records import (
     checkpoint_row,
     event_row,
 )
+from agentruns.store.statements import prepared, prepared_rows
 
 RUN = Run._meta.db_table
 EVENT = Event._meta.db_table
@@ -157,24 +158,36 @@ def _insert(
     columns: tuple[str, ...],
     rows: list[dict],
     params: list,
-    casts: dict[str, str] | None = None,
+    *,
+    audit: bool = False,
 ) -> str:
-    cast = casts.__getitem__ if casts else _cast
-    row = "(" + ", ".join(f"%s{cast(c)}" for c in columns) + ")"
     for values in rows:
         params.extend(_value(c, values[c]) for c in columns)
+    return _insert_sql(name, table, columns, len(rows), audit)
+
+
+@cache
+def _insert_sql(name: str, table: str, columns: tuple[str, ...], count: int, audit: bool) -> str:
+    """A step has one of a few shapes: its text is built once per shape, not per step."""
+    cast = _audit_casts().__getitem__ if audit else _cast
+    row = "(" + ", ".join(f"%s{cast(c)}" for c in columns) + ")"
     names = ", ".join(columns)
     returning = RETURNING.get(name, "1")
     return (
         f"{name} AS (INSERT INTO {table} ({names}) SELECT * FROM (VALUES "
-        f"{', '.join([row] * len(rows))}) AS v ({names}) "
+        f"{', '.join([row] * count)}) AS v ({names}) "
         f"WHERE EXISTS (SELECT 1 FROM fence) RETURNING {returning})"
     )
 
 
 def _update(name: str, table: str, changes: dict[str, Any], where: str, params: list) -> str:
-    sets = ", ".join(f"{c} = %s{_cast(c)}" for c in changes)
     params.extend(_value(c, v) for c, v in changes.items())
+    return _update_sql(name, table, tuple(changes), where)
+
+
+@cache
+def _update_sql(name: str, table: str, columns: tuple[str, ...], where: str) -> str:
+    sets = ", ".join(f"{c} = %s{_cast(c)}" for c in columns)
     return f"{name} AS (UPDATE {table} SET {sets} WHERE {where} RETURNING 1)"
 
 
@@ -229,7 +242,7 @@ def step_statement(lease: Lease, step: Step, fast: bool) -> tuple:
     if step.audits:
         rows = _audit_rows(step.audits, now)
         table = GateAudit._meta.db_table
-        parts.append(_insert("au", table, AUDIT_COLUMNS, rows, params, _audit_casts()))
+        parts.append(_insert("au", table, AUDIT_COLUMNS, rows, params, audit=True))
     if step.run_update:
         parts.append(_update("run", RUN, step.run_update, "id = %s AND epoch = %s", params))
         params.extend([lease.run_id, lease.epoch])

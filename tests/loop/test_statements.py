@@ -1,0 +1,92 @@
+"""The loop's statements sent straight through libpq (store/statements.py, PERF-1): the
+same values in and out as through a cursor, the same errors, prepared once per session."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, date, datetime
+from decimal import Decimal
+
+import pytest
+from django.db import DataError, IntegrityError, connection, transaction
+
+from agentruns.models import Run
+from agentruns.store.statements import prepared, prepared_rows
+
+pytestmark = pytest.mark.django_db
+
+
+def _prepared_in_session() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_prepared_statements WHERE name LIKE 'agentruns_%%'")
+        return cursor.fetchone()[0]
+
+
+def test_values_of_every_formatted_type_come_back_as_they_went():
+    moment = datetime(2026, 12, 3, 7, 30, 1, 123456, tzinfo=UTC)
+    key = uuid.uuid4()
+    row = prepared(
+        "SELECT %s::bigint, %s::boolean, %s::boolean, %s::timestamptz = %s, %s::date, "
+        "%s::text, %s::text IS NULL, %s::float8, %s::numeric, %s::uuid = %s, "
+        "json_build_array(%s::text, 1), '{\"a\": [1, 2]}'::jsonb, 'x %%'",
+        [
+            2**40,
+            True,
+            False,
+            moment,
+            moment,
+            date(2026, 12, 3),
+            'héllo "quoted" 雪',
+            None,
+            1.5,
+            Decimal("2.25"),
+            key,
+            str(key),
+            Run.Status.RUNNING,
+        ],
+    )
+    assert row == (
+        2**40,
+        True,
+        False,
+        True,
+        "2026-12-03",
+        'héllo "quoted" 雪',
+        True,
+        "1.5",
+        Decimal("2.25"),
+        True,
+        ["running", 1],
+        {"a": [1, 2]},
+        "x %",
+    )
+
+
+@pytest.mark.django_db(transaction=True)  # a connection closed outside any test transaction
+def test_a_shape_is_prepared_once_per_session_and_again_on_a_new_connection():
+    sql = "SELECT %s::bigint + 1"
+    assert prepared(sql, [1]) == (2,)
+    before = _prepared_in_session()
+    assert prepared(sql, [41]) == (42,)
+    assert _prepared_in_session() == before  # the second run reused the statement
+
+    connection.close()
+    assert prepared(sql, [1]) == (2,)  # a new session prepares it afresh
+
+
+def test_a_nul_byte_in_a_text_parameter_is_refused_not_truncated():
+    with pytest.raises(DataError):
+        prepared("SELECT %s::text", ["before\x00after"])
+
+
+def test_a_server_error_is_djangos_typed_error():
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE TEMPORARY TABLE once (k text PRIMARY KEY)")
+    prepared_rows("INSERT INTO once VALUES (%s)", ["k"])
+    with pytest.raises(IntegrityError), transaction.atomic():
+        prepared_rows("INSERT INTO once VALUES (%s)", ["k"])
+    assert prepared("SELECT count(*) FROM once", []) == (1,)
+
+
+def test_a_value_it_cannot_format_goes_through_the_cursor():
+    assert prepared("SELECT %s::bigint[]", [[1, 2]]) == ([1, 2],)
