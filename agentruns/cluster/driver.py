@@ -25,6 +25,7 @@ after about half of q2's task timeout and re-enqueues itself (see `tasks.wake`).
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import queue
@@ -101,6 +102,10 @@ def warm_up() -> None:
         logger.debug("warm-up incomplete", exc_info=True)
     finally:
         close_thread_connections()
+    # What the process built so far (Django, the catalog, the encoder: ~150k objects) lives
+    # as long as it does: the collector's full passes need not walk it again. Each pass
+    # over it cost ~100 ms, ~2.5 ms per reference run on average.
+    gc.freeze()
 
 
 @dataclass
