@@ -115,22 +115,43 @@ def _format(params: list[Any]) -> tuple[list[bytes | None], tuple[int, ...]]:
             values.append(None)
             oids.append(0)
             continue
-        if isinstance(value, Enum):  # a choices member: psycopg would walk its MRO each time
-            value = value.value
         kind = type(value)
-        if kind not in _OID:
-            raise _Unformattable(kind.__name__)
-        if kind is bool:
-            text = "t" if value else "f"
-        elif kind is datetime or kind is date:
-            text = value.isoformat()
-        else:
-            text = str(value)
-            if "\x00" in text:  # a text parameter ends at its first NUL byte
-                raise psycopg.DataError("PostgreSQL text fields cannot contain NUL (0x00) bytes")
-        values.append(text.encode())
+        text = _TEXT.get(kind)
+        if text is None:
+            if not isinstance(value, Enum):
+                raise _Unformattable(kind.__name__)
+            value = value.value  # a choices member: psycopg walks its MRO on every statement
+            kind = type(value)
+            text = _TEXT[kind]
+        values.append(text(value))
         oids.append(_OID[kind])
     return values, tuple(oids)
+
+
+def _text(value: str) -> bytes:
+    if "\x00" in value:  # a text parameter would end at its first NUL byte
+        raise psycopg.DataError("PostgreSQL text fields cannot contain NUL (0x00) bytes")
+    return value.encode()
+
+
+def _plain(value: Any) -> bytes:
+    return str(value).encode()
+
+
+def _iso(value: date) -> bytes:
+    return value.isoformat().encode()
+
+
+_TEXT: dict[type, Any] = {
+    str: _text,
+    int: _plain,
+    float: _plain,
+    Decimal: _plain,
+    UUID: _plain,
+    bool: lambda value: b"t" if value else b"f",
+    datetime: _iso,
+    date: _iso,
+}
 
 
 @lru_cache(maxsize=256)
