@@ -24,7 +24,7 @@ from agentruns.providers.base import (
     ToolSpec,
     UserMessage,
 )
-from agentruns.providers.tokens import fixed_tokens, message_tokens
+from agentruns.providers.tokens import fixed_tokens, message_bytes, message_tokens
 from agentruns.runtime import compaction
 from agentruns.runtime.actions.compact import SUMMARY_INSTRUCTION
 from agentruns.runtime.context import SUMMARY_PREFIX, effective_events, pairing_problems
@@ -508,3 +508,23 @@ def test_def6_a_scripted_run_follows_its_script_across_a_mid_prompt_compaction(s
         if e.type == ev.TOOL_RESULT
     ]
     assert echoed == [f"turn{i}" for i in range(6)]
+
+
+_HOSTILE_TEXT = st.text(st.characters(codec=None, exclude_categories=()), max_size=200)
+
+
+@given(
+    text=_HOSTILE_TEXT,
+    arguments=st.dictionaries(_HOSTILE_TEXT, _HOSTILE_TEXT, max_size=3),
+    raw=st.one_of(st.none(), _HOSTILE_TEXT),
+)
+def test_def6_the_byte_bound_never_counts_fewer_than_the_tokens(text, arguments, raw):
+    """A context that fits at a byte per token fits by token count too, so the budget
+    check may skip the tokenizer (PERF-1) without ever sending more than the budget."""
+    call_ = ToolCall(id="c1", name="notes_write", arguments=arguments, raw_arguments=raw or None)
+    for message in (
+        UserMessage(text),
+        AssistantMessage(text, (call_,)),
+        ToolResultMessage(call_id="c1", name="notes_write", content=text),
+    ):
+        assert message_bytes(message) >= message_tokens(message)

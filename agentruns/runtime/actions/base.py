@@ -86,7 +86,7 @@ class RunContext:
     state: RunState = field(default_factory=RunState)
     next_sequence: int = 1
     invocations: dict[str, Invocation] = field(default_factory=dict)
-    token_memo: dict[tuple[int, bool], int] = field(default_factory=dict)
+    token_memo: dict[tuple[int, bool, bool], int] = field(default_factory=dict)
     config_memo: tuple[int, RuntimeConfig] | None = None
     view_memo: tuple[tuple[int, int, bool], LogView] | None = None
     # The catalog generation this executor decided on last (CG-9, SEC-6).
