@@ -12,6 +12,7 @@ goes through the cursor as before.
 
 from __future__ import annotations
 
+import itertools
 import re
 import time
 from datetime import date, datetime
@@ -68,8 +69,10 @@ def prepared_rows(sql: str, params: list[Any]) -> list[tuple]:
         try:
             rows = _execute(db, sql, params)
         except _Unformattable:
+            # Not prepared by psycopg: a session where psycopg holds prepared statements
+            # gets DEALLOCATE ALL from it after any rollback, which would take ours too.
             with psycopg.Cursor(db.connection) as cursor:
-                cursor.execute(sql, params, prepare=True)
+                cursor.execute(sql, params)
                 rows = cursor.fetchall()
     if db.queries_logged:
         db.queries_log.append({"sql": sql, "time": f"{time.monotonic() - started:.3f}"})
@@ -79,15 +82,13 @@ def prepared_rows(sql: str, params: list[Any]) -> list[tuple]:
 def _execute(db: Any, sql: str, params: list[Any]) -> list[tuple]:
     values, oids = _format(params)
     conn: psycopg.Connection = db.connection
-    pgconn = conn.pgconn
-    names = _statements(conn)
-    name = names.get((sql, oids))
-    if name is None:
-        name = f"agentruns_{len(names)}".encode()
-        _check(pgconn.prepare(name, _numbered(sql), oids), conn)
-        names[(sql, oids)] = name
-    # libpq takes None for NULL (as psycopg itself passes it); the stub says bytes only.
-    result = _check(pgconn.exec_prepared(name, values), conn)  # type: ignore[arg-type]
+    if conn.prepare_threshold is None:
+        # AGENTRUNS_PREPARE=0, behind a transaction-mode pooler: nothing may outlive the
+        # statement, so it goes unnamed (parsed and planned each time).
+        result = conn.pgconn.exec_params(_numbered(sql), values, oids)
+    else:
+        result = _run_prepared(conn, sql, values, oids)
+    _check(result, conn)
     decoders = [_decoder(result.ftype(column)) for column in range(result.nfields)]
     return [
         tuple(
@@ -96,6 +97,32 @@ def _execute(db: Any, sql: str, params: list[Any]) -> list[tuple]:
         )
         for row in range(result.ntuples)
     ]
+
+
+def _run_prepared(
+    conn: psycopg.Connection, sql: str, values: list[bytes | None], oids: tuple[int, ...]
+) -> pq.abc.PGresult:
+    names = _statements(conn)
+    key = (sql, oids)
+    while True:
+        name = names.get(key)
+        if name is None:
+            name = f"agentruns_{next(_NUMBERS)}".encode()
+            _check(conn.pgconn.prepare(name, _numbered(sql), oids), conn)
+            names[key] = name
+        # libpq takes None for NULL (as psycopg itself passes it); the stub says bytes only.
+        result = conn.pgconn.exec_prepared(name, values)  # type: ignore[arg-type]
+        if result.error_field(pq.DiagnosticField.SQLSTATE) != _NO_SUCH_STATEMENT:
+            return result
+        # The session lost its statements (a DEALLOCATE ALL or DISCARD ALL): prepare
+        # again. Outside a transaction the failed attempt ended its own, so try again.
+        names.clear()
+        if conn.pgconn.transaction_status != pq.TransactionStatus.IDLE:
+            return result
+
+
+_NUMBERS = itertools.count()  # statement names, unique within the process
+_NO_SUCH_STATEMENT = b"26000"
 
 
 def _statements(conn: psycopg.Connection) -> dict[tuple, bytes]:

@@ -8,7 +8,7 @@ from datetime import UTC, date, datetime
 from decimal import Decimal
 
 import pytest
-from django.db import DataError, IntegrityError, connection, transaction
+from django.db import DataError, IntegrityError, ProgrammingError, connection, transaction
 
 from agentruns.models import Run
 from agentruns.store.statements import prepared, prepared_rows
@@ -90,3 +90,34 @@ def test_a_server_error_is_djangos_typed_error():
 
 def test_a_value_it_cannot_format_goes_through_the_cursor():
     assert prepared("SELECT %s::bigint[]", [[1, 2]]) == ([1, 2],)
+
+
+@pytest.mark.django_db(transaction=True)  # outside a transaction, as the loop's steps run
+def test_statements_a_session_lost_are_prepared_again():
+    """psycopg sends DEALLOCATE ALL after a rollback once it holds prepared statements of
+    its own; a pool may DISCARD ALL. The next step prepares afresh instead of failing."""
+    sql = "SELECT %s::bigint * 2"
+    assert prepared(sql, [2]) == (4,)
+    with connection.cursor() as cursor:
+        cursor.execute("DEALLOCATE ALL")
+    assert prepared(sql, [3]) == (6,)
+
+
+def test_inside_a_transaction_a_lost_statement_fails_once_then_is_prepared_again():
+    sql = "SELECT %s::bigint * 3"
+    assert prepared(sql, [1]) == (3,)
+    with connection.cursor() as cursor:
+        cursor.execute("DEALLOCATE ALL")
+    with pytest.raises(ProgrammingError), transaction.atomic():
+        prepared(sql, [1])
+    assert prepared(sql, [2]) == (6,)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_behind_a_transaction_pooler_nothing_outlives_the_statement(monkeypatch):
+    """AGENTRUNS_PREPARE=0: psycopg's prepare_threshold is None, and so is ours."""
+    connection.ensure_connection()
+    monkeypatch.setattr(connection.connection, "prepare_threshold", None)
+    before = _prepared_in_session()
+    assert prepared("SELECT %s::bigint + 5", [1]) == (6,)
+    assert _prepared_in_session() == before
