@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 import re
 import time
+from collections.abc import Callable
 from datetime import date, datetime
 from decimal import Decimal
 from enum import Enum
@@ -29,23 +30,9 @@ from psycopg.postgres import types
 
 from agentruns.store.connection import this_connection
 
-# Parameter type OIDs by Python type: a str (and NULL) goes as `unknown`, as psycopg sends
-# it, so the server types it from its context; an int always as int8.
-_OID = {
-    bool: types["bool"].oid,
-    int: types["int8"].oid,
-    float: types["float8"].oid,
-    Decimal: types["numeric"].oid,
-    datetime: types["timestamptz"].oid,
-    date: types["date"].oid,
-    UUID: types["uuid"].oid,
-    str: 0,
-}
-_INTS = {types[name].oid for name in ("int2", "int4", "int8")}
-_JSON = {types["json"].oid, types["jsonb"].oid}
-_BOOL = types["bool"].oid
-_NUMERIC = types["numeric"].oid
 _OK = (pq.ExecStatus.TUPLES_OK, pq.ExecStatus.COMMAND_OK)
+_NO_SUCH_STATEMENT = b"26000"
+_NUMBERS = itertools.count()  # statement names, unique within the process
 
 
 class _Unformattable(Exception):
@@ -121,10 +108,6 @@ def _run_prepared(
             return result
 
 
-_NUMBERS = itertools.count()  # statement names, unique within the process
-_NO_SUCH_STATEMENT = b"26000"
-
-
 def _statements(conn: psycopg.Connection) -> dict[tuple, bytes]:
     """The statements prepared in this connection's session: kept on the connection
     itself, which a pool hands from thread to thread."""
@@ -142,16 +125,15 @@ def _format(params: list[Any]) -> tuple[list[bytes | None], tuple[int, ...]]:
             values.append(None)
             oids.append(0)
             continue
-        kind = type(value)
-        text = _TEXT.get(kind)
-        if text is None:
+        kind = _PARAMETERS.get(type(value))
+        if kind is None:
             if not isinstance(value, Enum):
-                raise _Unformattable(kind.__name__)
+                raise _Unformattable(type(value).__name__)
             value = value.value  # a choices member: psycopg walks its MRO on every statement
-            kind = type(value)
-            text = _TEXT[kind]
+            kind = _PARAMETERS[type(value)]
+        oid, text = kind
         values.append(text(value))
-        oids.append(_OID[kind])
+        oids.append(oid)
     return values, tuple(oids)
 
 
@@ -169,15 +151,21 @@ def _iso(value: date) -> bytes:
     return value.isoformat().encode()
 
 
-_TEXT: dict[type, Any] = {
-    str: _text,
-    int: _plain,
-    float: _plain,
-    Decimal: _plain,
-    UUID: _plain,
-    bool: lambda value: b"t" if value else b"f",
-    datetime: _iso,
-    date: _iso,
+def _flag(value: bool) -> bytes:
+    return b"t" if value else b"f"
+
+
+# Python type -> (parameter type OID, text form). A str goes as `unknown` (OID 0), as
+# psycopg sends it, so the server types it from its context; an int always as int8.
+_PARAMETERS: dict[type, tuple[int, Callable[[Any], bytes]]] = {
+    str: (0, _text),
+    int: (types["int8"].oid, _plain),
+    float: (types["float8"].oid, _plain),
+    Decimal: (types["numeric"].oid, _plain),
+    UUID: (types["uuid"].oid, _plain),
+    bool: (types["bool"].oid, _flag),
+    datetime: (types["timestamptz"].oid, _iso),
+    date: (types["date"].oid, _iso),
 }
 
 
@@ -198,17 +186,15 @@ def _check(result: pq.abc.PGresult, conn: psycopg.Connection) -> pq.abc.PGresult
     raise errors.error_from_result(result, encoding=conn.info.encoding)
 
 
-def _decoder(oid: int) -> Any:
-    if oid in _INTS:
-        return int
-    if oid == _BOOL:
-        return _true
-    if oid in _JSON:
-        return orjson.loads
-    if oid == _NUMERIC:
-        return lambda raw: Decimal(raw.decode())
-    return bytes.decode
+def _decoder(oid: int) -> Callable[[bytes], Any]:
+    return _DECODERS.get(oid, bytes.decode)
 
 
-def _true(raw: bytes) -> bool:
-    return raw == b"t"
+# A result column's text by its type OID; anything else is returned as text.
+_DECODERS: dict[int, Callable[[bytes], Any]] = {
+    **{types[name].oid: int for name in ("int2", "int4", "int8")},
+    types["bool"].oid: lambda raw: raw == b"t",
+    types["json"].oid: orjson.loads,
+    types["jsonb"].oid: orjson.loads,
+    types["numeric"].oid: lambda raw: Decimal(raw.decode()),
+}
