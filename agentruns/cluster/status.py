@@ -13,7 +13,7 @@ from django.db import connection
 from django.db.models import Count, Max, Min, Q
 from django_q.models import Failure, OrmQ
 
-from agentruns.cluster.sweeper import live_wake_tasks, lost_candidates, q_timeouts
+from agentruns.cluster.sweeper import live_wake_rows, lost_candidates, q_timeouts
 from agentruns.models import Run, Ticket, ToolInvocation, WebhookDelivery
 from agentruns.services.usage import daily_usage
 from agentruns.store import store
@@ -129,11 +129,11 @@ def snapshot() -> Snapshot:
     )
     lost: list[int] = []
     candidates = list(
-        Run.objects.filter(lost_candidates()).values_list("pk", "wake_task_id")[: LIST_LIMIT * 50]
+        Run.objects.filter(lost_candidates()).values_list("pk", "wake_queue_id")[: LIST_LIMIT * 50]
     )
     if candidates:
-        live = live_wake_tasks()
-        lost = [pk for pk, task in candidates if task not in live][:LIST_LIMIT]
+        live = live_wake_rows()
+        lost = [pk for pk, row in candidates if row not in live][:LIST_LIMIT]
     silent = list(
         running.annotate(last=Max("event__created_at"))
         .filter(last__lt=now - timedelta(seconds=SILENT_SECONDS))

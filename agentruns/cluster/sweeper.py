@@ -7,7 +7,7 @@ lock after re-checking what was seen, so two sweepers never enqueue twice for on
 
 - A `running` run whose lease expired lost its worker: a fresh wake-up lets any worker
   reclaim it; the claim spends one attempt (only such crash reclaims do).
-- A `queued` run whose wake-up is gone (its `wake_task_id` has no live row in the ORM
+- A `queued` run whose wake-up is gone (its `wake_queue_id` names no live row in the ORM
   broker's queue) lost its wake-up: it gets a new one. A row taken by a cluster longer ago
   than q2's task timeout, whose run is still queued, counts as gone: that cluster died
   holding it (q2 itself would only redeliver it after `retry`).
@@ -37,7 +37,7 @@ from agentruns.store.wakeups import enqueue_wake
 logger = logging.getLogger(__name__)
 
 # A wake-up younger than this is not looked for in the queue yet (it is nearly always
-# being delivered); it only spares the sweeper decoding the queue while runs flow.
+# being delivered); it only spares the sweeper reading the queue while runs flow.
 LOST_GRACE_SECONDS = 1.0
 
 
@@ -65,49 +65,27 @@ def q_timeouts() -> tuple[float, float]:
     return float(q.get("timeout") or 60), float(q.get("retry") or 60)
 
 
-# Queue rows never change their payload: each process decodes a row's task id once.
-_task_ids: dict[int, str | None] = {}
-
-
-def _decode(payloads: dict[int, str]) -> None:
-    for pk, payload in payloads.items():
-        try:
-            _task_ids[pk] = str(OrmQ(payload=payload).task_id() or "") or None
-        except Exception:  # signed with another SECRET_KEY: no cluster here can run it
-            logger.warning("queue row %s cannot be decoded (SECRET_KEY mismatch?)", pk)
-            _task_ids[pk] = None
-
-
-def live_wake_tasks() -> set[str]:
-    """Task ids of the ORM broker's rows that will still be delivered: waiting rows, and
-    rows a cluster took less than q2's timeout ago."""
+def live_wake_rows() -> set[int]:
+    """The ORM broker's rows that will still be delivered: waiting rows, and rows a
+    cluster took less than q2's timeout ago."""
     timeout, retry = q_timeouts()
     now = timezone.now()
     # A taken row is locked until taken_at + retry; taken more than `timeout` ago means
     # locked until before now + (retry - timeout).
     stale_before = now + timedelta(seconds=retry - timeout)
-    rows = dict(OrmQ.objects.values_list("id", "lock"))
-    for pk in set(_task_ids) - set(rows):
-        _task_ids.pop(pk, None)
-    unseen = [pk for pk in rows if pk not in _task_ids]
-    if unseen:
-        _decode(dict(OrmQ.objects.filter(pk__in=unseen).values_list("id", "payload")))
-    live = set()
-    for pk, lock in rows.items():
-        if lock is not None and now < lock < stale_before:
-            continue  # taken by a cluster that has not finished it in q2's timeout
-        task_id = _task_ids.get(pk)
-        if task_id:
-            live.add(task_id)
-    return live
+    return {
+        pk
+        for pk, lock in OrmQ.objects.values_list("id", "lock")
+        if lock is None or not now < lock < stale_before
+    }
 
 
-def _requeue(pk: int, seen_task: str, condition: Q) -> bool:
+def _requeue(pk: int, seen_row: int | None, condition: Q) -> bool:
     """Enqueue a wake-up for the run if it is still as the sweeper saw it."""
     with transaction.atomic():
         still = (
             Run.objects.select_for_update(skip_locked=True)
-            .filter(condition, pk=pk, wake_task_id=seen_task)
+            .filter(condition, pk=pk, wake_queue_id=seen_row)
             .exists()
         )
         if still:
@@ -115,18 +93,16 @@ def _requeue(pk: int, seen_task: str, condition: Q) -> bool:
         return still
 
 
-def requeue_expired_leases(limit: int = 500, live: set[str] | None = None) -> list[int]:
+def requeue_expired_leases(limit: int = 500, live: set[int] | None = None) -> list[int]:
     candidates = list(
         Run.objects.filter(lease_expired())
         .order_by("lease_expires_at")
-        .values_list("pk", "wake_task_id")[:limit]
+        .values_list("pk", "wake_queue_id")[:limit]
     )
     if not candidates:
         return []
-    live = live_wake_tasks() if live is None else live
-    return [
-        pk for pk, task in candidates if task not in live and _requeue(pk, task, lease_expired())
-    ]
+    live = live_wake_rows() if live is None else live
+    return [pk for pk, row in candidates if row not in live and _requeue(pk, row, lease_expired())]
 
 
 def lost_candidates() -> Q:
@@ -136,24 +112,24 @@ def lost_candidates() -> Q:
     )
 
 
-def requeue_lost_wakeups(limit: int = 500, live: set[str] | None = None) -> list[int]:
+def requeue_lost_wakeups(limit: int = 500, live: set[int] | None = None) -> list[int]:
     queued = Q(status=Run.Status.QUEUED)
     candidates = list(
         Run.objects.filter(lost_candidates())
         .order_by("wake_enqueued_at")
-        .values_list("pk", "wake_task_id")[:limit]
+        .values_list("pk", "wake_queue_id")[:limit]
     )
     if not candidates:
         return []
-    live = live_wake_tasks() if live is None else live
-    return [pk for pk, task in candidates if task not in live and _requeue(pk, task, queued)]
+    live = live_wake_rows() if live is None else live
+    return [pk for pk, row in candidates if row not in live and _requeue(pk, row, queued)]
 
 
 def sweep(limit: int = 500) -> SweepReport:
     report = SweepReport()
-    live: set[str] | None = None
+    live: set[int] | None = None
     if Run.objects.filter(lease_expired() | lost_candidates()).exists():
-        live = live_wake_tasks()
+        live = live_wake_rows()
         report.expired_leases = requeue_expired_leases(limit, live)
         report.lost_wakeups = requeue_lost_wakeups(limit, live)
     try:

@@ -108,7 +108,9 @@ class Run(models.Model):
     # OPS-5: who asked, as the log names actors; the loop ending a running run at its next
     # step boundary writes it into `run.cancelled`.
     cancel_requested_by = models.CharField(max_length=150, blank=True)
-    wake_task_id = models.CharField(max_length=64, blank=True)
+    # CLU-1: the broker's queue row of the run's newest wake-up. On PostgreSQL a claim
+    # deletes that row, so a run a batch claim took is not woken for nothing (PERF-6).
+    wake_queue_id = models.BigIntegerField(null=True, blank=True)
     wake_enqueued_at = models.DateTimeField(null=True, blank=True)
     # CLU-5
     idempotency_key = models.CharField(max_length=200, null=True, blank=True)

@@ -56,7 +56,7 @@ def test_a_submission_creates_the_run_and_its_wake_up_together(api, notes_config
     run = Run.objects.get(pk=response.json()["id"])
     assert run.status == Run.Status.QUEUED
     assert wake_tasks() == [(wakeups.WAKE_TASK, (run.pk,))]
-    assert run.wake_task_id
+    assert OrmQ.objects.filter(pk=run.wake_queue_id).exists()
     assert list(Event.objects.filter(run=run).values_list("type", flat=True)) == [ev.USER]
 
 

@@ -40,8 +40,8 @@ def expire(run: Run) -> None:
     Run.objects.filter(pk=run.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
 
 
-def queued_task_ids() -> set[str]:
-    return {row.task_id() for row in OrmQ.objects.all()}
+def queued_rows() -> set[int]:
+    return set(OrmQ.objects.values_list("id", flat=True))
 
 
 def test_clu2_concurrent_claims_receive_different_runs():
@@ -126,6 +126,21 @@ def test_clu2_batch_claims_take_queued_runs_oldest_first_and_never_a_live_lease(
     assert Run.objects.get(pk=runs[1].pk).attempts == 0
 
 
+def test_perf6_a_claim_deletes_the_waiting_wake_ups_of_the_runs_it_took():
+    """CLU-1, PERF-6: a run a batch claim took needs no wake-up, so the claim deletes its
+    waiting one in the same statement; the runs it left queued keep theirs."""
+    runs = submit_batch(quick_config(), 4)
+    rows = {run.pk: Run.objects.get(pk=run.pk).wake_queue_id for run in runs}
+    assert set(rows.values()) == queued_rows()
+    taken = claim_queued(2, owner="batch")
+    assert [c.lease.run_id for c in taken] == [runs[0].pk, runs[1].pk]
+    assert queued_rows() == {rows[runs[2].pk], rows[runs[3].pk]}
+    assert claim(runs[2].pk) is not None
+    assert queued_rows() == {rows[runs[3].pk]}
+    waiting = Run.objects.filter(pk__in=rows).values_list("pk", "wake_queue_id")
+    assert dict(waiting) == {**dict.fromkeys(rows), runs[3].pk: rows[runs[3].pk]}
+
+
 def test_clu2_heartbeat_renews_held_leases_and_marks_lost_ones():
     runs = submit_batch(quick_config(), 3)
     claims = [claim(run.pk) for run in runs]
@@ -174,7 +189,7 @@ def test_clu3_sweeper_reenqueues_expired_leases_once():
     report = sweeper.sweep()
     assert report.expired_leases == [run.pk]
     run.refresh_from_db()
-    assert run.wake_task_id in queued_task_ids()
+    assert run.wake_queue_id in queued_rows()
     assert sweeper.sweep().expired_leases == []  # its wake-up is live now: not twice
     claimed = claim(run.pk)
     assert claimed is not None and claimed.reclaimed and claimed.attempts == 1
@@ -183,14 +198,12 @@ def test_clu3_sweeper_reenqueues_expired_leases_once():
 def test_clu3_sweeper_finds_lost_wakeups_and_leaves_live_ones():
     lost, _live = submit_batch(quick_config(), 2)
     Run.objects.update(wake_enqueued_at=timezone.now() - timedelta(seconds=5))
-    lost_task = Run.objects.get(pk=lost.pk).wake_task_id
-    for row in OrmQ.objects.all():
-        if row.task_id() == lost_task:
-            row.delete()
+    lost_row = Run.objects.get(pk=lost.pk).wake_queue_id
+    OrmQ.objects.filter(pk=lost_row).delete()
     report = sweeper.sweep()
     assert report.lost_wakeups == [lost.pk]
     lost.refresh_from_db()
-    assert lost.wake_task_id != lost_task and lost.wake_task_id in queued_task_ids()
+    assert lost.wake_queue_id != lost_row and lost.wake_queue_id in queued_rows()
     Run.objects.update(wake_enqueued_at=timezone.now() - timedelta(seconds=5))
     assert sweeper.sweep().lost_wakeups == []
 
@@ -230,13 +243,10 @@ def test_cluster_status_reports_queue_runs_and_stuck():
     assert claim(runs[0].pk) is not None
     expire(runs[0])
     Run.objects.filter(pk=runs[1].pk).update(wake_enqueued_at=timezone.now() - timedelta(seconds=5))
-    lost_task = Run.objects.get(pk=runs[1].pk).wake_task_id
-    for row in OrmQ.objects.all():
-        if row.task_id() == lost_task:
-            row.delete()
+    OrmQ.objects.filter(pk=Run.objects.get(pk=runs[1].pk).wake_queue_id).delete()
     snap = snapshot()
     assert snap.runs_by_status["queued"] == 2 and snap.running == 1
-    assert snap.queue_waiting == 2
+    assert snap.queue_waiting == 1  # runs[2]'s: the claim took runs[0]'s wake-up
     assert snap.expired_leases == [runs[0].pk]
     assert snap.lost_wakeups == [runs[1].pk]
     assert snap.stuck == 2

@@ -69,7 +69,7 @@ def drive_one(driver: Driver) -> Run:
 
 
 def wake_queued(run: Run) -> bool:
-    return run.wake_task_id in {row.task_id() for row in OrmQ.objects.all()}
+    return OrmQ.objects.filter(pk=run.wake_queue_id).exists()
 
 
 def test_driver_reserve_blocks_when_every_thread_is_busy(driver):

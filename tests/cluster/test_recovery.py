@@ -173,7 +173,7 @@ def test_clu_paused_worker_loses_its_lease_and_writes_nothing(clusters, tmp_path
 def test_clu_runs_whose_wakeups_were_lost_still_run(clusters, tmp_path):
     """CLU-1, CLU-3: queued runs whose wake-ups vanished from the queue still run: a
     worker's heartbeat claims them from the database (or the sweeper, comparing OrmQ with
-    `Run.wake_task_id`, re-enqueues them), and no attempt is spent."""
+    `Run.wake_queue_id`, re-enqueues them), and no attempt is spent."""
     config = configuration(
         "clu-lost", [{"tool_calls": [{"name": "clock.now", "arguments": {}}]}, {"text": "done"}]
     )

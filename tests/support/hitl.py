@@ -68,7 +68,7 @@ def picture(*run_ids: int) -> dict[str, Any]:
             "epoch",
             "failure",
             "final_reply",
-            "wake_task_id",
+            "wake_queue_id",
         )
     }
     return {
