@@ -19,6 +19,7 @@ from agentruns.runtime import loop as executor_module
 from agentruns.store.records import Claim
 from agentruns.store.transitions import claim
 from tests.support.clusters import configuration, wait_for
+from tests.support.concurrency import at_once
 from tests.support.runs import submit_batch
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -186,3 +187,23 @@ def test_a_warmed_up_worker_leaves_what_it_built_out_of_the_collectors_full_pass
         assert gc.get_freeze_count() > 10_000
     finally:
         gc.unfreeze()
+
+
+def test_perf6_runs_starting_together_build_their_configuration_once(monkeypatch):
+    """A burst of runs of one configuration starts at once: the first thread to miss the
+    cache builds the runtime configuration; the others wait for it instead of each building
+    it again."""
+    from agentruns.runtime import config as runtime_config_module
+
+    configuration_id = configuration("burst", [{"text": "done"}]).pk
+    built = []
+    build = runtime_config_module.build_runtime_config
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        built.append(threading.get_ident())
+        return build(*args, **kwargs)
+
+    monkeypatch.setattr(runtime_config_module, "build_runtime_config", counted)
+    found = at_once(8, lambda: runtime_config_module.runtime_config(configuration_id, 0))
+    assert len(found) == 8 and len(built) == 1
+    assert all(config is found[0] for config in found)

@@ -22,6 +22,7 @@ from agentruns.models import Event, Run, Ticket, Webhook, WebhookDelivery
 from agentruns.policy import may_decide
 from agentruns.services.notifications import tickets_escalation_due, tickets_remind_due
 from agentruns.services.reminders import tickets_remind_and_escalate
+from tests.support.concurrency import at_once
 from tests.support.hitl import active_ticket, allow, client_for, picture, resume
 from tests.support.routing import age, opened_ago, person, routed_configuration
 from tests.support.runs import park
@@ -177,25 +178,7 @@ def test_hitl15_two_sweepers_at_once_remind_and_escalate_exactly_once(member, gr
         run = park(member, f"routed-{i}")
         age(active_ticket(run.pk), passed=0.9)  # both due at once
         runs.append(run)
-    start = threading.Barrier(2)
-    results: list[tuple[int, int]] = []
-    errors: list[BaseException] = []
-
-    def sweeper():
-        try:
-            start.wait(timeout=30)
-            results.append(tickets_remind_and_escalate())
-        except BaseException as exc:  # reported below, never swallowed
-            errors.append(exc)
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=sweeper) for _ in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
-    assert not errors and not any(t.is_alive() for t in threads)
+    results = at_once(2, tickets_remind_and_escalate)
     assert sum(r[0] for r in results) == 3 and sum(r[1] for r in results) == 3
     for run in runs:
         for kind in (ev.TICKET_REMINDED, ev.TICKET_ESCALATED):

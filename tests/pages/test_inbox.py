@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 from datetime import timedelta
 from html import unescape
 
 import pytest
-from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
@@ -21,6 +19,7 @@ from agentruns.runtime.loop import execute_run
 from agentruns.words import WORDS
 from tests.conftest import grant
 from tests.support.catalog import scripted_configuration
+from tests.support.concurrency import at_once
 from tests.support.hitl import (
     active_ticket,
     identity,
@@ -478,22 +477,8 @@ def test_hitl4_two_simultaneous_submits_execute_once(approver, initiator):
     run = park(initiator, "race")
     ticket = active_ticket(run.pk)
     data = form(ticket, decision="allow")
-    start = threading.Barrier(2)
-    pages: list[str] = []
-
-    def submit() -> None:
-        try:
-            client = signed_in(approver)
-            start.wait()
-            pages.append(text(post(client, ticket, data)))
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=submit) for _ in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=30)
+    clients = [signed_in(approver), signed_in(approver)]
+    pages = at_once(2, lambda: text(post(clients.pop(), ticket, data)))
     won = [page for page in pages if "Approved: notes.write" in page]
     refused = [page for page in pages if WORDS["not_awaiting"] in page]
     assert len(won) == 1 and len(refused) == 1
