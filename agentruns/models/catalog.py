@@ -347,7 +347,7 @@ class GateAudit(models.Model):
     enforcement = models.CharField(
         max_length=16, choices=[(e.recorded, e.recorded.capitalize()) for e in Enforcement]
     )
-    configuration = models.CharField(max_length=50, db_index=True)
+    configuration = models.CharField(max_length=50)
     run_id = models.BigIntegerField(null=True, blank=True, db_index=True)
     zone = models.CharField(max_length=32, blank=True)
     ceiling = models.CharField(max_length=32, blank=True)
@@ -358,6 +358,9 @@ class GateAudit(models.Model):
 
     class Meta:
         ordering = ["-id"]
+        # Filtered by exact name only: `db_index=True` would add a pattern-ops index that
+        # every model turn writes and no query reads (PERF-1).
+        indexes = [models.Index(fields=["configuration"], name="gateaudit_configuration")]
 
     def __str__(self) -> str:
         return f"{self.configuration}: {self.verdict} ({self.enforcement})"

@@ -29,8 +29,9 @@ class DailyUsage(models.Model):
 
     SHARDS = 32
 
+    # daily_usage_once leads with the configuration: a second index on it would only cost.
     configuration = models.ForeignKey(
-        Configuration, on_delete=models.CASCADE, related_name="daily_usage"
+        Configuration, on_delete=models.CASCADE, related_name="daily_usage", db_index=False
     )
     day = models.DateField()
     shard = models.PositiveSmallIntegerField(

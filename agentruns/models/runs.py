@@ -276,7 +276,7 @@ class ToolInvocation(models.Model):
     tool_version = models.CharField(max_length=20)
     arguments = models.JSONField(default=dict)
     arguments_digest = models.CharField(max_length=64)
-    idempotency_key = models.CharField(max_length=64, unique=True)
+    idempotency_key = models.CharField(max_length=64)
     status = models.CharField(max_length=20, choices=Status.choices)
     effect_sent_at = models.DateTimeField(null=True, blank=True)
     result = models.JSONField(null=True, blank=True)
@@ -285,6 +285,11 @@ class ToolInvocation(models.Model):
 
     class Meta:
         ordering = ["run", "id"]
+        # A constraint, not `unique=True`: that would add a second, pattern-ops index on
+        # PostgreSQL that no query uses and every tool call writes (PERF-1).
+        constraints = [
+            models.UniqueConstraint(fields=["idempotency_key"], name="invocation_key_once")
+        ]
         indexes = [
             models.Index(fields=["run", "step", "call_id"], name="invocation_call"),
             # PERF-8, TOOL-4: the inbox lists the uncertain writes, a handful among millions.
