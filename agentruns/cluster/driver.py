@@ -55,8 +55,12 @@ TRANSIENT = (OperationalError, InterfaceError, PoolTimeout)
 # ...unless the same run keeps hitting them in this process: then it is treated as broken.
 MAX_HAND_BACKS = 3
 
-# Runs one claim statement takes at most, on a wake-up or a heartbeat.
-CLAIM_BATCH = 16
+# Runs one claim statement takes at most, on a wake-up or a heartbeat. Since a claim deletes
+# the wake-ups of the runs it takes, a burst's runs are claimed by a few dozen wake-ups, each
+# waiting for the GIL behind every thread it already started: 64 a claim got 1000 in flight
+# started sooner than 16 did (median 62 % of ideal against 45 %, six alternating pairs), 128
+# no sooner than 64.
+CLAIM_BATCH = 64
 
 # Finalisers run in descending priority; ours runs before multiprocessing's own (0).
 SHUTDOWN_PRIORITY = 100
