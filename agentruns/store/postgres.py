@@ -269,25 +269,26 @@ def _claim_rows(
     commit need not wait for the WAL flush. A claimed run needs no wake-up: the statement
     deletes its waiting one, so a batch claim spares the cluster a wake-up per run it took
     (a wake-up already taken finds its run claimed and does nothing, CLU-1)."""
+    fields = ", ".join(CLAIM_FIELDS)
     columns = ", ".join(f"old.{c}" for c in CLAIM_FIELDS)
     sql = (
         f"WITH claimed AS (UPDATE {RUN} AS r SET status = {RUNNING}, epoch = r.epoch + 1, "
         "lease_owner = %s, lease_expires_at = now() + %s * interval '1 second', "
         f"attempts = r.attempts + (CASE WHEN r.status = {RUNNING} THEN 1 ELSE 0 END), "
         "wake_queue_id = NULL "
-        f"FROM (SELECT {', '.join(CLAIM_FIELDS)}, composed_at, wake_queue_id, id FROM {RUN} "
+        f"FROM (SELECT {fields}, composed_at, wake_queue_id, id FROM {RUN} "
         f"WHERE {where} FOR UPDATE SKIP LOCKED) "
         f"AS old WHERE r.id = old.id RETURNING old.id, {columns}, old.composed_at, "
         f"old.wake_queue_id), woken AS (DELETE FROM {OrmQ._meta.db_table} "
         "WHERE id IN (SELECT wake_queue_id FROM claimed)) "
-        f"SELECT claimed.*, {GENERATION}"
+        f"SELECT id, {fields}, composed_at, {GENERATION}"
         + (RELAX_COMMIT if fast_commit(False) else "")
         + " FROM claimed"
     )
     with connection.cursor() as cursor:
         cursor.execute(sql, [owner, seconds, *params])
         found = cursor.fetchall()
-    names = [*CLAIM_FIELDS, "composed_at", "wake_queue_id", "generation"]
+    names = [*CLAIM_FIELDS, "composed_at", "generation"]
     claimed = []
     for run_id, *values in found:
         row = dict(zip(names, values[: len(names)], strict=True))
