@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from agentruns.events import LogEntry
 from agentruns.store import store
-from agentruns.store.records import Lease, Step, Written
+from agentruns.store.records import Lease, Log, Step, Written
 
 __all__ = ["Step", "read", "write"]
 
@@ -38,7 +38,8 @@ def write(lease: Lease, step: Step, *, durable: bool = True) -> Written:
     return store().write_step(lease, step, durable=durable or bool(step.audits))
 
 
-def read(lease: Lease) -> tuple[list[LogEntry], dict | None]:
-    """The thread's events in order and the run's newest checkpoint state."""
-    rows, state = store().read_log(lease.thread_id, lease.run_id)
+def read(lease: Lease, claimed: Log | None = None) -> tuple[list[LogEntry], dict | None]:
+    """The thread's events in order and the run's newest checkpoint state: as the claim
+    read them, or read now."""
+    rows, state = claimed or store().read_log(lease.thread_id, lease.run_id)
     return [LogEntry(*row) for row in rows], state

@@ -11,7 +11,6 @@ from __future__ import annotations
 import abc
 from collections.abc import Sequence
 from datetime import date, datetime
-from typing import Any
 
 from django.db.models import Q
 from django.db.models.functions import Now
@@ -24,10 +23,7 @@ from agentruns.models import (
     Ticket,
     ToolInvocation,
 )
-from agentruns.store.records import Lease, Step, Written
-
-# (sequence, type, payload, run_id) in log order.
-LogRow = tuple[int, str, dict[str, Any], int | None]
+from agentruns.store.records import Lease, Log, Step, Written
 
 
 def lease_expired() -> Q:
@@ -82,14 +78,15 @@ class SystemStore(abc.ABC):
         ...
 
     @abc.abstractmethod
-    def read_log(self, thread_id: int, run_id: int) -> tuple[list[LogRow], dict | None]:
+    def read_log(self, thread_id: int, run_id: int) -> Log:
         """The thread's events in order and the run's newest checkpoint state."""
         ...
 
     @abc.abstractmethod
     def claim(self, run_id: int, owner: str, seconds: float) -> dict | None:
-        """Take the run if claimable: its CLAIM_FIELDS as they were, `composed_at` and the
-        catalog `generation`; None if it is not claimable (or being claimed right now)."""
+        """Take the run if claimable: its CLAIM_FIELDS as they were, `composed_at`, the
+        catalog `generation` and, where the claim read it too, the `log` (as `read_log`
+        returns it); None if it is not claimable (or being claimed right now)."""
         ...
 
     @abc.abstractmethod

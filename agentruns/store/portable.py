@@ -27,10 +27,12 @@ from agentruns.models import (
     Webhook,
     WebhookDelivery,
 )
-from agentruns.store.base import LogRow, SystemStore, claimable
+from agentruns.store.base import SystemStore, claimable
 from agentruns.store.records import (
     CLAIM_FIELDS,
     Lease,
+    Log,
+    LogRow,
     Step,
     Written,
     checkpoint_row,
@@ -88,7 +90,7 @@ class PortableStore(SystemStore):
                 used_today=used_today,
             )
 
-    def read_log(self, thread_id: int, run_id: int) -> tuple[list[LogRow], dict | None]:
+    def read_log(self, thread_id: int, run_id: int) -> Log:
         thread = Event.objects.filter(thread_id=thread_id).order_by("sequence")
         events: list[LogRow] = list(thread.values_list("sequence", "type", "payload", "run_id"))
         latest = Checkpoint.objects.filter(run_id=run_id).order_by("-id")

@@ -27,20 +27,22 @@ from agentruns.models import (
     ToolInvocation,
     WebhookDelivery,
 )
-from agentruns.store.base import LogRow, SystemStore
+from agentruns.store.base import SystemStore
 from agentruns.store.connection import fast_commit
 from agentruns.store.records import (
     CLAIM_FIELDS,
     Lease,
+    Log,
     Step,
     Written,
     checkpoint_row,
     event_row,
 )
-from agentruns.store.statements import prepared, prepared_rows
+from agentruns.store.statements import prepared
 
 RUN = Run._meta.db_table
 EVENT = Event._meta.db_table
+CHECKPOINT = Checkpoint._meta.db_table
 GENERATION = f"(SELECT value FROM {CatalogGeneration._meta.db_table} WHERE id = 1)"
 # Appended to a statement that is its own transaction: that commit skips the WAL flush.
 RELAX_COMMIT = ", set_config('synchronous_commit', 'off', true)"
@@ -262,15 +264,33 @@ def step_statement(lease: Lease, step: Step, fast: bool) -> tuple:
     return prepared(sql, params)
 
 
+def _log_sql(thread_id: str, run_id: str) -> str:
+    """Two columns: the thread's log as one JSON array and the run's newest checkpoint
+    state, for `_log` to decode (one value each, not a row per event)."""
+    return (
+        "(SELECT json_agg(json_build_array(e.sequence, e.type, e.payload, e.run_id) ORDER BY "
+        f"e.sequence)::text FROM {EVENT} AS e WHERE e.thread_id = {thread_id}), "
+        f"(SELECT c.state::text FROM {CHECKPOINT} AS c WHERE c.run_id = {run_id} "
+        "ORDER BY c.id DESC LIMIT 1)"
+    )
+
+
+def _log(events: str | None, state: str | None) -> Log:
+    rows = [(seq, kind, payload, run) for seq, kind, payload, run in orjson.loads(events or "[]")]
+    return rows, orjson.loads(state) if state else None
+
+
 def _claim_rows(
     where: str, params: list[Any], owner: str, seconds: float
 ) -> list[tuple[int, dict]]:
     """Claims only make the run claimable again if a database crash loses them, so their
     commit need not wait for the WAL flush. A claimed run needs no wake-up: the statement
     deletes its waiting one, so a batch claim spares the cluster a wake-up per run it took
-    (a wake-up already taken finds its run claimed and does nothing, CLU-1)."""
+    (a wake-up already taken finds its run claimed and does nothing, CLU-1). It reads each
+    run's log too, as the executor's first read would, a statement later (PERF-4)."""
     fields = ", ".join(CLAIM_FIELDS)
     columns = ", ".join(f"old.{c}" for c in CLAIM_FIELDS)
+    log = _log_sql("claimed.thread_id", "claimed.id")
     sql = (
         f"WITH claimed AS (UPDATE {RUN} AS r SET status = {RUNNING}, epoch = r.epoch + 1, "
         "lease_owner = %s, lease_expires_at = now() + %s * interval '1 second', "
@@ -281,7 +301,7 @@ def _claim_rows(
         f"AS old WHERE r.id = old.id RETURNING old.id, {columns}, old.composed_at, "
         f"old.wake_queue_id), woken AS (DELETE FROM {OrmQ._meta.db_table} "
         "WHERE id IN (SELECT wake_queue_id FROM claimed)) "
-        f"SELECT id, {fields}, composed_at, {GENERATION}"
+        f"SELECT id, {fields}, composed_at, {GENERATION}, {log}"
         + (RELAX_COMMIT if fast_commit(False) else "")
         + " FROM claimed"
     )
@@ -292,6 +312,7 @@ def _claim_rows(
     claimed = []
     for run_id, *values in found:
         row = dict(zip(names, values[: len(names)], strict=True))
+        row["log"] = _log(*values[len(names) : len(names) + 2])
         for key in ("forced_snippet_ids", "forced_skill_ids"):
             if isinstance(row[key], str):
                 row[key] = json.loads(row[key])
@@ -314,17 +335,8 @@ class PostgresStore(SystemStore):
             used_today=None if used is None else (DailyUsage.today(), int(used)),
         )
 
-    def read_log(self, thread_id: int, run_id: int) -> tuple[list[LogRow], dict | None]:
-        event, checkpoint = Event._meta.db_table, Checkpoint._meta.db_table
-        rows = prepared_rows(
-            f"SELECT sequence, type, payload::text, run_id FROM {event} WHERE thread_id = %s "
-            f"UNION ALL SELECT NULL, NULL, (SELECT state::text FROM {checkpoint} "
-            "WHERE run_id = %s ORDER BY id DESC LIMIT 1), NULL ORDER BY 1",
-            [thread_id, run_id],
-        )
-        *logged, (_, _, state, _) = rows  # NULL sorts last: the checkpoint row
-        events = [(seq, kind, orjson.loads(payload), run) for seq, kind, payload, run in logged]
-        return events, orjson.loads(state) if state else None
+    def read_log(self, thread_id: int, run_id: int) -> Log:
+        return _log(*prepared(f"SELECT {_log_sql('%s', '%s')}", [thread_id, run_id]))
 
     def claim(self, run_id: int, owner: str, seconds: float) -> dict | None:
         rows = _claim_rows(f"id = %s AND {CLAIMABLE}", [run_id], owner, seconds)

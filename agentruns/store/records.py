@@ -16,6 +16,11 @@ from django.db.models import Q
 from agentruns.events import LogEntry
 from agentruns.models import GateAudit
 
+# (sequence, type, payload, run_id) in log order.
+LogRow = tuple[int, str, dict[str, Any], int | None]
+# The thread's log and the run's newest checkpoint state, as the store read them.
+Log = tuple[list[LogRow], dict | None]
+
 
 @dataclass(frozen=True)
 class Lease:
@@ -101,6 +106,9 @@ class Claim:
     composed: bool
     generation: int
     signals: Signals = field(default_factory=Signals, compare=False)
+    # The log as the claim statement read it (PostgreSQL), so the executor's first read
+    # costs no statement of its own (PERF-4); None where the claim did not read it.
+    log: Log | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)

@@ -172,6 +172,7 @@ def _claimed(run_id: int, owner: str, seconds: float, row: dict) -> Claim:
         composed=row["composed_at"] is not None,
         generation=row["generation"],
         signals=Signals(cancel=row["cancel_requested"]),
+        log=row.get("log"),
     )
 
 

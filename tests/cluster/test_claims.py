@@ -21,10 +21,13 @@ from django.urls import NoReverseMatch, clear_url_caches, reverse
 from django.utils import timezone
 from django_q.models import OrmQ
 
+from agentruns.bench import workload
 from agentruns.cluster import sweeper
 from agentruns.cluster.admin import ClusterQueueAdmin
 from agentruns.cluster.status import snapshot
 from agentruns.models import Run, Ticket
+from agentruns.services.resume import run_resume
+from agentruns.store import store
 from agentruns.store.transitions import claim, claim_queued, renew_many
 from tests.support.clusters import configuration
 from tests.support.runs import submit_batch
@@ -139,6 +142,25 @@ def test_perf6_a_claim_deletes_the_waiting_wake_ups_of_the_runs_it_took():
     assert queued_rows() == {rows[runs[3].pk]}
     waiting = Run.objects.filter(pk__in=rows).values_list("pk", "wake_queue_id")
     assert dict(waiting) == {**dict.fromkeys(rows), runs[3].pk: rows[runs[3].pk]}
+
+
+def test_perf4_a_claim_reads_each_runs_own_log_so_the_executor_reads_nothing_more():
+    """PERF-4: the claim statement hands the executor the log and the newest checkpoint, as
+    `read_log` reads them, for each run it takes (a resumed run's history among others)."""
+    user = workload.bench_user()
+    parked = workload.submit(workload.configuration("claim-log", 2, 1, park=True), user)
+    assert workload.execute(parked) == Run.Status.AWAITING
+    ticket = Ticket.objects.get(run_id=parked, status=Ticket.Status.ACTIVE)
+    run_resume(user=user, run_id=parked, command=workload.allow_as_shown(ticket))
+    fresh = submit_batch(quick_config(), 2)
+    claims = claim_queued(10, owner="batch")
+    assert sorted(c.lease.run_id for c in claims) == sorted([parked, *(r.pk for r in fresh)])
+    for taken in claims:
+        assert taken.log == store().read_log(taken.lease.thread_id, taken.lease.run_id)
+    resumed = next(c for c in claims if c.lease.run_id == parked)
+    events, checkpoint = resumed.log
+    assert len(events) > 5 and {run_id for *_, run_id in events} == {parked}
+    assert checkpoint is not None and checkpoint["last_sequence"] <= events[-1][0]
 
 
 def test_clu2_heartbeat_renews_held_leases_and_marks_lost_ones():

@@ -22,7 +22,7 @@ from agentruns.bench import harness, loop, workload
 pytestmark = pytest.mark.django_db(transaction=True)
 
 # Every statement one warm reference run sends (10 turns x 2 calls = 31 durable steps).
-REFERENCE_STATEMENTS = 24
+REFERENCE_STATEMENTS = 23
 
 
 def test_the_reference_run_sends_exactly_the_known_number_of_statements_perf2():

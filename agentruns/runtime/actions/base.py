@@ -112,7 +112,7 @@ class RunContext:
         """REC-1 (and PERF-4): the thread's log and the newest checkpoint, read once."""
         lease = claim.lease
         sync_pinned(claim.generation)  # MCP-2: the tools a recorded call may name
-        events, checkpoint = journal.read(lease)
+        events, checkpoint = journal.read(lease, claim.log)
         mine = [event for event in events if event.run_id == lease.run_id]
         return cls(
             claim=claim,
