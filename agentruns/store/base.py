@@ -84,9 +84,10 @@ class SystemStore(abc.ABC):
 
     @abc.abstractmethod
     def claim(self, run_id: int, owner: str, seconds: float) -> dict | None:
-        """Take the run if claimable: its CLAIM_FIELDS as they were, `composed_at`, the
-        catalog `generation` and, where the claim read it too, the `log` (as `read_log`
-        returns it); None if it is not claimable (or being claimed right now)."""
+        """Take the run if claimable: its CLAIM_FIELDS as they were, `composed` (whether its
+        context was ever composed), the catalog `generation` and, where the claim read it
+        too, the `log` (as `read_log` returns it); None if it is not claimable (or being
+        claimed right now)."""
         ...
 
     @abc.abstractmethod

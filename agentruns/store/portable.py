@@ -114,7 +114,8 @@ class PortableStore(SystemStore):
                 lease_expires_at=Now() + timedelta(seconds=seconds),
                 attempts=F("attempts") + int(row["status"] == Run.Status.RUNNING),
             )
-            return {**row, "generation": _generation()}
+            composed = row.pop("composed_at") is not None
+            return {**row, "composed": composed, "generation": _generation()}
 
     def claim_queued(self, limit: int, owner: str, seconds: float) -> list[tuple[int, dict]]:
         return []

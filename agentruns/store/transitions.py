@@ -169,7 +169,7 @@ def _claimed(run_id: int, owner: str, seconds: float, row: dict) -> Claim:
         reclaimed=reclaimed,
         forced_snippet_ids=None if forced[0] is None else tuple(forced[0]),
         forced_skill_ids=None if forced[1] is None else tuple(forced[1]),
-        composed=row["composed_at"] is not None,
+        composed=row["composed"],
         generation=row["generation"],
         signals=Signals(cancel=row["cancel_requested"]),
         log=row.get("log"),

@@ -163,6 +163,40 @@ def test_perf4_a_claim_reads_each_runs_own_log_so_the_executor_reads_nothing_mor
     assert checkpoint is not None and checkpoint["last_sequence"] <= events[-1][0]
 
 
+def test_perf1_a_runs_claim_by_id_is_prepared_once_and_says_what_a_batch_claim_says():
+    """PERF-1: the claim that starts every drive is parsed and planned once per session
+    (its backend spent ~1.2 ms a run on both before), and hands over what the batch claim
+    does: the lease, whether the run's forced sources were composed, its log."""
+    user = workload.bench_user()
+    resumed = workload.submit(workload.configuration("claim-once", 2, 1, park=True), user)
+    assert workload.execute(resumed) == Run.Status.AWAITING
+    ticket = Ticket.objects.get(run_id=resumed, status=Ticket.Status.ACTIVE)
+    run_resume(user=user, run_id=resumed, command=workload.allow_as_shown(ticket))
+    Run.objects.filter(pk=resumed).update(composed_at=timezone.now())
+    fresh = [run.pk for run in submit_batch(quick_config(), 3)]
+    before = claim_plans()  # the drive above claimed its run in this session too
+    one_by_one = {run_id: claim(run_id, owner="one") for run_id in [resumed, *fresh[:2]]}
+    assert claim_plans() == [(before[0][0] + 3, 0)]
+    (batched,) = claim_queued(10, owner="batch")
+    assert batched.lease.run_id == fresh[2] and not batched.composed
+    assert batched.log == store().read_log(batched.lease.thread_id, fresh[2])
+    assert [one_by_one[r].composed for r in (resumed, *fresh[:2])] == [True, False, False]
+    for run_id, taken in one_by_one.items():
+        assert taken is not None and taken.lease.epoch == Run.objects.get(pk=run_id).epoch
+        assert taken.log == store().read_log(taken.lease.thread_id, run_id)
+    assert len(one_by_one[resumed].log[0]) > 5
+
+
+def claim_plans() -> list[tuple[int, int]]:
+    """(generic, custom) plans of each claim-by-id statement this session prepared."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
+            "WHERE statement LIKE 'WITH claimed AS%%'"
+        )
+        return cursor.fetchall()
+
+
 def test_clu2_heartbeat_renews_held_leases_and_marks_lost_ones():
     runs = submit_batch(quick_config(), 3)
     claims = [claim(run.pk) for run in runs]
