@@ -295,8 +295,9 @@ AGENTRUNS_MAX_REPLY_BYTES = env_int("AGENTRUNS_MAX_REPLY_BYTES", 1_000_000)
 AGENTRUNS_FAST_COMMIT = env_bool("AGENTRUNS_FAST_COMMIT", True)
 # The execution cluster (agentruns.cluster; sizing in the README's "Execution cluster").
 # Each q2 worker process drives up to EXECUTOR_THREADS runs at once on threads sharing a
-# fixed psycopg pool of DB_POOL_MAX connections: one machine holds Q_WORKERS * DB_POOL_MAX
-# + 3 connections (the sentinel, which also runs the scheduler, the pusher, the monitor).
+# fixed psycopg pool of DB_POOL_MAX connections, plus one that listens for wake-ups: one
+# machine holds Q_WORKERS * (DB_POOL_MAX + 1) + 3 connections (the sentinel, which also runs
+# the scheduler, the pusher, the monitor).
 AGENTRUNS_DB_POOL_MAX = env_int("AGENTRUNS_DB_POOL_MAX", 12)
 AGENTRUNS_DB_POOL_TIMEOUT = env_float("AGENTRUNS_DB_POOL_TIMEOUT", 30.0)
 AGENTRUNS_EXECUTOR_THREADS = env_int(
@@ -305,6 +306,9 @@ AGENTRUNS_EXECUTOR_THREADS = env_int(
 )
 # How often a worker's heartbeat also sweeps (0: every heartbeat, i.e. lease/3).
 AGENTRUNS_SWEEP_SECONDS = env_float("AGENTRUNS_SWEEP_SECONDS", 0.0)
+# PERF-5 (PostgreSQL): each worker process LISTENs for committed wake-ups on a connection of
+# its own and claims them at once, rather than when q2's pusher next polls its queue.
+AGENTRUNS_WAKE_LISTEN = env_bool("AGENTRUNS_WAKE_LISTEN", True)
 # On a graceful stop, how long a worker waits for its runs to reach a step boundary and
 # hand themselves back; a run still busy after that is reclaimed once its lease expires.
 AGENTRUNS_SHUTDOWN_SECONDS = env_float("AGENTRUNS_SHUTDOWN_SECONDS", 20.0)
