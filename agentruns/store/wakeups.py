@@ -20,6 +20,7 @@ from django_q.brokers import Broker, get_broker
 from django_q.tasks import async_task
 
 from agentruns.models import Run
+from agentruns.store import on_postgres
 
 WAKE_TASK = "agentruns.cluster.tasks.wake"
 WAKE_CHANNEL = "agentruns_wake"
@@ -55,7 +56,7 @@ def enqueue_wake(run_id: int) -> int | None:
     Run.objects.filter(pk=run_id).update(
         wake_queue_id=recorded.row_id, wake_enqueued_at=timezone.now()
     )
-    if connection.vendor == "postgresql":
+    if on_postgres():
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_notify(%s, '')", [WAKE_CHANNEL])
     return recorded.row_id
@@ -66,7 +67,7 @@ def wake_notices(stop: threading.Event) -> Iterator[None]:
     listened), then once per batch of notifications that arrived while the caller was
     busy, until `stop` is set. A lost connection is opened again after a pause (a
     restarting database). Where the database has no notifications (SQLite), nothing."""
-    if connections[DEFAULT_DB_ALIAS].vendor != "postgresql":
+    if not on_postgres():
         return
     params = connections[DEFAULT_DB_ALIAS].get_connection_params()
     while not stop.is_set():
