@@ -365,6 +365,7 @@ DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "agentruns@localhost")
 # Only the test suite sets these: fault injection points, and modules that register
 # tools outside the product (comma-separated import paths, imported at app ready).
 AGENTRUNS_FAULTS = os.environ.get("AGENTRUNS_FAULTS", "")
+AGENTRUNS_FAULT_TRACE = os.environ.get("AGENTRUNS_FAULT_TRACE", "")
 AGENTRUNS_EXTRA_TOOL_MODULES = env_list("AGENTRUNS_EXTRA_TOOL_MODULES")
 
 _Q_WORKERS = env_int("AGENTRUNS_Q_WORKERS", 2)

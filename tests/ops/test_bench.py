@@ -1,4 +1,5 @@
-"""PERF-2 counted by a test; PERF-9: `manage.py bench` runs at a tiny size on every schema.
+"""PERF-2 (and the parameters behind PERF-1) counted by a test; PERF-9: `manage.py bench`
+runs at a tiny size on every schema.
 
 The peers (LangGraph, DBOS) take part only when `.venv-peers` is already there (a
 developer's machine after one `make bench`): a clean clone has none, and installing it
@@ -23,6 +24,10 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 # Every statement one warm reference run sends (10 turns x 2 calls = 31 durable steps).
 REFERENCE_STATEMENTS = 23
+# ... and the parameters they carry: each is formatted by Python and parsed by the server
+# on every step, so a column that needs no value of its own (a row's creation time,
+# stamped by the statement) must not grow one back.
+REFERENCE_PARAMETERS = 906
 
 
 def test_the_reference_run_sends_exactly_the_known_number_of_statements_perf2():
@@ -37,6 +42,17 @@ def test_the_reference_run_sends_exactly_the_known_number_of_statements_perf2():
         f"REFERENCE_STATEMENTS in {__file__} to {len(statements)} in the same commit.\n" + listing
     )
     assert len(statements) / durable_steps <= 2
+
+
+def test_the_reference_runs_statements_carry_the_known_number_of_parameters_perf1():
+    statements = loop.reference_statements(workload.bench_user())
+    parameters = sum(sql.count("%s") for sql in statements)
+    assert parameters == REFERENCE_PARAMETERS, (
+        f"The reference run sent {parameters} parameters, not {REFERENCE_PARAMETERS}. More is "
+        "a regression; fewer is progress: set REFERENCE_PARAMETERS in the same commit."
+    )
+    steps = [sql for sql in statements if sql.startswith("WITH fence")]
+    assert all("statement_timestamp()" in sql for sql in steps if "INSERT" in sql)
 
 
 @pytest.fixture
