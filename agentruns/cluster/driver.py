@@ -149,10 +149,11 @@ class Driver:
             target=self._heartbeat_loop, name="agentruns-heartbeat", daemon=True
         )
         self._heartbeat.start()
-        self._listener = threading.Thread(
-            target=self._listen_loop, name="agentruns-listener", daemon=True
-        )
+        self._listener: threading.Thread | None = None
         if self.config.listen:
+            self._listener = threading.Thread(
+                target=self._listen_loop, name="agentruns-listener", daemon=True
+            )
             self._listener.start()
 
     # ---- the wake-up's side -------------------------------------------------------------
@@ -343,7 +344,7 @@ class Driver:
         if not left:
             deadline = max(deadline, time.monotonic() + JOIN_SECONDS)
         _join(self._heartbeat, deadline)
-        if self._listener.is_alive():
+        if self._listener is not None:
             _join(self._listener, deadline)
         for _ in self._threads:
             self._jobs.put(None)
