@@ -121,12 +121,8 @@ def _audit_casts() -> dict[str, str]:
     return {str(f.column): f"::{f.db_type(connection)}" for f in AUDIT_FIELDS}
 
 
-def _audit_rows(audits: Sequence[GateAudit], now: datetime) -> list[dict[str, Any]]:
-    rows = []
-    for row in audits:
-        row.created_at = now
-        rows.append({str(f.column): getattr(row, f.attname) for f in AUDIT_FIELDS})
-    return rows
+def _audit_rows(audits: Sequence[GateAudit]) -> list[dict[str, Any]]:
+    return [{str(f.column): getattr(row, f.attname) for f in AUDIT_FIELDS} for row in audits]
 
 
 def _cast(column: str) -> str:
@@ -248,7 +244,7 @@ def step_statement(lease: Lease, step: Step, fast: bool) -> tuple:
         )
         params.append(pk)
     if step.audits:
-        rows = _audit_rows(step.audits, now)
+        rows = _audit_rows(step.audits)
         table = GateAudit._meta.db_table
         parts.append(_insert("au", table, AUDIT_COLUMNS, rows, params, audit=True))
     if step.run_update:
