@@ -25,7 +25,7 @@ from agentruns.providers.base import (
     UserMessage,
     retryable_status,
 )
-from agentruns.providers.tokens import count, text_tokens
+from agentruns.providers.tokens import recurring_count, text_tokens
 from agentruns.tools.names import wire_name
 
 FINISHED = "(script finished)"
@@ -95,7 +95,7 @@ def _usage(request: ProviderRequest, text: str, calls: tuple[ToolCall, ...]) -> 
         text_tokens(_wire_text(m)) for m in request.messages
     )
     said = text + _calls_text(calls)
-    return {"input_tokens": sent, "output_tokens": count(said) if said else 0}
+    return {"input_tokens": sent, "output_tokens": recurring_count(said) if said else 0}
 
 
 class ScriptedAdapter:

@@ -52,7 +52,7 @@ def _utf8_length(text: str) -> int:
 def fixed_tokens(system: Sequence[str], tools: Sequence[ToolSpec]) -> int:
     """What every request of a run repeats: counted once per distinct text."""
     specs = json.dumps([[t.name, t.description, t.parameters] for t in tools], sort_keys=True)
-    return sum(text_tokens(text) for text in system) + (_specs_tokens(specs) if tools else 0)
+    return sum(text_tokens(text) for text in system) + (recurring_count(specs) if tools else 0)
 
 
 @lru_cache(maxsize=8192)
@@ -61,9 +61,11 @@ def text_tokens(text: str) -> int:
     return PER_MESSAGE + count(text)
 
 
-@lru_cache(maxsize=256)
-def _specs_tokens(specs: str) -> int:
-    return count(specs)
+@lru_cache(maxsize=1024)
+def recurring_count(text: str) -> int:
+    """`count`, once per distinct text, for texts that come back run after run (a
+    configuration's tool specs, a scripted reply)."""
+    return count(text)
 
 
 def truncate_tokens(text: str, limit: int) -> str:
