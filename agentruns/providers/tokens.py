@@ -55,16 +55,15 @@ def fixed_tokens(system: Sequence[str], tools: Sequence[ToolSpec]) -> int:
     return sum(text_tokens(text) for text in system) + (recurring_count(specs) if tools else 0)
 
 
-@lru_cache(maxsize=8192)
 def text_tokens(text: str) -> int:
     """A message's tokens, once per distinct text (a replayed history is lookups)."""
-    return PER_MESSAGE + count(text)
+    return PER_MESSAGE + recurring_count(text)
 
 
-@lru_cache(maxsize=1024)
+@lru_cache(maxsize=8192)
 def recurring_count(text: str) -> int:
-    """`count`, once per distinct text, for texts that come back run after run (a
-    configuration's tool specs, a scripted reply)."""
+    """`count`, once per distinct text, for texts that come back turn after turn and run
+    after run (a history's messages, a configuration's tool specs, a scripted reply)."""
     return count(text)
 
 

@@ -150,6 +150,14 @@ def _json(value: Any) -> str:
         return json.dumps(value)
 
 
+# Every row a step inserts is stamped by the statement itself, not with a parameter per
+# row that Python formats and the server parses: a tenth of a step's parameters (PERF-1).
+# The row builders the stores share are handed STAMPED_LATER for its value.
+STAMPED = "created_at"
+STAMP = "statement_timestamp()"
+STAMPED_LATER = None
+
+
 def _insert(
     name: str,
     table: str,
@@ -162,12 +170,6 @@ def _insert(
     for values in rows:
         params.extend(_value(c, values[c]) for c in columns if c != STAMPED)
     return _insert_sql(name, table, columns, len(rows), audit)
-
-
-# Every row a step inserts is stamped by the statement itself, not with a parameter per
-# row that Python formats and the server parses: a tenth of a step's parameters (PERF-1).
-STAMPED = "created_at"
-STAMP = "statement_timestamp()"
 
 
 @cache
@@ -207,9 +209,8 @@ def step_statement(lease: Lease, step: Step, fast: bool) -> tuple:
         held = f" AND EXISTS (SELECT 1 FROM {EVENT} WHERE thread_id = %s AND sequence = %s)"
         params.extend([lease.thread_id, step.after])
     parts = [f"fence AS (SELECT id FROM {RUN} WHERE id = %s AND epoch = %s{held} FOR SHARE)"]
-    now = timezone.now()
     if step.events:
-        rows = [event_row(lease, event, now) for event in step.events]
+        rows = [event_row(lease, event, STAMPED_LATER) for event in step.events]
         parts.append(_insert("ev", Event._meta.db_table, EVENT_COLUMNS, rows, params))
         # OPS-4: the outbox in the same statement (a join against an empty table when
         # nobody subscribed); OPS-1: the day's counter, only when the step used tokens.
@@ -222,15 +223,13 @@ def step_statement(lease: Lease, step: Step, fast: bool) -> tuple:
             )
             params.extend(upsert)
     if step.checkpoints:
-        rows = [checkpoint_row(lease, cp, now) for cp in step.checkpoints]
+        rows = [checkpoint_row(lease, cp, STAMPED_LATER) for cp in step.checkpoints]
         parts.append(_insert("cp", Checkpoint._meta.db_table, CHECKPOINT_COLUMNS, rows, params))
     if step.new_invocations:
-        rows = [{**row, "created_at": now} for row in step.new_invocations]
-        parts.append(
-            _insert("inv", ToolInvocation._meta.db_table, INVOCATION_COLUMNS, rows, params)
-        )
+        table = ToolInvocation._meta.db_table
+        parts.append(_insert("inv", table, INVOCATION_COLUMNS, step.new_invocations, params))
     if step.new_ticket is not None:
-        row = {**step.new_ticket, "status": Ticket.Status.ACTIVE, "created_at": now}
+        row = {**step.new_ticket, "status": Ticket.Status.ACTIVE}
         parts.append(_insert("tk", Ticket._meta.db_table, TICKET_COLUMNS, [row], params))
     for index, (pk, changes) in enumerate(step.invocation_updates):
         parts.append(
