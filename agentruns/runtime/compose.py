@@ -47,10 +47,15 @@ class Composed:
 
 
 def compose_request(
-    *, sources: Sequence[Source], mode: Mode, active: Iterable[str], events: Sequence[LogEntry]
+    *,
+    sources: Sequence[Source],
+    mode: Mode,
+    active: Iterable[str],
+    events: Sequence[LogEntry],
+    messages: Sequence[Message] | None = None,
 ) -> Composed:
     """`events` are the effective events (after compaction); `active` the deferred tools
-    the log activated."""
+    the log activated; `messages`, when the caller kept them up, `project(events)`."""
     cleaned, found = [], Counter[str]()
     for text in system_texts(sources):
         clean, kinds = redact(text)
@@ -62,7 +67,7 @@ def compose_request(
         system_redacted=dict(found),
         tools=tools,
         specs=tuple(ToolSpec(t.wire_name, t.description, t.parameters) for t in tools),
-        messages=tuple(project(events)),
+        messages=tuple(project(events)) if messages is None else tuple(messages),
     )
 
 
@@ -166,7 +171,38 @@ def log_view(log: Sequence[LogEntry], config: RuntimeConfig, *, enforce: bool = 
     return LogView(sent, mode, frozenset(active), over, config.zone, results)
 
 
-def next_request(view: LogView, *, sources: Sequence[Source]) -> Composed:
+def extend_view(
+    view: LogView, added: Sequence[LogEntry], config: RuntimeConfig, *, enforce: bool = True
+) -> LogView | None:
+    """`log_view(log + added)` from `view`, the log's view under the same configuration
+    and enforcement, in time proportional to `added` (the loop views its log again after
+    every step). None when `added` holds a compaction or a mode switch, whose effects
+    reach back over the whole log: then view the whole log again."""
+    if any(event.type in (ev.COMPACTION, ev.MODE_SWITCHED) for event in added):
+        return None
+    results = tuple(result_sources(added))
+    over = withheld(results, config.zone.ceiling)
+    sent = withhold(added, over, config.zone) if enforce else tuple(added)
+    deferred = view.mode.deferred
+    active = view.active | active_deferred(added, deferred) if deferred else view.active
+    return LogView(
+        view.effective + sent,
+        view.mode,
+        frozenset(active),
+        view.withheld + over,
+        config.zone,
+        view.results + results,
+    )
+
+
+def next_request(
+    view: LogView, *, sources: Sequence[Source], messages: Sequence[Message] | None = None
+) -> Composed:
+    """`messages`: `project(view.effective)`, when the caller kept it up."""
     return compose_request(
-        sources=sources, mode=view.mode, active=view.active, events=view.effective
+        sources=sources,
+        mode=view.mode,
+        active=view.active,
+        events=view.effective,
+        messages=messages,
     )

@@ -7,6 +7,7 @@ refusal written before an executed call's result still reaches the model in call
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from agentruns import events as ev
 from agentruns.events import LogEntry
@@ -53,21 +54,34 @@ def _result_text(payload: dict) -> str:
     return str(payload.get("content", ""))
 
 
+def _result_message(payload: dict) -> ToolResultMessage:
+    return ToolResultMessage(
+        call_id=payload["call_id"],
+        name=wire_name(payload.get("tool", "")),
+        content=_result_text(payload),
+        # MCP-4: a withheld result reads as a failed call, never as its output.
+        is_error=payload.get("status") != ev.OK or bool(payload.get("withheld")),
+    )
+
+
+def _assistant_message(payload: dict) -> AssistantMessage:
+    calls = tuple(
+        ToolCall(
+            id=c["id"],
+            name=wire_name(c["name"]),
+            arguments=c.get("arguments"),
+            raw_arguments=c.get("raw_arguments"),
+        )
+        for c in payload.get("tool_calls", [])
+    )
+    return AssistantMessage(payload.get("text", ""), calls)
+
+
 def project(events: Sequence[LogEntry]) -> list[Message]:
     results: dict[str, ToolResultMessage] = {}
     for event in events:
         if event.type == ev.TOOL_RESULT:
-            payload = event.payload
-            results.setdefault(
-                payload["call_id"],
-                ToolResultMessage(
-                    call_id=payload["call_id"],
-                    name=wire_name(payload.get("tool", "")),
-                    content=_result_text(payload),
-                    # MCP-4: a withheld result reads as a failed call, never as its output.
-                    is_error=payload.get("status") != ev.OK or bool(payload.get("withheld")),
-                ),
-            )
+            results.setdefault(event.payload["call_id"], _result_message(event.payload))
     messages: list[Message] = []
     placed: set[str] = set()
     for event in events:
@@ -76,23 +90,69 @@ def project(events: Sequence[LogEntry]) -> list[Message]:
         elif event.type == ev.USER:
             messages.append(UserMessage(event.payload.get("text", "")))
         elif event.type == ev.ASSISTANT:
-            calls = tuple(
-                ToolCall(
-                    id=c["id"],
-                    name=wire_name(c["name"]),
-                    arguments=c.get("arguments"),
-                    raw_arguments=c.get("raw_arguments"),
-                )
-                for c in event.payload.get("tool_calls", [])
-            )
-            messages.append(AssistantMessage(event.payload.get("text", ""), calls))
-            for call in calls:
+            message = _assistant_message(event.payload)
+            messages.append(message)
+            for call in message.tool_calls:
                 if call.id in results:
                     messages.append(results[call.id])
                     placed.add(call.id)
     # An orphan result stays visible so the pairing check can refuse the history.
     messages.extend(result for call_id, result in results.items() if call_id not in placed)
     return messages
+
+
+@dataclass(frozen=True)
+class Projection:
+    """`project(events)` kept up as the log grows (a run's loop projects its whole log
+    before every turn): `messages`, and what appending in order needs to know. Only a log
+    that reads in order can be extended: each result answers the next unanswered call of
+    the newest turn, a turn or a prompt comes only once every call is answered, and no
+    call id comes back. Anything else is projected whole (`project` places it)."""
+
+    messages: tuple[Message, ...]
+    waiting: tuple[str, ...] = ()  # the newest turn's unanswered calls, in model order
+    ids: frozenset[str] = frozenset()  # every call id so far
+    in_order: bool = True
+
+
+def projection(events: Sequence[LogEntry]) -> Projection:
+    """`project(events)`, with what extending it needs."""
+    extended = extend_projection(Projection(()), events)
+    return extended or Projection(tuple(project(events)), in_order=False)
+
+
+def extend_projection(known: Projection, added: Sequence[LogEntry]) -> Projection | None:
+    """The projection of a log and `added` after it, from the log's (`known`); None when
+    `added` does not continue it in order (then project the whole log again)."""
+    if not known.in_order:
+        return None
+    return _in_order(known, added)
+
+
+def _in_order(known: Projection, added: Sequence[LogEntry]) -> Projection | None:
+    messages, waiting, ids = list(known.messages), list(known.waiting), set(known.ids)
+    for event in added:
+        if event.type == ev.TOOL_RESULT:
+            if not waiting or event.payload["call_id"] != waiting[0]:
+                return None
+            messages.append(_result_message(event.payload))
+            del waiting[0]
+        elif event.type in (ev.USER, ev.ASSISTANT, ev.COMPACTION):
+            if waiting:
+                return None
+            if event.type == ev.ASSISTANT:
+                turn = _assistant_message(event.payload)
+                calls = [call.id for call in turn.tool_calls]
+                if ids.intersection(calls) or len(set(calls)) != len(calls):
+                    return None
+                ids.update(calls)
+                waiting = calls
+                messages.append(turn)
+            elif event.type == ev.USER:
+                messages.append(UserMessage(event.payload.get("text", "")))
+            else:
+                messages.append(UserMessage(SUMMARY_PREFIX + event.payload.get("summary", "")))
+    return Projection(tuple(messages), tuple(waiting), frozenset(ids))
 
 
 def pairing_problems(messages: Sequence[Message]) -> list[str]:

@@ -21,9 +21,11 @@ from agentruns.errors import Fenced
 from agentruns.events import LogEntry
 from agentruns.gate.audit import current_enforcement
 from agentruns.models import GateAudit, Run
+from agentruns.providers.base import Message
 from agentruns.runtime import faults, journal
-from agentruns.runtime.compose import LogView, log_view
+from agentruns.runtime.compose import LogView, extend_view, log_view
 from agentruns.runtime.config import RuntimeConfig, runtime_config
+from agentruns.runtime.context import Projection, extend_projection, projection
 from agentruns.runtime.state import (
     ProposedCall,
     RunState,
@@ -74,6 +76,17 @@ class Invocation:
 
 
 @dataclass
+class Viewed:
+    """`RunContext.view()` as of the first `events` of the log, for the catalog generation
+    and enforcement of `key`, and its projection once asked for."""
+
+    key: tuple[int, bool]
+    events: int
+    view: LogView
+    projection: Projection | None = None
+
+
+@dataclass
 class RunContext:
     """One claimed run as the actions see it. Only `commit`/`write` change the log, the state
     and the invocations; the memos are caches an action may fill (tokens per event, the
@@ -88,7 +101,7 @@ class RunContext:
     invocations: dict[str, Invocation] = field(default_factory=dict)
     token_memo: dict[tuple[int, bool, bool], int] = field(default_factory=dict)
     config_memo: tuple[int, RuntimeConfig] | None = None
-    view_memo: tuple[tuple[int, int, bool], LogView] | None = None
+    view_memo: Viewed | None = None
     # The catalog generation this executor decided on last (CG-9, SEC-6).
     generation: int = 0
     # OPS-2: (UTC day, the configuration's tokens that day) as this run's last write that
@@ -144,13 +157,35 @@ class RunContext:
 
     def view(self) -> LogView:
         """What the log says the next send carries (`log_view`, the one recipe the dry run
-        and the inspector follow too); read again only when the log, the catalog or the
-        enforcement changed (CG-6: an observing gate withholds nothing, MCP-4)."""
+        and the inspector follow too); viewed whole again only when the catalog or the
+        enforcement changed (CG-6: an observing gate withholds nothing, MCP-4) or the
+        log's newest events reach back (`extend_view`), else extended by them."""
+        return self._viewed().view
+
+    def messages(self) -> tuple[Message, ...]:
+        """`project(self.view().effective)`, kept up the same way."""
+        viewed = self._viewed()
+        if viewed.projection is None:
+            viewed.projection = projection(viewed.view.effective)
+        return viewed.projection.messages
+
+    def _viewed(self) -> Viewed:
         enforce = current_enforcement() is Enforcement.ENFORCE
-        key = (len(self.events), self.generation, enforce)
-        if self.view_memo is None or self.view_memo[0] != key:
-            self.view_memo = (key, log_view(self.events, self.config, enforce=enforce))
-        return self.view_memo[1]
+        key = (self.generation, enforce)
+        known = self.view_memo
+        if known is not None and known.key == key and known.events == len(self.events):
+            return known
+        if known is not None and known.key == key and known.events < len(self.events):
+            added = self.events[known.events :]
+            view = extend_view(known.view, added, self.config, enforce=enforce)
+            if view is not None:
+                sent = view.effective[len(known.view.effective) :]
+                extended = known.projection and extend_projection(known.projection, sent)
+                self.view_memo = Viewed(key, len(self.events), view, extended or None)
+                return self.view_memo
+        view = log_view(self.events, self.config, enforce=enforce)
+        self.view_memo = Viewed(key, len(self.events), view)
+        return self.view_memo
 
     @property
     def mode(self) -> Mode:

@@ -112,7 +112,7 @@ def model_turn(ctx: RunContext, turn_index: int) -> Outcome | None:
 
 
 def _composed(ctx: RunContext) -> Composed:
-    return next_request(ctx.view(), sources=sources(ctx))
+    return next_request(ctx.view(), sources=sources(ctx), messages=ctx.messages())
 
 
 def _record_turn(
