@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from django.conf import settings
 
@@ -24,7 +25,6 @@ from agentruns.gate.core import (
     refusal_fields,
     refusal_message,
 )
-from agentruns.models import GateAudit
 
 logger = logging.getLogger(__name__)
 
@@ -46,9 +46,14 @@ class Asserted:
         return self.decision.refused and self.enforcement is Enforcement.OBSERVE
 
 
-def audit_row(decision: Decision, enforcement: Enforcement, run_id: int | None) -> GateAudit:
+# One GateAudit row as its column values (`created_at` is the writer's): the loop writes
+# them with a step, in its statement, and never needs a model instance of them.
+AuditRow = dict[str, Any]
+
+
+def audit_row(decision: Decision, enforcement: Enforcement, run_id: int | None) -> AuditRow:
     source = decision.source
-    return GateAudit(
+    return dict(
         verdict=decision.verdict.value,
         enforcement=enforcement.recorded,
         configuration=decision.configuration,
@@ -64,7 +69,7 @@ def audit_row(decision: Decision, enforcement: Enforcement, run_id: int | None) 
 
 # Writes audit rows durably (each is a send's justification: never without the WAL
 # flush) and returns the live catalog generation; a fenced worker's raises Fenced (CLU-2).
-SaveAudits = Callable[[list[GateAudit]], int]
+SaveAudits = Callable[[list[AuditRow]], int]
 
 
 def context_assert(
@@ -109,9 +114,9 @@ def _withheld_row(
     zone: Zone,
     enforcement: Enforcement,
     run_id: int | None,
-) -> GateAudit:
+) -> AuditRow:
     assert result.data_class is not None
-    return GateAudit(
+    return dict(
         verdict=Verdict.REFUSED.value,
         enforcement=enforcement.recorded,
         configuration=config.slug,
@@ -121,4 +126,5 @@ def _withheld_row(
         source_kind=result.kind,
         source_name=result.tool,
         data_class=result.data_class.label,
+        forced=False,
     )

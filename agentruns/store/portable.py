@@ -76,9 +76,7 @@ class PortableStore(SystemStore):
             )
             if step.new_ticket is not None:
                 Ticket.objects.create(**step.new_ticket)
-            for audit in step.audits:
-                audit.created_at = now
-            GateAudit.objects.bulk_create(step.audits)
+            GateAudit.objects.bulk_create(GateAudit(**row, created_at=now) for row in step.audits)
             for pk, changes in step.invocation_updates:
                 ToolInvocation.objects.filter(pk=pk).update(**changes)
             if step.run_update and not Run.objects.filter(lease.fence).update(**step.run_update):

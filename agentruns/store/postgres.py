@@ -39,7 +39,7 @@ from agentruns.store.records import (
     checkpoint_row,
     event_row,
 )
-from agentruns.store.statements import prepared, prepared_rows
+from agentruns.store.statements import JsonText, prepared, prepared_rows
 
 RUN = Run._meta.db_table
 EVENT = Event._meta.db_table
@@ -110,14 +110,7 @@ TICKET_COLUMNS = (
     "status",
     "created_at",
 )
-AUDIT_FIELDS = [f for f in GateAudit._meta.concrete_fields if not f.primary_key]
-
-
-AUDIT_COLUMNS = tuple(str(f.column) for f in AUDIT_FIELDS)
-
-
-def _audit_rows(audits: Sequence[GateAudit]) -> list[dict[str, Any]]:
-    return [{str(f.column): getattr(row, f.attname) for f in AUDIT_FIELDS} for row in audits]
+AUDIT_COLUMNS = tuple(str(f.column) for f in GateAudit._meta.concrete_fields if not f.primary_key)
 
 
 def _cast(column: str) -> str:
@@ -136,13 +129,13 @@ def _value(column: str, value: Any) -> Any:
     return value
 
 
-def _json(value: Any) -> str:
+def _json(value: Any) -> JsonText:
     """orjson, several times quicker than json on a step's payloads and checkpoint states;
     json for what orjson refuses (an integer past 64 bits, which a model may write)."""
     try:
-        return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
+        return JsonText(orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS))
     except orjson.JSONEncodeError:
-        return json.dumps(value, default=_as_orjson_would)
+        return JsonText(json.dumps(value, default=_as_orjson_would).encode())
 
 
 def _as_orjson_would(value: Any) -> Any:
@@ -154,6 +147,9 @@ def _as_orjson_would(value: Any) -> Any:
         return str(value)
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
+
+# OPS-4: the outbox rows of a step's events, written by the step's own statement.
+OUTBOX = f"wh AS ({WebhookDelivery.insert_sql('ev AS e')} RETURNING 1)"
 
 # Every row a step inserts is stamped by the statement itself, not with a parameter per
 # row that Python formats and the server parses (PERF-1). The row builders the stores
@@ -168,9 +164,15 @@ def _insert(name: str, model: Any, columns: tuple[str, ...], rows: list[dict], p
     instead of a formatted parameter per cell, and for the server one JSON parse and one
     function scan instead of a VALUES list of typed cells to bind and initialise. Its text
     does not depend on the number of rows, so a step has few shapes to prepare."""
-    given = [c for c in columns if c != STAMPED]
+    given = _given(columns)
     params.append(_json([{c: row[c] for c in given} for row in rows]))
-    return _insert_sql(name, model._meta.db_table, columns, _record_types(model, tuple(given)))
+    return _insert_sql(name, model._meta.db_table, columns, _record_types(model, given))
+
+
+@cache
+def _given(columns: tuple[str, ...]) -> tuple[str, ...]:
+    """The columns a row sends: all but the one the statement stamps."""
+    return tuple(c for c in columns if c != STAMPED)
 
 
 @cache
@@ -222,7 +224,7 @@ def step_statement(lease: Lease, step: Step, fast: bool) -> tuple:
         parts.append(_insert("ev", Event, EVENT_COLUMNS, rows, params))
         # OPS-4: the outbox in the same statement (a join against an empty table when
         # nobody subscribed); OPS-1: the day's counter, only when the step used tokens.
-        parts.append(f"wh AS ({WebhookDelivery.insert_sql('ev AS e')} RETURNING 1)")
+        parts.append(OUTBOX)
         spent_in, spent_out = DailyUsage.usage_of(step.events)
         if spent_in or spent_out:
             parts.append(f"du AS ({DailyUsage.UPSERT_SQL})")
@@ -251,8 +253,7 @@ def step_statement(lease: Lease, step: Step, fast: bool) -> tuple:
         )
         params.append(pk)
     if step.audits:
-        rows = _audit_rows(step.audits)
-        parts.append(_insert("au", GateAudit, AUDIT_COLUMNS, rows, params))
+        parts.append(_insert("au", GateAudit, AUDIT_COLUMNS, step.audits, params))
     if step.run_update:
         parts.append(_update("run", RUN, step.run_update, "id = %s AND epoch = %s", params))
         params.extend([lease.run_id, lease.epoch])

@@ -14,7 +14,6 @@ from django.conf import settings
 from django.db.models import Q
 
 from agentruns.events import LogEntry
-from agentruns.models import GateAudit
 
 # (sequence, type, payload, run_id) in log order.
 LogRow = tuple[int, str, dict[str, Any], int | None]
@@ -141,7 +140,7 @@ class Step:
     after: int = 0
     # CG-4: the audit rows of the send that follows the step, written only behind the same
     # fence. A step that carries them is durable: each row is a send's justification.
-    audits: list[GateAudit] = field(default_factory=list)
+    audits: list[dict[str, Any]] = field(default_factory=list)
 
     def then(self, later: Step) -> Step:
         """This step and a later one as one write, fenced where this one was."""

@@ -35,6 +35,12 @@ _NO_SUCH_STATEMENT = b"26000"
 _NUMBERS = itertools.count()  # statement names, unique within the process
 
 
+class JsonText(bytes):
+    """A JSON document as orjson wrote it, in UTF-8: sent as it is, never decoded and
+    encoded again (a step's rows are kilobytes of it). JSON escapes a NUL character, so
+    no NUL byte can cut it short."""
+
+
 class _Unformattable(Exception):
     """A parameter of a type this module does not format: the cursor sends the statement."""
 
@@ -59,7 +65,7 @@ def prepared_rows(sql: str, params: list[Any]) -> list[tuple]:
             # Not prepared by psycopg: a session where psycopg holds prepared statements
             # gets DEALLOCATE ALL from it after any rollback, which would take ours too.
             with psycopg.Cursor(db.connection) as cursor:
-                cursor.execute(sql, params)
+                cursor.execute(sql, [_as_text(value) for value in params])
                 rows = cursor.fetchall()
     if db.queries_logged:
         db.queries_log.append({"sql": sql, "time": f"{time.monotonic() - started:.3f}"})
@@ -84,6 +90,10 @@ def _execute(db: Any, sql: str, params: list[Any]) -> list[tuple]:
         )
         for row in range(result.ntuples)
     ]
+
+
+def _as_text(value: Any) -> Any:
+    return value.decode() if isinstance(value, JsonText) else value
 
 
 def _run_prepared(
@@ -159,6 +169,7 @@ def _flag(value: bool) -> bytes:
 # psycopg sends it, so the server types it from its context; an int always as int8.
 _PARAMETERS: dict[type, tuple[int, Callable[[Any], bytes]]] = {
     str: (0, _text),
+    JsonText: (0, lambda value: value),
     int: (types["int8"].oid, _plain),
     float: (types["float8"].oid, _plain),
     Decimal: (types["numeric"].oid, _plain),

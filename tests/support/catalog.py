@@ -8,6 +8,7 @@ from typing import Any
 
 from django.utils import timezone
 
+from agentruns.gate.audit import AuditRow
 from agentruns.models import CatalogGeneration, Configuration, GateAudit, Provider, Skill, Snippet
 from agentruns.services.catalog import configuration_set_sources
 from tests.support.fake_provider import FakeProvider
@@ -133,9 +134,7 @@ def openai_configuration(
     return make_openai_configuration(slug, fake, zone=zone, provider_kw=provider_kw, **kw)
 
 
-def save_audits(rows: list[GateAudit]) -> int:
+def save_audits(rows: list[AuditRow]) -> int:
     """The gate's `save` outside any run: the rows as they are, and the live generation."""
-    for row in rows:
-        row.created_at = timezone.now()
-    GateAudit.objects.bulk_create(rows)
+    GateAudit.objects.bulk_create(GateAudit(**row, created_at=timezone.now()) for row in rows)
     return CatalogGeneration.objects.get(pk=1).value

@@ -19,8 +19,8 @@ from agentruns import events as ev
 from agentruns.classes import Enforcement
 from agentruns.errors import Fenced
 from agentruns.events import LogEntry
-from agentruns.gate.audit import current_enforcement
-from agentruns.models import GateAudit, Run
+from agentruns.gate.audit import AuditRow, current_enforcement
+from agentruns.models import Run
 from agentruns.providers.base import Message
 from agentruns.runtime import faults, journal
 from agentruns.runtime.compose import LogView, extend_view, log_view
@@ -252,7 +252,7 @@ class RunContext:
             )
         return written
 
-    def audit(self, rows: list[GateAudit]) -> int:
+    def audit(self, rows: list[AuditRow]) -> int:
         """CG-4: the rows, durably and behind the fence, with the held step if any; the
         live catalog generation (the gate's `save`)."""
         return self._write(journal.Step(after=self.next_sequence - 1, audits=rows), True).generation
