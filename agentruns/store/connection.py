@@ -31,7 +31,17 @@ def fast_commit(durable: bool) -> bool:
     only `store/postgres.py` asks)."""
     if durable or not settings.AGENTRUNS_FAST_COMMIT:
         return False
-    return this_connection().get_autocommit()
+    return in_autocommit()
+
+
+def in_autocommit() -> bool:
+    """Whether a statement now would be its own transaction, asked without taking a
+    connection from the pool (`get_autocommit` would, and a thread between provider
+    calls holds none): a thread that holds none will be handed an autocommit one."""
+    db = this_connection()
+    if db.connection is None:
+        return bool(db.settings_dict["AUTOCOMMIT"])
+    return bool(db.autocommit)
 
 
 def release_connection() -> None:

@@ -81,7 +81,10 @@ def _execute(db: Any, sql: str, params: list[Any]) -> list[tuple]:
         result = conn.pgconn.exec_params(_numbered(sql), values, oids)
     else:
         result = _run_prepared(conn, sql, values, oids)
-    _check(result, conn)
+    return _rows(_check(result, conn))
+
+
+def _rows(result: pq.abc.PGresult) -> list[tuple]:
     decoders = [_decoder(result.ftype(column)) for column in range(result.nfields)]
     return [
         tuple(

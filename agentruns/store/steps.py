@@ -1,0 +1,255 @@
+"""A durable step as ONE statement on PostgreSQL (runtime/journal.py says why): its rows
+as data-modifying CTEs behind a `FOR SHARE` fence on the run row, each table's rows one
+JSON parameter, every row stamped by the statement, prepared once per connection and
+shape (`statements.prepared`)."""
+
+from __future__ import annotations
+
+import json
+from datetime import date, datetime
+from functools import cache
+from typing import Any
+from uuid import UUID
+
+import orjson
+from django.db import connection
+
+from agentruns.models import (
+    CatalogGeneration,
+    Checkpoint,
+    DailyUsage,
+    Event,
+    GateAudit,
+    Run,
+    Ticket,
+    ToolInvocation,
+    WebhookDelivery,
+)
+from agentruns.store.records import Lease, Step, checkpoint_row, event_row
+from agentruns.store.statements import JsonText, prepared
+
+RUN = Run._meta.db_table
+EVENT = Event._meta.db_table
+CHECKPOINT = Checkpoint._meta.db_table
+GENERATION = f"(SELECT value FROM {CatalogGeneration._meta.db_table} WHERE id = 1)"
+# Appended to a statement that is its own transaction: that commit skips the WAL flush.
+RELAX_COMMIT = ", set_config('synchronous_commit', 'off', true)"
+
+JSON_COLUMNS = {
+    "payload",
+    "state",
+    "arguments",
+    "result",
+    "failure",
+    "forced_snippet_ids",
+    "forced_skill_ids",
+    "schema",
+}
+TIME_COLUMNS = {
+    "created_at",
+    "completed_at",
+    "effect_sent_at",
+    "lease_expires_at",
+    "updated_at",
+    "composed_at",
+    "deadline",
+}
+UUID_COLUMNS = {"correlation_id"}
+EVENT_COLUMNS = ("thread_id", "run_id", "sequence", "type", "payload", "created_at")
+# What the step's inserts hand the CTEs after them: the events feed the webhook outbox.
+RETURNING = {
+    "inv": "id, call_id",
+    "ev": "type AS event_type, run_id, thread_id, sequence, payload, created_at",
+}
+CHECKPOINT_COLUMNS = ("run_id", "kind", "last_sequence", "state", "created_at")
+INVOCATION_COLUMNS = (
+    "run_id",
+    "step",
+    "call_id",
+    "tool",
+    "tool_version",
+    "arguments",
+    "arguments_digest",
+    "idempotency_key",
+    "status",
+    "created_at",
+)
+TICKET_COLUMNS = (
+    "correlation_id",
+    "run_id",
+    "thread_id",
+    "snapshot_id",
+    "catalog_fingerprint",
+    "deadline",
+    "kind",
+    "call_id",
+    "tool",
+    "arguments",
+    "arguments_digest",
+    "question",
+    "schema",
+    "status",
+    "created_at",
+)
+AUDIT_COLUMNS = tuple(str(f.column) for f in GateAudit._meta.concrete_fields if not f.primary_key)
+
+
+def _cast(column: str) -> str:
+    if column in JSON_COLUMNS:
+        return "::jsonb"
+    if column in TIME_COLUMNS:
+        return "::timestamptz"
+    if column in UUID_COLUMNS:
+        return "::uuid"
+    return ""
+
+
+def _value(column: str, value: Any) -> Any:
+    if column in JSON_COLUMNS and value is not None:
+        return _json(value)
+    return value
+
+
+def _json(value: Any) -> JsonText:
+    """orjson, several times quicker than json on a step's payloads and checkpoint states;
+    json for what orjson refuses (an integer past 64 bits, which a model may write)."""
+    try:
+        return JsonText(orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS))
+    except orjson.JSONEncodeError:
+        return JsonText(json.dumps(value, default=_as_orjson_would).encode())
+
+
+def _as_orjson_would(value: Any) -> Any:
+    """The standard library's fallback writes what orjson writes natively (a step's rows
+    carry times and UUIDs beside a model's values)."""
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, UUID):
+        return str(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+# OPS-4: the outbox rows of a step's events, written by the step's own statement.
+OUTBOX = f"wh AS ({WebhookDelivery.insert_sql('ev AS e')} RETURNING 1)"
+
+# Every row a step inserts is stamped by the statement itself, not with a parameter per
+# row that Python formats and the server parses (PERF-1). The row builders the stores
+# share are handed STAMPED_LATER for its value.
+STAMPED = "created_at"
+STAMP = "statement_timestamp()"
+STAMPED_LATER = None
+
+
+def _insert(name: str, model: Any, columns: tuple[str, ...], rows: list[dict], params: list) -> str:
+    """A table's rows as ONE parameter, a JSON array of records (PERF-1): one orjson call
+    instead of a formatted parameter per cell, and for the server one JSON parse and one
+    function scan instead of a VALUES list of typed cells to bind and initialise. Its text
+    does not depend on the number of rows, so a step has few shapes to prepare."""
+    given = _given(columns)
+    params.append(_json([{c: row[c] for c in given} for row in rows]))
+    return _insert_sql(name, model._meta.db_table, columns, _record_types(model, given))
+
+
+@cache
+def _given(columns: tuple[str, ...]) -> tuple[str, ...]:
+    """The columns a row sends: all but the one the statement stamps."""
+    return tuple(c for c in columns if c != STAMPED)
+
+
+@cache
+def _record_types(model: Any, columns: tuple[str, ...]) -> str:
+    """The record a row is read as: each column with its own type, so the server checks
+    every value as the column would."""
+    fields = {str(f.column): f for f in model._meta.concrete_fields}
+    quote = connection.ops.quote_name
+    return ", ".join(f"{quote(c)} {fields[c].db_type(connection)}" for c in columns)
+
+
+@cache
+def _insert_sql(name: str, table: str, columns: tuple[str, ...], record: str) -> str:
+    names = ", ".join(columns)
+    values = ", ".join(STAMP if c == STAMPED else c for c in columns)
+    returning = RETURNING.get(name, "1")
+    return (
+        f"{name} AS (INSERT INTO {table} ({names}) SELECT {values} FROM "
+        f"jsonb_to_recordset(%s::jsonb) AS v ({record}) "
+        f"WHERE EXISTS (SELECT 1 FROM fence) RETURNING {returning})"
+    )
+
+
+def _update(name: str, table: str, changes: dict[str, Any], where: str, params: list) -> str:
+    params.extend(_value(c, v) for c, v in changes.items())
+    return _update_sql(name, table, tuple(changes), where)
+
+
+@cache
+def _update_sql(name: str, table: str, columns: tuple[str, ...], where: str) -> str:
+    sets = ", ".join(f"{c} = %s{_cast(c)}" for c in columns)
+    return f"{name} AS (UPDATE {table} SET {sets} WHERE {where} RETURNING 1)"
+
+
+def step_statement(lease: Lease, step: Step, fast: bool) -> tuple:
+    """The whole step (and the audit rows of the send after it) as data-modifying CTEs
+    behind a `FOR SHARE` fence on the run row; returns (fence held, cancel flag, catalog
+    generation, [[call_id, invocation id]], the configuration's tokens today if the step
+    used any). `fast`: its commit does not wait for the WAL flush (only a statement that
+    is its own transaction)."""
+    params: list[Any] = [lease.run_id, lease.epoch]
+    used_params: list[Any] = []
+    held = ""
+    if step.after:
+        held = f" AND EXISTS (SELECT 1 FROM {EVENT} WHERE thread_id = %s AND sequence = %s)"
+        params.extend([lease.thread_id, step.after])
+    parts = [f"fence AS (SELECT id FROM {RUN} WHERE id = %s AND epoch = %s{held} FOR SHARE)"]
+    if step.events:
+        rows = [event_row(lease, event, STAMPED_LATER) for event in step.events]
+        parts.append(_insert("ev", Event, EVENT_COLUMNS, rows, params))
+        # OPS-4: the outbox in the same statement (a join against an empty table when
+        # nobody subscribed); OPS-1: the day's counter, only when the step used tokens.
+        parts.append(OUTBOX)
+        spent_in, spent_out = DailyUsage.usage_of(step.events)
+        if spent_in or spent_out:
+            parts.append(f"du AS ({DailyUsage.UPSERT_SQL})")
+            upsert, used_params = DailyUsage.upsert_params(
+                lease.configuration_id, lease.run_id, spent_in, spent_out
+            )
+            params.extend(upsert)
+    if step.checkpoints:
+        rows = [checkpoint_row(lease, cp, STAMPED_LATER) for cp in step.checkpoints]
+        parts.append(_insert("cp", Checkpoint, CHECKPOINT_COLUMNS, rows, params))
+    if step.new_invocations:
+        invocations = step.new_invocations
+        parts.append(_insert("inv", ToolInvocation, INVOCATION_COLUMNS, invocations, params))
+    if step.new_ticket is not None:
+        row = {**step.new_ticket, "status": Ticket.Status.ACTIVE}
+        parts.append(_insert("tk", Ticket, TICKET_COLUMNS, [row], params))
+    for index, (pk, changes) in enumerate(step.invocation_updates):
+        parts.append(
+            _update(
+                f"up{index}",
+                ToolInvocation._meta.db_table,
+                changes,
+                "id = %s AND EXISTS (SELECT 1 FROM fence)",
+                params,
+            )
+        )
+        params.append(pk)
+    if step.audits:
+        parts.append(_insert("au", GateAudit, AUDIT_COLUMNS, step.audits, params))
+    if step.run_update:
+        parts.append(_update("run", RUN, step.run_update, "id = %s AND epoch = %s", params))
+        params.extend([lease.run_id, lease.epoch])
+    used = DailyUsage.USED_SQL if used_params else "NULL"
+    created = (
+        "(SELECT json_agg(json_build_array(call_id, id)) FROM inv)"
+        if step.new_invocations
+        else "NULL"
+    )
+    sql = (
+        "WITH "
+        + ", ".join(parts)
+        + f" SELECT (SELECT count(*) FROM fence), (SELECT cancel_requested FROM {RUN} "
+        f"WHERE id = %s), {GENERATION}, {created}, {used}{RELAX_COMMIT if fast else ''}"
+    )
+    params.extend([lease.run_id, *used_params])
+    return prepared(sql, params)
