@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
-from datetime import UTC, date
+from datetime import UTC, date, datetime
 from typing import Any
 
 from django.conf import settings
@@ -54,7 +54,7 @@ class DailyUsage(models.Model):
 
     @staticmethod
     def today() -> date:
-        return timezone.now().astimezone(UTC).date()
+        return datetime.now(UTC).date()
 
     @classmethod
     def used_today(cls, configuration_id: int) -> int:

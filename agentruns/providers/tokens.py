@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from functools import cache, lru_cache
+from typing import Any
 
+import orjson
 import tiktoken
 
 from agentruns.providers.base import AssistantMessage, Message, ToolResultMessage, ToolSpec
@@ -35,14 +37,21 @@ def message_bytes(message: Message) -> int:
 
 def _measured(message: Message, measure: Callable[[str], int]) -> int:
     if isinstance(message, AssistantMessage):
-        calls = [
-            [c.name, c.raw_arguments or json.dumps(c.arguments, sort_keys=True)]
-            for c in message.tool_calls
-        ]
-        return PER_MESSAGE + measure(message.text) + (measure(json.dumps(calls)) if calls else 0)
+        calls = [[c.name, c.raw_arguments or json_text(c.arguments)] for c in message.tool_calls]
+        return PER_MESSAGE + measure(message.text) + (measure(json_text(calls)) if calls else 0)
     if isinstance(message, ToolResultMessage):
         return PER_MESSAGE + measure(message.content)
     return PER_MESSAGE + measure(message.text)
+
+
+def json_text(value: Any) -> str:
+    """The JSON a count measures, keys sorted, as compact as the wire's: orjson, several
+    times quicker than json on a turn's tool specs; json for what orjson refuses (a lone
+    surrogate, an integer past 64 bits)."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+    except orjson.JSONEncodeError:
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def _utf8_length(text: str) -> int:
@@ -51,7 +60,7 @@ def _utf8_length(text: str) -> int:
 
 def fixed_tokens(system: Sequence[str], tools: Sequence[ToolSpec]) -> int:
     """What every request of a run repeats: counted once per distinct text."""
-    specs = json.dumps([[t.name, t.description, t.parameters] for t in tools], sort_keys=True)
+    specs = json_text([[t.name, t.description, t.parameters] for t in tools])
     return sum(text_tokens(text) for text in system) + (recurring_count(specs) if tools else 0)
 
 

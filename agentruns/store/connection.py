@@ -10,7 +10,7 @@ import logging
 from typing import Any
 
 from django.conf import settings
-from django.db import DEFAULT_DB_ALIAS, connection, connections
+from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 logger = logging.getLogger(__name__)
@@ -46,8 +46,9 @@ def in_autocommit() -> bool:
 
 def release_connection() -> None:
     """A no-op without a pool."""
-    if connection.settings_dict.get("OPTIONS", {}).get("pool") and connection.get_autocommit():
-        connection.close()
+    db = this_connection()
+    if db.settings_dict.get("OPTIONS", {}).get("pool") and db.get_autocommit():
+        db.close()
 
 
 def close_thread_connections() -> None:

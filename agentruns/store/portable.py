@@ -67,6 +67,7 @@ class PortableStore(SystemStore):
             used_today = None
             if any(spent):
                 DailyUsage.add(lease.configuration_id, *spent)
+            if any(spent) and step.count_today:
                 used_today = (DailyUsage.today(), DailyUsage.used_today(lease.configuration_id))
             Checkpoint.objects.bulk_create(
                 Checkpoint(**checkpoint_row(lease, cp, now)) for cp in step.checkpoints

@@ -119,7 +119,7 @@ class PostgresStore(SystemStore):
 
     def write_step(self, lease: Lease, step: Step, *, durable: bool) -> Written:
         row = step_statement(lease, step, fast_commit(durable))
-        held, cancel, generation, created, used = row[:5]  # then set_config's, if relaxed
+        held, cancel, generation, created, used = row[:5]  # then the outbox's, set_config's
         if not held:
             raise Fenced("the lease was taken by another worker, or the log lost its steps")
         return Written(

@@ -23,6 +23,7 @@ from agentruns.models import (
     Run,
     Ticket,
     ToolInvocation,
+    Webhook,
     WebhookDelivery,
 )
 from agentruns.store.records import Lease, Step, checkpoint_row, event_row
@@ -131,6 +132,19 @@ def _as_orjson_would(value: Any) -> Any:
 
 # OPS-4: the outbox rows of a step's events, written by the step's own statement.
 OUTBOX = f"wh AS ({WebhookDelivery.insert_sql('ev AS e')} RETURNING 1)"
+SUBSCRIBED = f"EXISTS (SELECT 1 FROM {Webhook._meta.db_table} WHERE active)"
+
+
+class Subscribers:
+    """Whether any webhook is active, as this process's latest step statement saw it.
+    While none is, a step leaves the outbox CTE out (an insert into a table of four
+    indexes that writes nothing, ~8 % of the server's time for a step) and fences itself
+    on there still being none: a webhook activated since makes that step write nothing,
+    and it is written again with the outbox. What a step commits is the same either way;
+    this is only which statement says it, so threads may race on it."""
+
+    seen = True  # until a statement says otherwise
+
 
 # Every row a step inserts is stamped by the statement itself, not with a parameter per
 # row that Python formats and the server parses (PERF-1). The row builders the stores
@@ -192,28 +206,33 @@ def step_statement(lease: Lease, step: Step, fast: bool) -> tuple:
     """The whole step (and the audit rows of the send after it) as data-modifying CTEs
     behind a `FOR SHARE` fence on the run row; returns (fence held, cancel flag, catalog
     generation, [[call_id, invocation id]], the configuration's tokens today if the step
-    used any). `fast`: its commit does not wait for the WAL flush (only a statement that
-    is its own transaction)."""
+    used any and `count_today`, whether any webhook is active). `fast`: its commit does
+    not wait for the WAL flush (only a statement that is its own transaction)."""
     params: list[Any] = [lease.run_id, lease.epoch]
     used_params: list[Any] = []
     held = ""
     if step.after:
         held = f" AND EXISTS (SELECT 1 FROM {EVENT} WHERE thread_id = %s AND sequence = %s)"
         params.extend([lease.thread_id, step.after])
+    unsubscribed = bool(step.events) and not Subscribers.seen
+    if unsubscribed:
+        held += f" AND NOT {SUBSCRIBED}"
     parts = [f"fence AS (SELECT id FROM {RUN} WHERE id = %s AND epoch = %s{held} FOR SHARE)"]
     if step.events:
         rows = [event_row(lease, event, STAMPED_LATER) for event in step.events]
         parts.append(_insert("ev", Event, EVENT_COLUMNS, rows, params))
-        # OPS-4: the outbox in the same statement (a join against an empty table when
-        # nobody subscribed); OPS-1: the day's counter, only when the step used tokens.
-        parts.append(OUTBOX)
+        # OPS-4: the outbox in the same statement while anybody subscribed; OPS-1: the
+        # day's counter, only when the step used tokens.
+        if not unsubscribed:
+            parts.append(OUTBOX)
         spent_in, spent_out = DailyUsage.usage_of(step.events)
         if spent_in or spent_out:
             parts.append(f"du AS ({DailyUsage.UPSERT_SQL})")
-            upsert, used_params = DailyUsage.upsert_params(
+            upsert, total = DailyUsage.upsert_params(
                 lease.configuration_id, lease.run_id, spent_in, spent_out
             )
             params.extend(upsert)
+            used_params = total if step.count_today else []
     if step.checkpoints:
         rows = [checkpoint_row(lease, cp, STAMPED_LATER) for cp in step.checkpoints]
         parts.append(_insert("cp", Checkpoint, CHECKPOINT_COLUMNS, rows, params))
@@ -237,7 +256,8 @@ def step_statement(lease: Lease, step: Step, fast: bool) -> tuple:
     if step.audits:
         parts.append(_insert("au", GateAudit, AUDIT_COLUMNS, step.audits, params))
     if step.run_update:
-        parts.append(_update("run", RUN, step.run_update, "id = %s AND epoch = %s", params))
+        fenced = "id = %s AND epoch = %s" + (f" AND NOT {SUBSCRIBED}" if unsubscribed else "")
+        parts.append(_update("run", RUN, step.run_update, fenced, params))
         params.extend([lease.run_id, lease.epoch])
     used = DailyUsage.USED_SQL if used_params else "NULL"
     created = (
@@ -249,7 +269,12 @@ def step_statement(lease: Lease, step: Step, fast: bool) -> tuple:
         "WITH "
         + ", ".join(parts)
         + f" SELECT (SELECT count(*) FROM fence), (SELECT cancel_requested FROM {RUN} "
-        f"WHERE id = %s), {GENERATION}, {created}, {used}{RELAX_COMMIT if fast else ''}"
+        f"WHERE id = %s), {GENERATION}, {created}, {used}, {SUBSCRIBED}"
+        f"{RELAX_COMMIT if fast else ''}"
     )
     params.extend([lease.run_id, *used_params])
-    return prepared(sql, params)
+    result = prepared(sql, params)
+    Subscribers.seen = result[5]
+    if unsubscribed and result[5] and not result[0]:
+        return step_statement(lease, step, fast)  # a webhook came: with the outbox, then
+    return result

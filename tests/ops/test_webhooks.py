@@ -10,12 +10,19 @@ import threading
 import time
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from agentruns.cluster.process import wait_for
-from agentruns.models import Run, Webhook, WebhookAttempt, WebhookDelivery
+from agentruns.events import LogEntry
+from agentruns.models import Event, Run, Webhook, WebhookAttempt, WebhookDelivery
+from agentruns.runtime import journal
 from agentruns.runtime.loop import execute_run
 from agentruns.services.webhooks import NO_RESPONSE, backoff_seconds, webhook_deliver_due
+from agentruns.store import store
+from agentruns.store.records import Lease, Step
+from agentruns.store.steps import Subscribers
 from tests.support.catalog import make_configuration, make_provider
 from tests.support.ops import Receiver, client_for, refused_port
 
@@ -241,6 +248,40 @@ def test_ops4_the_loops_events_are_queued_by_its_step_statement(staff):
     assistant = rows[0]
     assert assistant.payload["text"] == "hi" and "usage" in assistant.payload
     assert len({r.delivery_id for r in rows}) == 2
+
+
+def _claimed_lease(run_id: int) -> Lease:
+    assert store().claim(run_id, "test-worker", 60) is not None
+    run = Run.objects.get(pk=run_id)
+    return Lease(run.pk, run.thread_id, run.configuration_id, run.epoch, "test-worker")
+
+
+def _step(run_id: int, sequence: int) -> Step:
+    entry = LogEntry(sequence, "message.assistant", {"text": "hi", "tool_calls": []}, run_id)
+    return Step(events=[entry], after=sequence - 1, run_update={"steps": sequence})
+
+
+def test_ops4_while_nobody_subscribed_a_step_leaves_the_outbox_out_but_not_a_new_webhook(staff):
+    """The loop's step leaves the outbox CTE out while it last saw no active webhook (PERF-1),
+    fenced on there still being none: a webhook activated since gets the step's events
+    all the same, from the step written again with its outbox."""
+    lease = _claimed_lease(submit(staff))
+    journal.write(lease, _step(lease.run_id, 2))
+    assert Subscribers.seen is False
+    with CaptureQueriesContext(connection) as quiet:
+        journal.write(lease, _step(lease.run_id, 3))
+    (alone,) = (query["sql"] for query in quiet.captured_queries)
+    assert "agentruns_webhookdelivery" not in alone
+    done = hook("http://127.0.0.1:9/turns", ["message.assistant"])
+    with CaptureQueriesContext(connection) as statements:
+        journal.write(lease, _step(lease.run_id, 4))
+    first, again = (query["sql"] for query in statements.captured_queries)
+    assert "agentruns_webhookdelivery" not in first and "agentruns_webhookdelivery" in again
+    assert Subscribers.seen is True
+    rows = WebhookDelivery.objects.filter(run_id=lease.run_id, event_type="message.assistant")
+    assert list(rows.values_list("webhook_id", "sequence")) == [(done.pk, 4)]
+    assert Run.objects.get(pk=lease.run_id).steps == 4
+    assert Event.objects.filter(run_id=lease.run_id, sequence__gte=2).count() == 3
 
 
 def test_ops4_the_outbox_loop_sends_what_is_due_until_stopped(staff):

@@ -78,12 +78,15 @@ class Invocation:
 @dataclass
 class Viewed:
     """`RunContext.view()` as of the first `events` of the log, for the catalog generation
-    and enforcement of `key`, and its projection once asked for."""
+    and enforcement of `key`, and its projection once asked for: of the first `projected`
+    entries of `view.effective`, brought up to date only when asked again (a step's
+    results each extend the view; the messages are asked for once a turn)."""
 
     key: tuple[int, bool]
     events: int
     view: LogView
     projection: Projection | None = None
+    projected: int = 0
 
 
 @dataclass
@@ -165,8 +168,13 @@ class RunContext:
     def messages(self) -> tuple[Message, ...]:
         """`project(self.view().effective)`, kept up the same way."""
         viewed = self._viewed()
+        effective = viewed.view.effective
+        if viewed.projection is not None and viewed.projected < len(effective):
+            added = effective[viewed.projected :]
+            viewed.projection = extend_projection(viewed.projection, added)
         if viewed.projection is None:
-            viewed.projection = projection(viewed.view.effective)
+            viewed.projection = projection(effective)
+        viewed.projected = len(effective)
         return viewed.projection.messages
 
     def _viewed(self) -> Viewed:
@@ -178,10 +186,10 @@ class RunContext:
         if known is not None and known.key == key and known.events < len(self.events):
             added = self.events[known.events :]
             view = extend_view(known.view, added, self.config, enforce=enforce)
-            if view is not None:
-                sent = view.effective[len(known.view.effective) :]
-                extended = known.projection and extend_projection(known.projection, sent)
-                self.view_memo = Viewed(key, len(self.events), view, extended or None)
+            if view is not None:  # its effective entries extend the known ones
+                self.view_memo = Viewed(
+                    key, len(self.events), view, known.projection, known.projected
+                )
                 return self.view_memo
         view = log_view(self.events, self.config, enforce=enforce)
         self.view_memo = Viewed(key, len(self.events), view)
@@ -260,6 +268,7 @@ class RunContext:
     def _write(self, step: journal.Step, durable: bool) -> Written:
         if self.held is not None:
             step, self.held = self.held.then(step), None
+        step.count_today = self.config.daily_token_limit is not None
         try:
             result = journal.write(self.lease, step, durable=durable)
         except IntegrityError as exc:
@@ -268,7 +277,9 @@ class RunContext:
         if result.cancel_requested:
             self.signals.request_cancel()
         self.generation = result.generation
-        if result.used_today is not None:
+        if not step.count_today:  # no limit now: a total from before one was lifted is stale
+            self.used_today = None
+        elif result.used_today is not None:
             self.used_today = result.used_today
         return result
 

@@ -41,10 +41,20 @@ from agentruns.tools.registry import (
 logger = logging.getLogger(__name__)
 
 
-def idempotency_key(run_id: int, turn_index: int, call: ProposedCall, tool: Tool | None) -> str:
-    """TOOL-3: from what the call *is*, never from which attempt runs it."""
+def idempotency_key(
+    run_id: int,
+    turn_index: int,
+    call: ProposedCall,
+    tool: Tool | None,
+    *,
+    arguments_digest: str | None = None,
+) -> str:
+    """TOOL-3: from what the call *is*, never from which attempt runs it
+    (`arguments_digest`: `digest(call.arguments)` when the caller has it already)."""
     version = tool.version if tool else ""
-    return digest([run_id, turn_index, call.id, call.name, version, digest(call.arguments)])
+    if arguments_digest is None:
+        arguments_digest = digest(call.arguments)
+    return digest([run_id, turn_index, call.id, call.name, version, arguments_digest])
 
 
 @dataclass
@@ -244,6 +254,7 @@ def _new_invocation(ctx: RunContext, turn_index: int, call: ProposedCall) -> dic
     tool = REGISTRY.get(call.name)
     assert tool is not None
     human = needs_human(tool, ctx.config.exempt)
+    arguments_digest = digest(call.arguments)
     return {
         "run_id": ctx.lease.run_id,
         "step": turn_index,
@@ -251,8 +262,10 @@ def _new_invocation(ctx: RunContext, turn_index: int, call: ProposedCall) -> dic
         "tool": call.name,
         "tool_version": tool.version,
         "arguments": call.arguments,
-        "arguments_digest": digest(call.arguments),
-        "idempotency_key": idempotency_key(ctx.lease.run_id, turn_index, call, tool),
+        "arguments_digest": arguments_digest,
+        "idempotency_key": idempotency_key(
+            ctx.lease.run_id, turn_index, call, tool, arguments_digest=arguments_digest
+        ),
         "status": (
             ToolInvocation.Status.AWAITING_APPROVAL if human else ToolInvocation.Status.AUTHORISED
         ),
