@@ -226,9 +226,7 @@ def uncertain_invocations(user: Any) -> QuerySet[ToolInvocation]:
     if not is_approver(user):
         return ToolInvocation.objects.none()
     return (
-        ToolInvocation.objects.filter(
-            status=ToolInvocation.Status.UNCERTAIN, run__in=visible_runs(user)
-        )
+        ToolInvocation.objects.filter(uncertain=True, run__in=visible_runs(user))
         .select_related("run", "run__configuration")
         .order_by("-effect_sent_at")[:200]
     )

@@ -76,7 +76,7 @@ def insert_select(
         if column in values:
             given = values[column]
             sql, extra = (given, []) if isinstance(given, str) else given
-        elif field.primary_key:
+        elif field.primary_key or field.generated:  # the database computes those
             continue
         else:
             sql, extra = column_default(field)

@@ -177,7 +177,7 @@ def _operations(now: datetime) -> dict[str, Any]:
         .values_list("run_id", "created_at")[:5]
     )
     uncertain = (
-        ToolInvocation.objects.filter(status=ToolInvocation.Status.UNCERTAIN)
+        ToolInvocation.objects.filter(uncertain=True)
         .order_by("-id")
         .values_list("run_id", flat=True)[:LIST_LIMIT]
     )

@@ -282,6 +282,17 @@ class ToolInvocation(models.Model):
     result = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     completed_at = models.DateTimeField(null=True, blank=True)
+    # What the uncertain writes' index is kept by, so that no index reads `status`: a
+    # completion (status, result, completed_at) then changes no indexed value and is a HOT
+    # update, written once into the heap page and never into the table's indexes (PERF-1:
+    # a tenth of a step's time on the server).
+    uncertain = models.GeneratedField(
+        expression=models.ExpressionWrapper(
+            models.Q(status="uncertain"), output_field=models.BooleanField()
+        ),
+        output_field=models.BooleanField(),
+        db_persist=True,
+    )
 
     class Meta:
         ordering = ["run", "id"]
@@ -296,7 +307,7 @@ class ToolInvocation(models.Model):
             models.Index(
                 fields=["-effect_sent_at"],
                 name="invocation_uncertain",
-                condition=models.Q(status="uncertain"),
+                condition=models.Q(uncertain=True),
             ),
         ]
 

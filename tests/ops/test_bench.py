@@ -11,6 +11,7 @@ project's interpreter.
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 
 import psycopg
@@ -19,6 +20,9 @@ from django.core.management import call_command
 from django.db import connection
 
 from agentruns.bench import harness, loop, workload
+from agentruns.models import ToolInvocation
+from agentruns.runtime.actions.tool_calls import completion
+from agentruns.tools.registry import ToolOutput
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -54,6 +58,22 @@ def test_the_reference_runs_statements_carry_the_known_number_of_parameters_perf
     steps = [sql for sql in statements if sql.startswith("WITH fence")]
     assert all("statement_timestamp()" in sql for sql in steps if "INSERT" in sql)
     assert not any("VALUES" in sql for sql in steps), "a step's rows go as JSON records"
+
+
+def test_a_tool_completion_writes_no_indexed_column_so_it_is_a_hot_update_perf1():
+    """A completion changes no value an index of the table reads (its columns, expressions
+    and predicates), so PostgreSQL updates the row in its heap page alone."""
+    written = set(completion(ToolOutput("done")))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_get_indexdef(indexrelid) FROM pg_index WHERE indrelid = %s::regclass",
+            [ToolInvocation._meta.db_table],
+        )
+        definitions = [row[0] for row in cursor.fetchall()]
+    assert written == {"status", "result", "completed_at"} and len(definitions) == 4
+    for definition in definitions:
+        named = set(re.findall(r"[a-z_]+", definition.split(" USING ", 1)[1]))
+        assert not written & named, definition
 
 
 @pytest.fixture
