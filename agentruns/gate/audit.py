@@ -9,9 +9,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 from django.conf import settings
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 
 from agentruns.classes import Enforcement, Zone, parse_enforcement
 from agentruns.errors import ContextRefused
@@ -29,8 +32,16 @@ from agentruns.gate.core import (
 logger = logging.getLogger(__name__)
 
 
+@cache
 def current_enforcement() -> Enforcement:
+    """Read once (the loop asks before every view of its log), again when it changes."""
     return parse_enforcement(getattr(settings, "AGENTRUNS_DATA_CLASS_ENFORCEMENT", None))
+
+
+@receiver(setting_changed)
+def _forget(*, setting: str, **kwargs: Any) -> None:
+    if setting == "AGENTRUNS_DATA_CLASS_ENFORCEMENT":
+        current_enforcement.cache_clear()
 
 
 @dataclass(frozen=True)

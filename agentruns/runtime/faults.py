@@ -11,8 +11,11 @@ import os
 import signal
 from collections import Counter
 from functools import cache
+from typing import Any
 
 from django.conf import settings
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 
 COMMIT = "commit"  # after a runtime transaction committed (events, checkpoints, rows)
 EFFECT_SENT = "effect_sent"  # after effect_sent_at committed, before the effect
@@ -32,15 +35,26 @@ def _plan(spec: str) -> dict[str, int]:
     return plan
 
 
+@cache
+def _configured() -> tuple[str, str]:
+    """(trace path, fault plan), read once: a run passes a dozen points a turn, and each
+    look into os.environ, or at Django's lazy settings, cost more than the point (PERF-1)."""
+    return settings.AGENTRUNS_FAULT_TRACE, settings.AGENTRUNS_FAULTS
+
+
+@receiver(setting_changed)
+def _forget(*, setting: str, **kwargs: Any) -> None:
+    if setting in ("AGENTRUNS_FAULT_TRACE", "AGENTRUNS_FAULTS"):
+        _configured.cache_clear()
+
+
 def fault_point(name: str) -> None:
-    # From settings, read once: a run passes a dozen points a turn, and each look into
-    # os.environ (a Mapping in Python, encoding its key) cost more than the point (PERF-1).
-    trace = settings.AGENTRUNS_FAULT_TRACE
-    if not trace and not settings.AGENTRUNS_FAULTS:
+    trace, faults = _configured()
+    if not trace and not faults:
         return
     _hits[name] += 1
     if trace:
         with open(trace, "a") as handle:
             handle.write(f"{name}\n")
-    if _plan(settings.AGENTRUNS_FAULTS).get(name) == _hits[name]:
+    if _plan(faults).get(name) == _hits[name]:
         os.kill(os.getpid(), signal.SIGKILL)
