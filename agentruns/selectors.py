@@ -28,18 +28,19 @@ from agentruns.models import Configuration, Event, Run, ToolInvocation
 from agentruns.policy import is_approver, visible_runs
 from agentruns.providers.base import Message
 from agentruns.runtime.compose import LogView, log_view, next_request
-from agentruns.runtime.config import build_runtime_config
+from agentruns.runtime.config import build_runtime_config, runtime_config
 from agentruns.runtime.fork import carried_of
-from agentruns.store import on_postgres
+from agentruns.store import on_postgres, store
 from agentruns.tools.mcp.pinned import sync_pinned
 from agentruns.tools.policy import INPUT, PERMISSION, granted_tools, needs_human
 
 WAITS_FOR: dict[str | None, str] = {PERMISSION: "approval", INPUT: "an answer"}
 
 
-def granted(configuration: Configuration) -> list[GrantedTool]:
-    """The tools the configuration grants, MCP tools pinned now included (MCP-2, MCP-4)."""
-    sync_pinned()
+def granted(configuration: Configuration, generation: int | None = None) -> list[GrantedTool]:
+    """The tools the configuration grants, MCP tools pinned now included (MCP-2, MCP-4;
+    `generation`: the live catalog generation, when the caller read it)."""
+    sync_pinned(generation)
     exempt = frozenset(configuration.approval_exempt_tools or [])
     return [
         (
@@ -102,8 +103,23 @@ def run_next_send(run: Run) -> LogView:
     """What the run's next send would carry of its log, by the loop's own recipe
     (`log_view`) against the live configuration and classes: its `withheld` results
     (MCP-4) and the reachable `zone`."""
-    config = build_runtime_config(run.configuration)
-    return log_view(thread_log(run), config)
+    return run_next_sends([run])[run.pk]
+
+
+def run_next_sends(runs: Sequence[Run], generation: int | None = None) -> dict[int, LogView]:
+    """`run_next_send` of each run (by id): their threads' logs in one query, each
+    configuration as the loop caches it for the live catalog generation (read unless
+    given; PERF-8: the inbox shows one on every card)."""
+    if generation is None:
+        generation = store().catalog_generation()
+    logs: dict[int, list[LogEntry]] = {run.thread_id: [] for run in runs}
+    rows = Event.objects.filter(thread__in=list(logs)).order_by("thread", "sequence")
+    for thread_id, *row in rows.values_list("thread", *LOG_FIELDS):
+        logs[thread_id].append(LogEntry(*row))
+    return {
+        run.pk: log_view(logs[run.thread_id], runtime_config(run.configuration_id, generation))
+        for run in runs
+    }
 
 
 def run_readout(run: Run) -> dict[str, Any]:
@@ -119,11 +135,14 @@ def run_readouts(runs: Iterable[Run]) -> dict[int, dict[str, Any]]:
     views = config_views(run.configuration for run in runs)
     carried = _carried(runs)
     enforcement = current_enforcement()
-    tools = {run.configuration_id: granted(run.configuration) for run in runs}
+    generation = store().catalog_generation()
+    configurations = {run.configuration_id: run.configuration for run in runs}
+    tools = {pk: granted(c, generation) for pk, c in configurations.items()}
+    next_sends = run_next_sends(runs, generation)
     out = {}
     for run in runs:
         view = views[run.configuration_id]
-        next_send = run_next_send(run)
+        next_send = next_sends[run.pk]
         out[run.pk] = readout(
             view,
             _sources(view, run, carried.get(run.thread_id, ())),

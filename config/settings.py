@@ -133,6 +133,10 @@ def database_settings() -> dict:
     db: dict = dict(dj_database_url.parse(url, conn_max_age=0))
     if db["ENGINE"] == "django.db.backends.postgresql":
         db.setdefault("OPTIONS", {})
+        # Every query here reads a page or a run's rows by index: JIT compiling one whose
+        # estimate crosses jit_above_cost (a count over a million-run configuration) took
+        # 320 ms for a query that ran in 10 (PERF-8).
+        options = ["-c jit=off"]
         # Django disables prepared statements for the sake of transaction-mode poolers
         # (pgbouncer). The loop prepares its step statement explicitly (runtime/journal.py);
         # nothing is prepared implicitly. Behind such a pooler set AGENTRUNS_PREPARE=0.
@@ -143,9 +147,9 @@ def database_settings() -> dict:
             # five times before it settles on the generic plan: ~2 ms each for a step
             # statement, 0.8 s of a 1000-run batch on fresh pool connections (PERF-6).
             # Only named statements are affected, and only the loop names any.
-            generic = "-c plan_cache_mode=force_generic_plan"
-            given = db["OPTIONS"].get("options")
-            db["OPTIONS"]["options"] = f"{given} {generic}" if given else generic
+            options.append("-c plan_cache_mode=force_generic_plan")
+        given = db["OPTIONS"].get("options")
+        db["OPTIONS"]["options"] = " ".join([given, *options] if given else options)
         # Web processes keep one connection per thread; the cluster's executor switches
         # its own process to a pool (agentruns.cluster.driver).
         db["CONN_MAX_AGE"] = None

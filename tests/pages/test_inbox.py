@@ -11,7 +11,9 @@ from datetime import timedelta
 from html import unescape
 
 import pytest
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from agentruns.models import Event, Run, Ticket, ToolInvocation
@@ -439,6 +441,27 @@ def test_ui2_the_polled_list_answers_204_until_it_changes(approver, approval, in
     assert 'id="inbox-cards"' in body
     assert f'data-ticket="{active_ticket(second.pk).correlation_id}"' in body
     assert "<html" not in body  # a partial, not a page
+
+
+def _statements_for_cards(client: Client) -> int:
+    client.get("/inbox/cards/")  # the configurations cached for the catalog generation
+    with CaptureQueriesContext(connection) as statements:
+        assert client.get("/inbox/cards/").status_code == 200
+    return len(statements.captured_queries)
+
+
+def test_perf8_the_inbox_reads_its_cards_in_statements_that_do_not_grow_with_them(
+    approver, approval, initiator
+):
+    """PERF-8: each card's readout (the configuration, its tools, the results its next send
+    would withhold) comes from queries over every card at once, not a few per card."""
+    client = signed_in(approver)
+    one_card = _statements_for_cards(client)
+    scripted_configuration("second-cfg", TURNS)
+    for _ in range(4):
+        park(initiator, "second-cfg")
+    assert text(client.get("/inbox/cards/")).count("data-ticket=") == 5
+    assert _statements_for_cards(client) == one_card
 
 
 def test_ui2_a_decided_ticket_leaves_the_polled_list(approver, approval):
