@@ -33,9 +33,10 @@ from agentruns.store.records import Lease, Log, Step, Written
 __all__ = ["Step", "read", "write"]
 
 
-def write(lease: Lease, step: Step, *, durable: bool = True) -> Written:
+def write(lease: Lease, step: Step, *, durable: bool = True, count_today: bool = False) -> Written:
     """Write the step or raise Fenced; a step with audit rows is always durable."""
-    return store().write_step(lease, step, durable=durable or bool(step.audits))
+    durable = durable or bool(step.audits)
+    return store().write_step(lease, step, durable=durable, count_today=count_today)
 
 
 def read(lease: Lease, claimed: Log | None = None) -> tuple[list[LogEntry], dict | None]:

@@ -73,8 +73,10 @@ class SystemStore(abc.ABC):
         return DailyUsage.at_limit(configuration_id, limit, seen=seen)
 
     @abc.abstractmethod
-    def write_step(self, lease: Lease, step: Step, *, durable: bool) -> Written:
-        """Write the step fenced by the lease or raise Fenced."""
+    def write_step(self, lease: Lease, step: Step, *, durable: bool, count_today: bool) -> Written:
+        """Write the step fenced by the lease or raise Fenced. `count_today` (OPS-2): return
+        the day's total the configuration's counter reached, if the step used tokens (only
+        a configuration with a daily limit checks it)."""
         ...
 
     @abc.abstractmethod

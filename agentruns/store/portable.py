@@ -51,7 +51,7 @@ def _lost() -> NoReturn:
 class PortableStore(SystemStore):
     skip_locked = False
 
-    def write_step(self, lease: Lease, step: Step, *, durable: bool) -> Written:
+    def write_step(self, lease: Lease, step: Step, *, durable: bool, count_today: bool) -> Written:
         with transaction.atomic():
             fenced = Run.objects.select_for_update().filter(lease.fence)
             row = fenced.values_list("cancel_requested", flat=True).first()
@@ -67,8 +67,8 @@ class PortableStore(SystemStore):
             used_today = None
             if any(spent):
                 DailyUsage.add(lease.configuration_id, *spent)
-            if any(spent) and step.count_today:
-                used_today = (DailyUsage.today(), DailyUsage.used_today(lease.configuration_id))
+                if count_today:
+                    used_today = (DailyUsage.today(), DailyUsage.used_today(lease.configuration_id))
             Checkpoint.objects.bulk_create(
                 Checkpoint(**checkpoint_row(lease, cp, now)) for cp in step.checkpoints
             )

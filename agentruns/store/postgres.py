@@ -117,8 +117,8 @@ def _cursor_rows(sql: str, params: list[Any]) -> list[tuple]:
 class PostgresStore(SystemStore):
     skip_locked = True
 
-    def write_step(self, lease: Lease, step: Step, *, durable: bool) -> Written:
-        row = step_statement(lease, step, fast_commit(durable))
+    def write_step(self, lease: Lease, step: Step, *, durable: bool, count_today: bool) -> Written:
+        row = step_statement(lease, step, fast=fast_commit(durable), count_today=count_today)
         held, cancel, generation, created, used = row[:5]  # then the outbox's, set_config's
         if not held:
             raise Fenced("the lease was taken by another worker, or the log lost its steps")

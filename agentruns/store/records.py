@@ -141,9 +141,6 @@ class Step:
     # CG-4: the audit rows of the send that follows the step, written only behind the same
     # fence. A step that carries them is durable: each row is a send's justification.
     audits: list[dict[str, Any]] = field(default_factory=list)
-    # OPS-2: whether the step returns the day's total its counter reached (`Written.
-    # used_today`): only a configuration with a daily limit checks it.
-    count_today: bool = False
 
     def then(self, later: Step) -> Step:
         """This step and a later one as one write, fenced where this one was."""
@@ -156,7 +153,6 @@ class Step:
             new_ticket=later.new_ticket if later.new_ticket is not None else self.new_ticket,
             after=self.after,
             audits=[*self.audits, *later.audits],
-            count_today=self.count_today or later.count_today,
         )
 
 

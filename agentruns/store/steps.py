@@ -202,11 +202,11 @@ def _update_sql(name: str, table: str, columns: tuple[str, ...], where: str) -> 
     return f"{name} AS (UPDATE {table} SET {sets} WHERE {where} RETURNING 1)"
 
 
-def step_statement(lease: Lease, step: Step, fast: bool) -> tuple:
+def step_statement(lease: Lease, step: Step, *, fast: bool, count_today: bool) -> tuple:
     """The whole step (and the audit rows of the send after it) as data-modifying CTEs
     behind a `FOR SHARE` fence on the run row; returns (fence held, cancel flag, catalog
     generation, [[call_id, invocation id]], the configuration's tokens today if the step
-    used any and `count_today`, whether any webhook is active). `fast`: its commit does
+    used any and `count_today` asks, whether any webhook is active). `fast`: its commit does
     not wait for the WAL flush (only a statement that is its own transaction)."""
     params: list[Any] = [lease.run_id, lease.epoch]
     used_params: list[Any] = []
@@ -232,7 +232,7 @@ def step_statement(lease: Lease, step: Step, fast: bool) -> tuple:
                 lease.configuration_id, lease.run_id, spent_in, spent_out
             )
             params.extend(upsert)
-            used_params = total if step.count_today else []
+            used_params = total if count_today else []
     if step.checkpoints:
         rows = [checkpoint_row(lease, cp, STAMPED_LATER) for cp in step.checkpoints]
         parts.append(_insert("cp", Checkpoint, CHECKPOINT_COLUMNS, rows, params))
@@ -276,5 +276,6 @@ def step_statement(lease: Lease, step: Step, fast: bool) -> tuple:
     result = prepared(sql, params)
     Subscribers.seen = result[5]
     if unsubscribed and result[5] and not result[0]:
-        return step_statement(lease, step, fast)  # a webhook came: with the outbox, then
+        # A webhook came: the step again, with the outbox.
+        return step_statement(lease, step, fast=fast, count_today=count_today)
     return result

@@ -60,6 +60,16 @@ def test_the_reference_runs_statements_carry_the_known_number_of_parameters_perf
     assert not any("VALUES" in sql for sql in steps), "a step's rows go as JSON records"
 
 
+def test_a_daily_limit_is_checked_on_the_total_the_steps_return_ops2_perf2():
+    """A limited configuration's steps bring the day's total back, so of its checks before
+    each turn only the first reads the total itself; an unlimited one's carry no total."""
+    limited = loop.reference_statements(workload.bench_user(), daily_limit=10**12)
+    assert len(limited) == REFERENCE_STATEMENTS + 1
+    assert any("shard <>" in sql for sql in limited)
+    unlimited = loop.reference_statements(workload.bench_user())
+    assert not any("shard <>" in sql for sql in unlimited)
+
+
 def test_a_tool_completion_writes_no_indexed_column_so_it_is_a_hot_update_perf1():
     """A completion changes no value an index of the table reads (its columns, expressions
     and predicates), so PostgreSQL updates the row in its heap page alone."""

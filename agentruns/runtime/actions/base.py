@@ -268,16 +268,16 @@ class RunContext:
     def _write(self, step: journal.Step, durable: bool) -> Written:
         if self.held is not None:
             step, self.held = self.held.then(step), None
-        step.count_today = self.config.daily_token_limit is not None
+        limited = self.config.daily_token_limit is not None
         try:
-            result = journal.write(self.lease, step, durable=durable)
+            result = journal.write(self.lease, step, durable=durable, count_today=limited)
         except IntegrityError as exc:
             # Another writer appended to this thread: this worker's view is stale.
             raise Fenced(str(exc)) from exc
         if result.cancel_requested:
             self.signals.request_cancel()
         self.generation = result.generation
-        if not step.count_today:  # no limit now: a total from before one was lifted is stale
+        if not limited:  # no limit now: a total from before one was lifted is stale
             self.used_today = None
         elif result.used_today is not None:
             self.used_today = result.used_today
