@@ -63,9 +63,7 @@ def close_thread_connections() -> None:
 
 def detach_inherited_connections() -> None:
     """After a fork: forget (without closing) every connection and pool the parent opened."""
-    from django.db.backends.postgresql.base import DatabaseWrapper
-
-    pools: dict[str, Any] = DatabaseWrapper._connection_pools  # type: ignore[attr-defined]
+    pools = _django_pools()
     if pools:
         _INHERITED.extend(pools.values())
         pools.clear()
@@ -97,8 +95,6 @@ def use_pool(*, size: int, timeout: float, name: str) -> None:
 def _install_pool(options: dict[str, Any]) -> None:
     """Django's own pool, built as `DatabaseWrapper.pool` builds it, but of the class
     below; Django takes a pool it finds registered for the alias."""
-    from django.db.backends.postgresql.base import DatabaseWrapper
-
     wrapper = connections[DEFAULT_DB_ALIAS]
     kwargs = wrapper.get_connection_params()
     kwargs["autocommit"] = True  # as Django's: it sets autocommit itself on checkout
@@ -108,8 +104,15 @@ def _install_pool(options: dict[str, Any]) -> None:
         configure=wrapper._configure_connection,  # type: ignore[attr-defined]
         **options,
     )
+    _django_pools()[DEFAULT_DB_ALIAS] = pool
+
+
+def _django_pools() -> dict[str, Any]:
+    """Django's process-wide pools by alias (PostgreSQL's backend keeps them on its class)."""
+    from django.db.backends.postgresql.base import DatabaseWrapper
+
     pools: dict[str, Any] = DatabaseWrapper._connection_pools  # type: ignore[attr-defined]
-    pools[DEFAULT_DB_ALIAS] = pool
+    return pools
 
 
 class MostRecentFirstPool(ConnectionPool):
