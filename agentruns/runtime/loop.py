@@ -28,7 +28,7 @@ from agentruns.runtime.state import (
     Finished,
     next_action,
 )
-from agentruns.store.connection import release_connection
+from agentruns.store.connection import release_connection, take_connection
 from agentruns.store.records import Claim
 from agentruns.store.transitions import claim
 
@@ -44,6 +44,7 @@ class Executor:
     def drive(self) -> Outcome:
         """Run until the run parks, ends, is released or loses its lease."""
         try:
+            take_connection()  # a run works only while it holds one (PERF-6)
             ctx = RunContext.load(self.claim)
             trace = begin(ctx)  # OPS-7: None while tracing is off
             if trace is None:

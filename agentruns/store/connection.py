@@ -7,6 +7,8 @@ waiting for the WAL flush (runtime/journal.py). The loop's prepared statements a
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from django.conf import settings
@@ -50,6 +52,29 @@ def release_connection() -> None:
     db = this_connection()
     if db.settings_dict.get("OPTIONS", {}).get("pool") and db.get_autocommit():
         db.close()
+
+
+def take_connection() -> None:
+    """Take this thread's pooled connection now, before the work that needs it (a no-op
+    without a pool). An executor does its work only while it holds one, so the pool is
+    also the process's admission control: at most DB_POOL_MAX of its hundreds of threads
+    run at once, the rest wait asleep in the pool's first-come queue. Taken at the first
+    statement instead, every thread back from its provider competed for the interpreter
+    lock first: 1000 runs in flight reached 75-79 % of ideal, 80-82 % this way (PERF-6)."""
+    db = this_connection()
+    if db.settings_dict.get("OPTIONS", {}).get("pool"):
+        db.ensure_connection()
+
+
+@contextmanager
+def connection_given_back() -> Iterator[None]:
+    """A wait (a provider call, a tool on the network, other threads) with the pooled
+    connection given back, and taken again before anything else (`take_connection`)."""
+    release_connection()
+    try:
+        yield
+    finally:
+        take_connection()
 
 
 def close_thread_connections() -> None:

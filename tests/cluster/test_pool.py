@@ -1,8 +1,10 @@
 """The cluster's connection pool hands out the connection returned last (PERF-6, PERF-5):
-a process's steps stay on warm server backends instead of going round all of them."""
+a process's steps stay on warm server backends instead of going round all of them. It is
+also the process's admission control: an executor works only while it holds one."""
 
 from __future__ import annotations
 
+import copy
 import os
 import subprocess
 import sys
@@ -10,9 +12,24 @@ from collections.abc import Iterator
 
 import pytest
 from django.conf import settings
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 
-from agentruns.store.connection import MostRecentFirstPool
+from agentruns.models import Run
+from agentruns.runtime import faults
+from agentruns.runtime.loop import execute_run
+from agentruns.store.connection import (
+    MostRecentFirstPool,
+    _django_pools,
+    close_thread_connections,
+    this_connection,
+    use_pool,
+)
+from tests.support.catalog import scripted_configuration
+from tests.support.crash import fault_hook
+from tests.support.runs import bench_user as runs_user
+from tests.support.runs import submit
+
+CLOCK = {"name": "clock.now", "arguments": {}}
 
 pytestmark = [
     pytest.mark.django_db,
@@ -72,3 +89,43 @@ def test_a_worker_process_pools_its_connections_most_recent_first_perf6() -> Non
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["MostRecentFirstPool", "2"]
+
+
+@pytest.fixture
+def pooled_process() -> Iterator[None]:
+    """This test process switched to the cluster's pool of one connection, as a q2 worker
+    switches itself at spawn (`use_pool`), and back afterwards."""
+    settings_dict = connections.settings[DEFAULT_DB_ALIAS]
+    saved = {key: copy.deepcopy(settings_dict.get(key)) for key in POOL_KEYS}
+    close_thread_connections()
+    use_pool(size=1, timeout=3, name="test-admission")
+    try:
+        yield
+    finally:
+        close_thread_connections()
+        opened = _django_pools().pop(DEFAULT_DB_ALIAS, None)
+        if opened is not None:
+            opened.close()
+        settings_dict.update(saved)
+
+
+POOL_KEYS = ("OPTIONS", "CONN_MAX_AGE", "CONN_HEALTH_CHECKS")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_run_takes_its_connection_again_as_soon_as_its_provider_answers_perf6(
+    pooled_process: None,
+) -> None:
+    """Admission: the executor works only while it holds a pooled connection, so a burst
+    of replies wakes at most DB_POOL_MAX threads of a process, not hundreds."""
+    scripted_configuration("admitted", [{"tool_calls": [CLOCK]}, {"text": "done"}])
+    run = submit(runs_user(), "admitted")
+    held: list[bool] = []
+
+    def on_point(name: str, _: int) -> None:
+        if name == faults.PROVIDER:  # the reply is in memory, nothing of it recorded yet
+            held.append(this_connection().connection is not None)
+
+    with fault_hook(on_point):
+        assert execute_run(run.pk) == Run.Status.COMPLETED
+    assert held == [True, True]

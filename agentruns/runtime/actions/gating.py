@@ -19,7 +19,7 @@ from agentruns.runtime.actions.endings import finish_failed
 from agentruns.runtime.config import carried_sources, forced_sources
 from agentruns.runtime.fork import carried_of
 from agentruns.store import store
-from agentruns.store.connection import release_connection
+from agentruns.store.connection import connection_given_back
 
 logger = logging.getLogger(__name__)
 
@@ -68,8 +68,8 @@ def assert_context(ctx: RunContext) -> Outcome | None:
     earlier view is ever used."""
     for wait in STABLE_VIEW_WAITS:
         if wait:
-            release_connection()
-            time.sleep(wait)  # a bulk change is usually over within a moment
+            with connection_given_back():
+                time.sleep(wait)  # a bulk change is usually over within a moment
             ctx.generation = store().catalog_generation()
         known = ctx.generation
         try:

@@ -23,7 +23,7 @@ from agentruns.runtime import faults
 from agentruns.runtime.actions.base import Outcome, RunContext
 from agentruns.runtime.actions.endings import boundary, finish_failed
 from agentruns.runtime.actions.gating import STABLE_VIEW_WAITS, assert_context, unstable
-from agentruns.store.connection import release_connection
+from agentruns.store.connection import connection_given_back
 
 
 @dataclass(frozen=True)
@@ -62,9 +62,9 @@ def send(
             save=ctx.audit,
             run_id=ctx.lease.run_id,
         )
-    release_connection()
     try:
-        reply, link = dispatch(ctx.config.links, request)
+        with connection_given_back():
+            reply, link = dispatch(ctx.config.links, request)
     except ProviderError as exc:
         detail = f"Compaction failed: {exc}" if request.purpose == "summary" else str(exc)
         fields = {"status": exc.status, "retryable": exc.retryable}

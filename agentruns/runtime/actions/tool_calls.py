@@ -28,7 +28,7 @@ from agentruns.runtime.state import (
 )
 from agentruns.runtime.storable import storable_output
 from agentruns.store import store
-from agentruns.store.connection import close_thread_connections, release_connection
+from agentruns.store.connection import close_thread_connections, connection_given_back
 from agentruns.tools.policy import (
     needs_human,
     tool_refusal,
@@ -147,7 +147,13 @@ def _execute(ctx: RunContext, batch: Sequence[Ready]) -> None:
     if writes:
         _mark_effect_sent(ctx, writes)
     if any(ready.tool.blocking for ready in batch):
-        release_connection()
+        with connection_given_back():  # they wait on something outside this process
+            _run(ctx, batch)
+    else:
+        _run(ctx, batch)
+
+
+def _run(ctx: RunContext, batch: Sequence[Ready]) -> None:
     if len(batch) == 1:
         _finished(ctx, batch[0], run_tool(batch[0].tool, batch[0].call, batch[0].context))
         return
