@@ -47,10 +47,14 @@ def in_autocommit() -> bool:
     return bool(db.autocommit)
 
 
+def _pooled(db: BaseDatabaseWrapper) -> bool:
+    return bool(db.settings_dict.get("OPTIONS", {}).get("pool"))
+
+
 def release_connection() -> None:
     """A no-op without a pool."""
     db = this_connection()
-    if db.settings_dict.get("OPTIONS", {}).get("pool") and db.get_autocommit():
+    if _pooled(db) and db.get_autocommit():
         db.close()
 
 
@@ -63,7 +67,7 @@ def take_connection() -> None:
     lock first: 1000 runs in flight on 2 cores reached 73-80 % of ideal (median 77 %),
     78-82 % (median 80 %) this way with a pool of 6 (PERF-6)."""
     db = this_connection()
-    if db.settings_dict.get("OPTIONS", {}).get("pool"):
+    if _pooled(db):
         db.ensure_connection()
 
 
