@@ -302,8 +302,7 @@ AGENTRUNS_FAST_COMMIT = env_bool("AGENTRUNS_FAST_COMMIT", True)
 # fixed psycopg pool of DB_POOL_MAX connections, plus one that listens for wake-ups: one
 # machine holds Q_WORKERS * (DB_POOL_MAX + 1) + 3 connections (the sentinel, which also runs
 # the scheduler, the pusher, the monitor). The pool is also each process's admission
-# control (store/connection.py, take_connection): with 6, 1000 runs in flight on 2 cores
-# ran at 78-82 % of ideal (median 80 %); with 12 at 78-79 %, with 2 at 78 %.
+# control; why 6, measured, is in store/connection.py (take_connection).
 AGENTRUNS_DB_POOL_MAX = env_int("AGENTRUNS_DB_POOL_MAX", 6)
 AGENTRUNS_DB_POOL_TIMEOUT = env_float("AGENTRUNS_DB_POOL_TIMEOUT", 30.0)
 AGENTRUNS_EXECUTOR_THREADS = env_int(

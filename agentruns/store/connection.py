@@ -65,7 +65,8 @@ def take_connection() -> None:
     run at once, the rest wait asleep in the pool's first-come queue. Taken at the first
     statement instead, every thread back from its provider competed for the interpreter
     lock first: 1000 runs in flight on 2 cores reached 73-80 % of ideal (median 77 %),
-    78-82 % (median 80 %) this way with a pool of 6 (PERF-6)."""
+    78-82 % (median 80 %) this way with a pool of 6; with 12, 78-79 %; with 2, 78 %
+    (PERF-6)."""
     db = this_connection()
     if _pooled(db):
         db.ensure_connection()
