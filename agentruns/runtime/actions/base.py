@@ -87,15 +87,18 @@ class Viewed:
     view: LogView
     projection: Projection | None = None
     projected: int = 0
+    # `RunContext.view_total`'s sums by measure: (entries of `view.effective` counted, sum).
+    totals: dict[Any, tuple[int, int]] = field(default_factory=dict)
 
 
 @dataclass
 class RunContext:
     """One claimed run as the actions see it. Only `commit`/`write` change the log, the state
     and the invocations; the memos are caches an action may fill (tokens per event, the
-    configuration per generation, the active deferred tools per log length). The lease
-    and the claim never change; what does (the catalog generation this executor knows,
-    today's usage, the forced set once composed) lives here, on the executor's thread."""
+    configuration per generation, the active deferred tools per log length, the call ids
+    proposed so far). The lease and the claim never change; what does (the catalog
+    generation this executor knows, today's usage, the forced set once composed) lives
+    here, on the executor's thread."""
 
     claim: Claim
     events: list[LogEntry] = field(default_factory=list)
@@ -103,6 +106,8 @@ class RunContext:
     next_sequence: int = 1
     invocations: dict[str, Invocation] = field(default_factory=dict)
     token_memo: dict[tuple[int, bool, bool], int] = field(default_factory=dict)
+    # (events read, the call ids of their model turns): LOOP-7's reuse check.
+    call_ids_memo: tuple[int, set[str]] = field(default_factory=lambda: (0, set()))
     config_memo: tuple[int, RuntimeConfig] | None = None
     view_memo: Viewed | None = None
     # The catalog generation this executor decided on last (CG-9, SEC-6).
@@ -177,6 +182,18 @@ class RunContext:
         viewed.projected = len(effective)
         return viewed.projection.messages
 
+    def view_total(self, measure: Any, count: Callable[[LogEntry], int]) -> int:
+        """The sum of `count` over `view().effective`, kept up the same way: each entry
+        counted once per view and measure, not once per turn (a long run's turns would
+        otherwise each count its whole history)."""
+        viewed = self._viewed()
+        effective = viewed.view.effective
+        counted, total = viewed.totals.get(measure, (0, 0))
+        if counted < len(effective):
+            total += sum(count(event) for event in effective[counted:])
+            viewed.totals[measure] = (len(effective), total)
+        return total
+
     def _viewed(self) -> Viewed:
         enforce = current_enforcement() is Enforcement.ENFORCE
         key = (self.generation, enforce)
@@ -188,7 +205,7 @@ class RunContext:
             view = extend_view(known.view, added, self.config, enforce=enforce)
             if view is not None:  # its effective entries extend the known ones
                 self.view_memo = Viewed(
-                    key, len(self.events), view, known.projection, known.projected
+                    key, len(self.events), view, known.projection, known.projected, known.totals
                 )
                 return self.view_memo
         view = log_view(self.events, self.config, enforce=enforce)

@@ -46,7 +46,7 @@ def _event_tokens(ctx: RunContext, event: LogEntry, measure: Measure = message_t
 def _needed(ctx: RunContext, fixed: int, measure: Measure = message_tokens) -> int:
     """The next send's tokens by our own count (each event counted once per run): DEF-6's
     bound never rests on what a provider reports."""
-    return fixed + sum(_event_tokens(ctx, event, measure) for event in ctx.view().effective)
+    return fixed + ctx.view_total(measure, lambda event: _event_tokens(ctx, event, measure))
 
 
 def compact_if_needed(

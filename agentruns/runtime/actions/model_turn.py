@@ -12,7 +12,6 @@ from django.conf import settings
 
 from agentruns import events as ev
 from agentruns.answers import schema_problems
-from agentruns.events import LogEntry
 from agentruns.models import Checkpoint, Run, ToolInvocation
 from agentruns.providers.base import ProviderRequest, Reply
 from agentruns.runtime.actions.base import Outcome, RunContext, redaction_items
@@ -136,7 +135,7 @@ def _record_turn(
     reply, unstorable = storable_reply(reply)  # SEC-7: before any of it is stored
     text, redacted = redact(reply.text)
     calls = [_call_from(tool_call, redacted) for tool_call in reply.tool_calls]
-    reused = _reused_call_ids(ctx.events, calls)
+    reused = _reused_call_ids(ctx, calls)
     if reused:
         return finish_failed(
             ctx,
@@ -207,18 +206,23 @@ def _call_from(tool_call: Any, found: dict[str, int]) -> ProposedCall:
     )
 
 
-def _reused_call_ids(events: list[LogEntry], calls: list[ProposedCall]) -> set[str]:
+def _reused_call_ids(ctx: RunContext, calls: list[ProposedCall]) -> set[str]:
     """Call ids pair calls with results (LOOP-7): one reused inside a turn or from the
     thread's history would break the pairing, so such a turn is never acted on."""
     ids = [call.id for call in calls]
     reused = {call_id for call_id in ids if ids.count(call_id) > 1}
-    earlier = {
-        call["id"]
-        for event in events
-        if event.type == ev.ASSISTANT
-        for call in event.payload.get("tool_calls", [])
-    }
-    return reused | (set(ids) & earlier)
+    return reused | (set(ids) & _earlier_call_ids(ctx))
+
+
+def _earlier_call_ids(ctx: RunContext) -> set[str]:
+    """Every call id the thread's model turns proposed, each event read once per run
+    rather than the whole log once per turn."""
+    read, seen = ctx.call_ids_memo
+    for event in ctx.events[read:]:
+        if event.type == ev.ASSISTANT:
+            seen.update(call["id"] for call in event.payload.get("tool_calls", []))
+    ctx.call_ids_memo = (len(ctx.events), seen)
+    return seen
 
 
 def _judge(
