@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 from typing import Any
+from unittest.mock import Mock
 
 import pytest
 
@@ -35,13 +36,14 @@ def test_perf1_a_long_run_measures_each_event_for_the_budget_once(staff, monkeyp
         max_tool_calls=TURNS,
         script={"turns": [*[_clock_turn()] * TURNS, {"text": "done"}]},
     )
-    measured = _counting(monkeypatch, compact, "_event_tokens")
+    measured = Mock(wraps=compact._event_tokens)
+    monkeypatch.setattr(compact, "_event_tokens", measured)
     run = submit(staff, "long")
 
     assert execute_run(run.pk) == Run.Status.COMPLETED
     events = thread_events(run.thread_id)
     assert sum(1 for e in events if e.type == ev.TOOL_RESULT) == TURNS
-    assert 0 < measured["calls"] <= len(events)
+    assert 0 < measured.call_count <= len(events)
 
 
 def test_loop7_the_reuse_check_reads_only_the_events_added_since_it_last_read():
@@ -63,15 +65,3 @@ def _clock_turn() -> dict[str, Any]:
 def _turn(sequence: int, *call_ids: str) -> LogEntry:
     calls = [{"id": call_id, "name": "clock.now", "arguments": {}} for call_id in call_ids]
     return LogEntry(sequence, ev.ASSISTANT, {"text": "", "tool_calls": calls}, 1)
-
-
-def _counting(monkeypatch: pytest.MonkeyPatch, module: Any, name: str) -> dict[str, int]:
-    counted = {"calls": 0}
-    original = getattr(module, name)
-
-    def counting(*args: Any, **kwargs: Any) -> Any:
-        counted["calls"] += 1
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(module, name, counting)
-    return counted
