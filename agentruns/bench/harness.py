@@ -16,11 +16,12 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 from django.conf import settings
 from django.core.management.base import CommandParser
 from django.db import connection
+
+from agentruns.store.connection import database_url
 
 PEERS = Path(__file__).parent / "peers"
 REQUIREMENTS = PEERS / "requirements.txt"
@@ -127,16 +128,6 @@ def run_peer(
         tail = (process.stderr or process.stdout).strip().splitlines()[-5:]
         raise PeerFailed(f"{module} exited {process.returncode}: " + " | ".join(tail))
     return results
-
-
-def database_url(name: str | None = None) -> str:
-    """The benchmark's database (or a sibling of it, for a peer), as a libpq URL."""
-    db = connection.settings_dict
-    user = quote(db.get("USER") or "postgres")
-    password = db.get("PASSWORD") or ""
-    auth = f"{user}:{quote(password)}@" if password else f"{user}@"
-    host, port = db.get("HOST") or "127.0.0.1", db.get("PORT") or 5432
-    return f"postgresql://{auth}{host}:{port}/{name or db['NAME']}"
 
 
 def peer_database(peer: str) -> str:

@@ -10,6 +10,7 @@ import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
+from urllib.parse import quote
 
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections
@@ -27,6 +28,20 @@ def this_connection() -> BaseDatabaseWrapper:
     """The thread's connection object itself: `django.db.connection` is a proxy that
     costs a context-local lookup on every attribute, several per statement."""
     return connections[DEFAULT_DB_ALIAS]
+
+
+def database_url(name: str | None = None) -> str:
+    """The database this process uses (or `name`, another on the same server) as a libpq
+    URL, for the processes it starts (a cluster, a benchmark's peer) to reach it as it
+    does. A Unix-socket directory as the host is percent-encoded: left as a path, it would
+    read as the URL's path and the child would look for a database called `var`."""
+    db = connections[DEFAULT_DB_ALIAS].settings_dict
+    user = quote(db.get("USER") or "", safe="")
+    password = quote(db.get("PASSWORD") or "", safe="")
+    auth = f"{user}:{password}@" if password else (f"{user}@" if user else "")
+    host = quote(db.get("HOST") or "", safe="")
+    port = f":{db['PORT']}" if db.get("PORT") else ""
+    return f"postgresql://{auth}{host}{port}/{quote(name or db['NAME'], safe='')}"
 
 
 def fast_commit(durable: bool) -> bool:

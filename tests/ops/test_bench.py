@@ -22,6 +22,7 @@ from django.db import connection
 from agentruns.bench import harness, loop, workload
 from agentruns.models import ToolInvocation
 from agentruns.runtime.actions.tool_calls import completion
+from agentruns.store.connection import database_url
 from agentruns.tools.registry import ToolOutput
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -98,7 +99,7 @@ def peer_databases():
     """The peers' databases are named after the test database: drop them with it."""
     yield
     names = [f"{connection.settings_dict['NAME']}_{peer}" for peer in ("langgraph", "dbos")]
-    with psycopg.connect(harness.database_url("postgres"), autocommit=True) as admin:
+    with psycopg.connect(database_url("postgres"), autocommit=True) as admin:
         for name in names:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 

@@ -36,8 +36,8 @@ from rest_framework.authtoken.models import Token
 
 from agentruns.cluster.process import descendants, group_pids, wait_for
 from agentruns.models import Run
+from agentruns.store.connection import database_url
 from tests.support.clusters import configuration, running_clusters
-from tests.support.runs import current_database_url
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -72,7 +72,7 @@ def web(transactional_db, tmp_path):
     log = tmp_path / "gunicorn.log"
     env = {
         **os.environ,
-        "DATABASE_URL": current_database_url(),
+        "DATABASE_URL": database_url(),
         "SECRET_KEY": settings.SECRET_KEY,
         "AGENTRUNS_WEB_WORKERS": str(WORKERS),
         "AGENTRUNS_THROTTLE_SUBMIT": "1000000/minute",

@@ -20,8 +20,8 @@ from django.conf import settings
 from agentruns import events as ev
 from agentruns.cluster.process import ClusterProcess, start_cluster, wait_for
 from agentruns.models import Configuration, Event, Run
+from agentruns.store.connection import database_url
 from tests.support.catalog import scripted_configuration
-from tests.support.runs import current_database_url
 
 T = TypeVar("T")
 
@@ -51,7 +51,7 @@ class Clusters:
 
     def env(self, **overrides: Any) -> dict[str, str]:
         env = {
-            "DATABASE_URL": current_database_url(),
+            "DATABASE_URL": database_url(),
             "SECRET_KEY": settings.SECRET_KEY,
             "AGENTRUNS_EXTRA_TOOL_MODULES": "tests.support.tools",
             "AGENTRUNS_TEST_EFFECT_FILE": str(self.effect_file),

@@ -32,9 +32,10 @@ from agentruns.models import Configuration, Event, Note, Run, ToolInvocation
 from agentruns.runtime import faults
 from agentruns.runtime.context import pairing_problems, project
 from agentruns.runtime.loop import execute_run
+from agentruns.store.connection import database_url
 from tests.support.catalog import make_openai_configuration
 from tests.support.fake_provider import FakeProvider
-from tests.support.runs import current_database_url, submit
+from tests.support.runs import submit
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 CHILD_TIMEOUT = 60.0
@@ -71,7 +72,7 @@ def child_env(
 ) -> dict[str, str]:
     env = {key: value for key, value in os.environ.items() if not key.startswith("AGENTRUNS_")}
     env.update(
-        DATABASE_URL=current_database_url(),
+        DATABASE_URL=database_url(),
         DJANGO_SETTINGS_MODULE="config.settings",
         AGENTRUNS_EXTRA_TOOL_MODULES="tests.support.tools",
         AGENTRUNS_FAULTS=faults,

@@ -4,10 +4,8 @@ driven to where a test needs them, and the test database other processes reach."
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import quote
 
 from django.contrib.auth import get_user_model
-from django.db import connection
 
 from agentruns.models import Configuration, Run
 from agentruns.runtime.loop import execute_run
@@ -49,14 +47,3 @@ def submit_batch(config: Configuration, n: int = 1, text: str = "go") -> list[Ru
     """`n` runs of one configuration by the cluster tests' user, none executed."""
     user = bench_user()
     return [submit(user, config.slug, text) for _ in range(n)]
-
-
-def current_database_url() -> str:
-    """The database this test runs against (pytest-django's test database), for children."""
-    db = connection.settings_dict
-    user = quote(db.get("USER") or "")
-    password = db.get("PASSWORD") or ""
-    auth = f"{user}:{quote(password)}@" if password else (f"{user}@" if user else "")
-    host = db.get("HOST") or "127.0.0.1"
-    port = db.get("PORT") or "5432"
-    return f"postgres://{auth}{host}:{port}/{db['NAME']}"

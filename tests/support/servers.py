@@ -15,7 +15,7 @@ from pathlib import Path
 from django.conf import settings
 
 from agentruns.cluster.process import manage_py, wait_for
-from tests.support.runs import current_database_url
+from agentruns.store.connection import database_url
 
 
 def free_port() -> int:
@@ -38,7 +38,7 @@ def production_server(tmp_path: Path) -> Iterator[Server]:
     """Must run inside a `transactional_db` test: the server reads committed rows."""
     env = {
         "PATH": "/usr/bin:/bin",
-        "DATABASE_URL": current_database_url(),
+        "DATABASE_URL": database_url(),
         "SECRET_KEY": settings.SECRET_KEY,
         "AGENTRUNS_STATIC_ROOT": str(tmp_path / "static"),
         "AGENTRUNS_VAR_DIR": str(tmp_path / "var"),

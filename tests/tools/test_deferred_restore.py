@@ -26,6 +26,7 @@ from agentruns.models import Run, Ticket
 from agentruns.runtime import faults
 from agentruns.runtime.deferred import active_deferred
 from agentruns.runtime.loop import execute_run
+from agentruns.store.connection import database_url
 from tests.support.catalog import make_openai_configuration, make_snippet
 from tests.support.deferred import (
     call,
@@ -39,7 +40,7 @@ from tests.support.deferred import (
     turn,
     turn_requests,
 )
-from tests.support.runs import current_database_url, prompt, submit
+from tests.support.runs import prompt, submit
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 BASE = ["clock_now", "tool_search"]
@@ -326,7 +327,7 @@ def test_def4_a_fresh_process_restores_the_same_set_for_the_next_prompt(staff, s
         second = submit(staff, "cfg", "again", thread=first.thread_id)
         env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTRUNS_")}
         env.update(
-            DATABASE_URL=current_database_url(),
+            DATABASE_URL=database_url(),
             DJANGO_SETTINGS_MODULE="config.settings",
             AGENTRUNS_LOG_LEVEL="ERROR",
         )

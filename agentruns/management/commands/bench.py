@@ -19,6 +19,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from agentruns.bench import harness, loop, workload
 from agentruns.cluster.driver import warm_up
 from agentruns.store import on_postgres
+from agentruns.store.connection import database_url
 
 PEERS = ("langgraph", "dbos")
 TARGETS = {"floor": 3.0, "floor_no_wal": 3.0, "langgraph": 0.35}  # PERF-1
@@ -119,7 +120,7 @@ class Command(BaseCommand):
         turns, calls = loop.REFERENCE
         floor = self.peer(
             "floor",
-            {"PEER_DB": harness.database_url(), "ROUNDS": str(self.opts["floor_rounds"])},
+            {"PEER_DB": database_url(), "ROUNDS": str(self.opts["floor_rounds"])},
         )
         config = loop.reference_configuration(self.opts["daily_limit"])
         ours, _ = loop.timed_runs(config, self.user, self.opts["runs"], turns, calls)

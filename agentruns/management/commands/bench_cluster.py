@@ -40,6 +40,7 @@ from agentruns.bench import harness
 from agentruns.bench.sampling import Sampler, pss_kb
 from agentruns.cluster.process import ClusterProcess, start_cluster, wait_for
 from agentruns.store import on_postgres
+from agentruns.store.connection import database_url
 
 PERF5_TARGET_MS = 50
 PERF6_TARGET, PERF6_CONNECTIONS = 0.8, 50
@@ -480,7 +481,7 @@ class _ClusterContext:
             log.unlink(missing_ok=True)
             env = {
                 **self.shape.env(),
-                "DATABASE_URL": harness.database_url(),  # the one this command measures
+                "DATABASE_URL": database_url(),  # the one this command measures
                 "SECRET_KEY": settings.SECRET_KEY,
             }
             self.process = start_cluster(f"bench-{self.shape.name}", log, env)
