@@ -144,6 +144,22 @@ def spread(values: Sequence[float]) -> dict[str, Any]:
     }
 
 
+def by_size(rows: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> dict[int, dict]:
+    """Each size's spread of each figure over its batches, smallest size first: one batch
+    of a thousand runs on two shared cores varies by tens of points from the next."""
+    sizes: dict[int, list[Mapping[str, Any]]] = {}
+    for row in rows:
+        sizes.setdefault(row["in_flight"], []).append(row)
+    return {
+        n: {
+            key: spread([row[key] for row in batches])
+            for key in keys
+            if all(row.get(key) is not None for row in batches)
+        }
+        for n, batches in sorted(sizes.items())
+    }
+
+
 def _cpu() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():

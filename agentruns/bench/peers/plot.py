@@ -39,6 +39,28 @@ def lines(ax: Any, rows: list[dict[str, Any]], x: str, y: str, scale: float = 1.
         ax.plot(xs, [v * scale for v in ys], label=system, **STYLE.get(system, {}))
 
 
+def medians(ax: Any, by_system: dict[str, dict], figure: str, scale: float = 1.0) -> None:
+    """Each system's median per size, the range of its batches as error bars."""
+    for system, sizes in by_system.items():
+        points = sorted(
+            (int(n), figures[figure]) for n, figures in sizes.items() if figure in figures
+        )
+        if not points:
+            continue
+        spreads = [spread for _, spread in points]
+        middle = [spread["median"] * scale for spread in spreads]
+        below = [(spread["median"] - spread["min"]) * scale for spread in spreads]
+        above = [(spread["max"] - spread["median"]) * scale for spread in spreads]
+        ax.errorbar(
+            [n for n, _ in points],
+            middle,
+            yerr=[below, above],
+            capsize=3,
+            label=f"{system} (median, range)",
+            **STYLE.get(system, {}),
+        )
+
+
 def bench(result: dict[str, Any], fig: Any) -> None:
     time_ax, bytes_ax = fig.subplots(1, 2)
     rows = result["lengths"]
@@ -62,15 +84,13 @@ def bench(result: dict[str, Any], fig: Any) -> None:
 
 def cluster(result: dict[str, Any], fig: Any) -> None:
     eff_ax, mem_ax = fig.subplots(1, 2)
-    rows = [
-        {**row, "system": "agentruns"} for row in result["perf6"] if row["shape"] == "default"
-    ] + [{**row, "system": "langgraph_async"} for row in result.get("peer_concurrency", [])]
-    lines(eff_ax, rows, "in_flight", "efficiency", 100)
+    by_system = result["perf6_by_size"]
+    medians(eff_ax, by_system, "efficiency", 100)
     eff_ax.axhline(80, color="grey", linestyle="--", label="PERF-6 target")
     eff_ax.set(xlabel="runs in flight", ylabel="% of ideal throughput", ylim=(0, 105))
-    latency = rows[0]["latency_s"] if rows else 1
-    eff_ax.set_title(f"Concurrency, {latency:g} s provider (PERF-6)")
-    lines(mem_ax, rows, "in_flight", "kb_per_in_flight")
+    latency = result["perf6"][0]["latency_s"] if result["perf6"] else 1
+    eff_ax.set_title(f"Concurrency, {latency:g} s provider, {result['batches']} batches (PERF-6)")
+    medians(mem_ax, by_system, "kb_per_in_flight")
     mem_ax.axhline(300, color="grey", linestyle="--", label="PERF-7 target")
     mem_ax.set(xlabel="runs in flight", ylabel="KB resident per in-flight run")
     mem_ax.set_title("Memory per in-flight run (PERF-7)")
