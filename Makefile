@@ -10,7 +10,7 @@ PYTEST_WORKERS ?= 2
 PYTEST_MARKS ?=
 MARKS_AND = $(if $(PYTEST_MARKS), and ($(PYTEST_MARKS)))
 
-.PHONY: run test install postgres lint bench bench-cluster bench-scale
+.PHONY: run test install postgres lint bench bench-cluster bench-scale bench-drivers
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -72,6 +72,10 @@ bench: install postgres
 bench-cluster: install postgres
 	$(call bench_db,$(BENCH_URL))
 	DATABASE_URL=$(BENCH_URL) $(PY) manage.py bench_cluster $(BENCH_ARGS)
+
+bench-drivers: install postgres
+	$(call bench_db,$(BENCH_URL))
+	DATABASE_URL=$(BENCH_URL) $(PY) manage.py bench_drivers $(BENCH_ARGS)
 
 bench-scale: install postgres
 	$(call bench_db,$(BENCH_SCALE_URL))

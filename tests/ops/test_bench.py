@@ -211,3 +211,33 @@ def test_bench_scale_seeds_and_probes_every_page_at_a_tiny_size_perf8_perf9(tmp_
         stdout=(tmp_path / "again.txt").open("w"),
     )
     assert "reusing the 300 seeded runs" in (tmp_path / "again.txt").read_text()
+
+
+@pytest.mark.slow
+def test_bench_drivers_runs_both_drivers_in_pairs_at_a_tiny_size_perf6_perf9(tmp_path):
+    out = tmp_path / "bench_drivers.json"
+    call_command(
+        "bench_drivers",
+        "--sizes=6",
+        "--pairs=2",
+        "--processes=1",
+        "--latency-ms=20",
+        "--turns=1",
+        "--work-ms=0.1",
+        f"--json={out}",
+        stdout=(tmp_path / "stdout.txt").open("w"),
+    )
+    result = json.loads(out.read_text())
+    printed = (tmp_path / "stdout.txt").read_text()
+    assert [(row["driver"], row["pair"]) for row in result["batches"]] == [
+        ("threads", 0),
+        ("asyncio", 0),
+        ("threads", 1),
+        ("asyncio", 1),
+    ]
+    assert all(0 < row["efficiency"] <= 1 for row in result["batches"])
+    assert "asyncio - threads, per pair" in printed
+    # The proxy's tables go with the run.
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT to_regclass('bench_proxy_event'), to_regclass('bench_proxy_run')")
+        assert cursor.fetchone() == (None, None)
