@@ -8,8 +8,9 @@ asyncio peer at the same sizes in the same run.
 - PERF-6, concurrency: N runs in flight at once (`--sizes`) with a scripted provider that
   answers in `--latency-ms`, `--turns` turns of one read-only tool call each, then a final
   reply (the shape of `agentruns/bench/peers/langgraph_concurrency.py`, which runs right
-  after ours at each size). All N are submitted in ONE transaction, so their wake-ups
-  appear together; wall time runs from that commit to the last run's terminal write.
+  after ours, `--batches` times in turn at each size; the verdict is on the median). All N
+  are submitted in ONE transaction, so their wake-ups appear together; wall time runs
+  from that commit to the last run's terminal write.
   Ideal = (turns + 1) x latency. Also the most runs seen `running` at once and the most
   PostgreSQL connections seen (`pg_stat_activity`, this database and the whole server).
 - PERF-7, memory: the cluster's proportional set size (every process of its group): its
