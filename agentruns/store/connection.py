@@ -33,8 +33,8 @@ def this_connection() -> BaseDatabaseWrapper:
 def database_url(name: str | None = None) -> str:
     """The database this process uses (or `name`, another on the same server) as a libpq
     URL, for the processes it starts (a cluster, a benchmark's peer) to reach it as it
-    does. A Unix-socket directory as the host is percent-encoded: left as a path, it would
-    read as the URL's path and the child would look for a database called `var`."""
+    does. A Unix-socket directory as the host is percent-encoded: left as a path, libpq
+    reads it as the URL's path, a database called `var/run/postgresql:5432/<name>`."""
     db = connections[DEFAULT_DB_ALIAS].settings_dict
     user = quote(db.get("USER") or "", safe="")
     password = quote(db.get("PASSWORD") or "", safe="")
