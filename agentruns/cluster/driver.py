@@ -49,7 +49,13 @@ from agentruns.store.connection import (
     use_pool,
 )
 from agentruns.store.records import Claim, Lease
-from agentruns.store.transitions import claim_runnable, lease_lapse, renew_many, run_hand_back
+from agentruns.store.transitions import (
+    claim_expired,
+    claim_queued,
+    lease_lapse,
+    renew_many,
+    run_hand_back,
+)
 from agentruns.store.wakeups import enqueue_wake, wake_notices
 
 logger = logging.getLogger(__name__)
@@ -194,7 +200,12 @@ class Driver:
             reserved += 1
         claims: list[Claim] = []
         try:
-            claims = claim_runnable(reserved)
+            # Queued runs first, then expired leases (reclaims). Each statement commits on
+            # its own, so what the first took must be driven even if the second fails:
+            # otherwise those runs sit leased to no one until the lease lapses, and the
+            # reclaim spends an attempt a dropped connection never should (CLU-3).
+            for take in (claim_queued, claim_expired):
+                claims += take(reserved - len(claims))
         finally:
             for claim in claims:
                 self.submit(claim)

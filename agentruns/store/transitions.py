@@ -146,13 +146,6 @@ def _claim_batch(
     ]
 
 
-def claim_runnable(limit: int, owner: str | None = None) -> list[Claim]:
-    """What a worker with `limit` free threads takes straight from the database, with no
-    wake-up (CLU-1): queued runs first, then expired leases."""
-    claims = claim_queued(limit, owner)
-    return claims + claim_expired(limit - len(claims), owner)
-
-
 def _claimed(run_id: int, owner: str, seconds: float, row: dict) -> Claim:
     reclaimed = row["status"] == Status.RUNNING
     forced = row["forced_snippet_ids"], row["forced_skill_ids"]

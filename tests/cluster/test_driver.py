@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from django.db import OperationalError
+from django.db import OperationalError, connection
 from django.utils import timezone
 from django_q.models import OrmQ
 
@@ -148,6 +148,34 @@ def test_clu1_the_heartbeat_claims_queued_and_expired_runs_without_a_wakeup(driv
     assert sorted(driven) == [(queued.pk, 0), (crashed.pk, 1)]
     assert Run.objects.get(pk=crashed.pk).attempts == 1
     assert Run.objects.get(pk=live.pk).epoch == 1
+
+
+def test_clu3_queued_runs_claimed_before_the_connection_drops_are_driven_not_stranded(
+    driver, fake_executor
+):
+    """CLU-3: a free thread's claim takes queued runs, then expired leases, in two
+    statements that each commit. The connection dropping between them (a database restart)
+    must not strand what the first took: those runs are driven at once, not left leased to
+    no one until their lease lapses and a reclaim spends an attempt (CI saw one in 24)."""
+    driven: list[tuple[int, int]] = []
+    fake_executor.behaviour = lambda c: driven.append((c.lease.run_id, c.attempts))
+    (run,) = submit_batch(configuration("dropped-between", [{"text": "done"}]))
+
+    def drop_before_the_reclaims(execute, sql, params, many, context):
+        if "lease_expires_at < now()" in sql:
+            execute("SELECT pg_terminate_backend(pg_backend_pid())", None, many, context)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(drop_before_the_reclaims), pytest.raises(OperationalError):
+        driver.claim_free()
+    connection.close()
+
+    wait_for(lambda: driven, timeout=10, what="the claimed run to be driven")
+    assert driven == [(run.pk, 0)]
+    wait_for(lambda: driver.busy == 0, timeout=10, what="the driver to finish")
+    assert driver.reserve(timeout=0.1) and driver.reserve(timeout=0.1)  # no thread leaked
+    driver.unreserve()
+    driver.unreserve()
 
 
 def test_clu3_a_hand_back_refused_by_a_restarting_database_is_retried_not_abandoned(
