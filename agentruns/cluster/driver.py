@@ -35,8 +35,11 @@ import os
 import queue
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from multiprocessing import util as mp_util
+from typing import TypeVar
 
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connections, transaction
@@ -50,8 +53,11 @@ from agentruns.store.connection import (
 )
 from agentruns.store.records import Claim, Lease
 from agentruns.store.transitions import (
+    claim,
     claim_expired,
+    claim_owner,
     claim_queued,
+    claim_unanswered,
     lease_lapse,
     renew_many,
     run_hand_back,
@@ -59,6 +65,7 @@ from agentruns.store.transitions import (
 from agentruns.store.wakeups import enqueue_wake, wake_notices
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # Errors that say "not now" rather than "this run is broken".
 TRANSIENT = (OperationalError, InterfaceError, PoolTimeout)
@@ -151,6 +158,8 @@ class Driver:
         self._shutting_down = False
         self._last_sweep = 0.0
         self._hand_backs: dict[int, int] = {}
+        # Owners of claim statements that failed on a dropped connection (`_claim`).
+        self._unanswered: set[str] = set()
         self._heartbeat = threading.Thread(
             target=self._heartbeat_loop, name="agentruns-heartbeat", daemon=True
         )
@@ -191,6 +200,20 @@ class Driver:
             self._idle -= 1
         self._jobs.put(claim)
 
+    def claim_reserved(self, run_id: int) -> bool:
+        """Claim the run on a thread reserved with `reserve()` and drive it; False, the
+        thread given back, if it was not claimable."""
+        try:
+            taken = self._claim(partial(claim, run_id))
+        except BaseException:
+            self.unreserve()
+            raise
+        if taken is None:
+            self.unreserve()
+            return False
+        self.submit(taken)
+        return True
+
     def claim_free(self, limit: int = CLAIM_BATCH) -> int:
         """Claim up to `limit` runnable runs straight from the database, one per free
         thread, and drive them; returns how many (CLU-1: the run row, not a wake-up,
@@ -200,18 +223,51 @@ class Driver:
             reserved += 1
         claims: list[Claim] = []
         try:
-            # Queued runs first, then expired leases (reclaims). Each statement commits on
-            # its own, so what the first took must be driven even if the second fails:
-            # otherwise those runs sit leased to no one until the lease lapses, and the
-            # reclaim spends an attempt a dropped connection never should (CLU-3).
-            for take in (claim_queued, claim_expired):
-                claims += take(reserved - len(claims))
+            # What unanswered claims took, then queued runs, then expired leases
+            # (reclaims). Each statement commits on its own, so what one took must be
+            # driven even if the next fails: otherwise those runs sit leased to no one
+            # until the lease lapses, and the reclaim spends an attempt a dropped
+            # connection never should (CLU-3).
+            takes: list[Callable[[int, str], list[Claim]]] = [claim_queued, claim_expired]
+            if self._unanswered:
+                takes.insert(0, self._adopt)
+            for take in takes:
+                claims += self._claim(partial(take, reserved - len(claims)))
         finally:
-            for claim in claims:
-                self.submit(claim)
+            for taken in claims:
+                self.submit(taken)
             for _ in range(reserved - len(claims)):
                 self.unreserve()
         return len(claims)
+
+    def _claim(self, statement: Callable[[str], T]) -> T:
+        """One claim statement, under an owner of its own. A dropped connection may have
+        taken its reply after it committed: the runs it took would then be leased to this
+        process but driven by none of its threads. Its owner is remembered, and the next
+        claim adopts them (`_adopt`)."""
+        owner = claim_owner()
+        try:
+            return statement(owner)
+        except TRANSIENT:
+            with self._lock:
+                self._unanswered.add(owner)
+            raise
+
+    def _adopt(self, limit: int, owner: str) -> list[Claim]:
+        """Take what unanswered claims left leased to this process, spending no attempt
+        (no worker crashed; CLU-3). An owner is forgotten once a statement found all it
+        had left."""
+        with self._lock:
+            owners = sorted(self._unanswered)
+        adopted = claim_unanswered(owners, limit, owner)
+        if adopted:
+            logger.warning(
+                "adopted runs %s: their claim's reply was lost", [c.lease.run_id for c in adopted]
+            )
+        if len(adopted) < limit:
+            with self._lock:
+                self._unanswered.difference_update(owners)
+        return adopted
 
     @property
     def busy(self) -> int:

@@ -17,7 +17,6 @@ from agentruns.cluster.sweeper import sweep as run_sweeper
 from agentruns.models import Run
 from agentruns.store.base import claimable
 from agentruns.store.connection import close_thread_connections
-from agentruns.store.transitions import claim
 from agentruns.store.wakeups import enqueue_wake
 
 logger = logging.getLogger(__name__)
@@ -45,18 +44,11 @@ def wake(run_id: int) -> str:
     try:
         if not driver.reserve(block_seconds()):
             return _defer(run_id)
-        try:
-            claimed = claim(run_id)
-        except BaseException:
-            driver.unreserve()
-            raise
-        if claimed is None:
-            driver.unreserve()
-            outcome = _not_claimed(run_id)
-        else:
-            driver.submit(claimed)
-            logger.debug("run %s claimed (epoch %s)", run_id, claimed.lease.epoch)
+        if driver.claim_reserved(run_id):
+            logger.debug("run %s claimed", run_id)
             outcome = CLAIMED
+        else:
+            outcome = _not_claimed(run_id)
         # PERF-6: with threads to spare, a burst of queued runs in one statement instead
         # of one wake-up round trip each.
         driver.claim_free(CLAIM_BATCH)

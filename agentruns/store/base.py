@@ -109,6 +109,14 @@ class SystemStore(abc.ABC):
         ...
 
     @abc.abstractmethod
+    def claim_unanswered(
+        self, owners: list[str], limit: int, owner: str, seconds: float
+    ) -> list[tuple[int, dict]]:
+        """Claim up to `limit` running runs still leased to one of `owners` (claim
+        statements whose reply was lost), spending no attempt ([] where unsupported)."""
+        ...
+
+    @abc.abstractmethod
     def queue_deliveries(self, events: Sequence[Event]) -> None:
         """OPS-4: one pending delivery per (event, active webhook that wants it), in the
         caller's transaction (events appended outside a step: submission, resume...)."""

@@ -132,6 +132,11 @@ class PortableStore(SystemStore):
     def claim_expired(self, limit: int, owner: str, seconds: float) -> list[tuple[int, dict]]:
         return []
 
+    def claim_unanswered(
+        self, owners: list[str], limit: int, owner: str, seconds: float
+    ) -> list[tuple[int, dict]]:
+        return []
+
     def queue_deliveries(self, events: Sequence[Event]) -> None:
         hooks = Webhook.objects.filter(active=True)
         WebhookDelivery.objects.bulk_create(WebhookDelivery.rows_for(events, hooks))

@@ -65,7 +65,13 @@ def _log(events: str | None, state: str | None) -> Log:
 
 
 def _claim_rows(
-    where: str, params: list[Any], owner: str, seconds: float, *, per_run: bool = False
+    where: str,
+    params: list[Any],
+    owner: str,
+    seconds: float,
+    *,
+    per_run: bool = False,
+    spends_attempt: bool = True,
 ) -> list[tuple[int, dict]]:
     """Claims only make the run claimable again if a database crash loses them, so their
     commit need not wait for the WAL flush. A claimed run needs no wake-up: the statement
@@ -79,11 +85,14 @@ def _claim_rows(
     LIMIT each time, as a generic plan could not be."""
     fields = ", ".join(CLAIM_FIELDS)
     columns = ", ".join(f"old.{c}" for c in CLAIM_FIELDS)
+    # A running run's claim is a crash reclaim (CLU-3), unless it only takes again what an
+    # unanswered claim of this process took.
+    spent = f"(CASE WHEN r.status = {RUNNING} THEN 1 ELSE 0 END)" if spends_attempt else "0"
     log = _log_sql("claimed.thread_id", "claimed.id")
     sql = (
         f"WITH claimed AS (UPDATE {RUN} AS r SET status = {RUNNING}, epoch = r.epoch + 1, "
         "lease_owner = %s, lease_expires_at = now() + %s * interval '1 second', "
-        f"attempts = r.attempts + (CASE WHEN r.status = {RUNNING} THEN 1 ELSE 0 END), "
+        f"attempts = r.attempts + {spent}, "
         "wake_queue_id = NULL "
         f"FROM (SELECT {fields}, composed_at, wake_queue_id, id FROM {RUN} "
         f"WHERE {where} FOR UPDATE SKIP LOCKED) "
@@ -155,6 +164,12 @@ class PostgresStore(SystemStore):
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
             return dict(cursor.fetchall())
+
+    def claim_unanswered(
+        self, owners: list[str], limit: int, owner: str, seconds: float
+    ) -> list[tuple[int, dict]]:
+        where = f"status = {RUNNING} AND lease_owner = ANY(%s) ORDER BY id LIMIT %s"
+        return _claim_rows(where, [owners, limit], owner, seconds, spends_attempt=False)
 
     def claim_expired(self, limit: int, owner: str, seconds: float) -> list[tuple[int, dict]]:
         where = (

@@ -7,9 +7,9 @@ of many leases at once: `renew_many`."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import socket
-import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -104,15 +104,22 @@ def trace_context_save(lease: Lease, data: dict[str, Any]) -> None:
     Run.objects.filter(pk=lease.run_id, epoch=lease.epoch).update(trace_context=data)
 
 
-def worker_name() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
+_CLAIM_NUMBERS = itertools.count(1)
+
+
+def claim_owner() -> str:
+    """The owner a claim statement writes into the leases it takes: this process
+    (host:pid, what the cluster's status groups by) and the statement's own number in it.
+    The runs one statement took can be found by it alone, even when the statement's reply
+    never came back (`claim_unanswered`)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{next(_CLAIM_NUMBERS)}"
 
 
 def claim(run_id: int, owner: str | None = None) -> Claim | None:
     """Take the run if it is queued, or running under an expired lease (a crash reclaim,
     which spends an attempt: CLU-3). SKIP LOCKED: a run another worker is claiming right
     now is simply not ours."""
-    owner = owner or worker_name()
+    owner = owner or claim_owner()
     seconds = settings.AGENTRUNS_LEASE_SECONDS
     row = store().claim(run_id, owner, seconds)
     return _claimed(run_id, owner, seconds, row) if row else None
@@ -132,22 +139,41 @@ def claim_expired(limit: int, owner: str | None = None) -> list[Claim]:
     return _claim_batch(store().claim_expired, limit, owner)
 
 
+def claim_unanswered(owners: list[str], limit: int, owner: str | None = None) -> list[Claim]:
+    """Claim up to `limit` runs still leased to claim statements whose reply never came
+    (the connection dropped after they committed, so their claimer never drove what they
+    took). No worker drove them and none crashed: taken again under a new epoch, they
+    spend no attempt (CLU-3). PostgreSQL only, like `claim_queued`."""
+    if not owners:
+        return []
+
+    def rows(limit: int, owner: str, seconds: float) -> list[tuple[int, dict]]:
+        return store().claim_unanswered(owners, limit, owner, seconds)
+
+    return _claim_batch(rows, limit, owner, spends_attempt=False)
+
+
 def _claim_batch(
     claim_rows: Callable[[int, str, float], list[tuple[int, dict]]],
     limit: int,
     owner: str | None,
+    *,
+    spends_attempt: bool = True,
 ) -> list[Claim]:
     if limit < 1:
         return []
-    owner = owner or worker_name()
+    owner = owner or claim_owner()
     seconds = settings.AGENTRUNS_LEASE_SECONDS
     return [
-        _claimed(run_id, owner, seconds, row) for run_id, row in claim_rows(limit, owner, seconds)
+        _claimed(run_id, owner, seconds, row, spends_attempt=spends_attempt)
+        for run_id, row in claim_rows(limit, owner, seconds)
     ]
 
 
-def _claimed(run_id: int, owner: str, seconds: float, row: dict) -> Claim:
-    reclaimed = row["status"] == Status.RUNNING
+def _claimed(
+    run_id: int, owner: str, seconds: float, row: dict, *, spends_attempt: bool = True
+) -> Claim:
+    reclaimed = spends_attempt and row["status"] == Status.RUNNING
     forced = row["forced_snippet_ids"], row["forced_skill_ids"]
     return Claim(
         lease=Lease(

@@ -178,6 +178,83 @@ def test_clu3_queued_runs_claimed_before_the_connection_drops_are_driven_not_str
     driver.unreserve()
 
 
+def _lose_the_reply(execute, sql, params, many, context):
+    """The claim of queued runs commits, then the connection drops before its reply is
+    read: the claimer sees only the error."""
+    rows = execute(sql, params, many, context)
+    if "status = 'queued' ORDER BY id LIMIT" in sql:
+        execute("SELECT pg_terminate_backend(pg_backend_pid())", None, many, context)
+    return rows
+
+
+def test_clu3_runs_a_claim_took_before_its_reply_was_lost_are_adopted_not_reclaimed(
+    driver, fake_executor
+):
+    """CLU-3: a claim that committed but whose reply was lost with the connection leaves
+    its runs leased to this process and driven by none of its threads. The next claim
+    adopts them under a new epoch, spending no attempt, instead of leaving them until the
+    lease lapses and a reclaim spends one. A run another worker holds is left alone."""
+    driven: list[tuple[int, int]] = []
+    fake_executor.behaviour = lambda c: driven.append((c.lease.run_id, c.attempts))
+    config = configuration("reply-lost", [{"text": "done"}])
+    elsewhere, lost = submit_batch(config, 2)
+    assert claim(elsewhere.pk, owner="another-host:1:1") is not None
+
+    with connection.execute_wrapper(_lose_the_reply), pytest.raises(OperationalError):
+        driver.claim_free()
+    connection.close()
+    run = Run.objects.get(pk=lost.pk)
+    assert (run.status, run.epoch) == (Run.Status.RUNNING, 1)  # taken, yet driven by no one
+    assert driven == []
+
+    assert driver.claim_free() == 1
+
+    wait_for(lambda: driven, timeout=10, what="the adopted run to be driven")
+    assert driven == [(lost.pk, 0)]
+    run = Run.objects.get(pk=lost.pk)
+    assert (run.attempts, run.epoch) == (0, 2)
+    assert Run.objects.get(pk=elsewhere.pk).epoch == 1
+    wait_for(lambda: driver.busy == 0, timeout=10, what="the driver to finish")
+    assert driver.claim_free() == 0  # adopted once; nothing left to adopt
+
+
+def test_clu3_a_wake_up_claim_whose_reply_was_lost_is_adopted_by_the_next_claim(
+    driver, fake_executor, monkeypatch
+):
+    """CLU-3: the same for the one-run claim a wake-up makes (a prepared statement of its
+    own): the run is driven with its attempt unspent."""
+    from agentruns.store import postgres
+
+    driven: list[tuple[int, int]] = []
+    fake_executor.behaviour = lambda c: driven.append((c.lease.run_id, c.attempts))
+    (run,) = submit_batch(configuration("wake-reply-lost", [{"text": "done"}]))
+    real = postgres.prepared_rows
+
+    def reply_lost(sql: str, params: list[Any]) -> list[tuple]:
+        rows = real(sql, params)
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+        return rows
+
+    monkeypatch.setattr(postgres, "prepared_rows", reply_lost)
+    assert driver.reserve(timeout=1)
+    with pytest.raises(OperationalError):
+        driver.claim_reserved(run.pk)
+    monkeypatch.setattr(postgres, "prepared_rows", real)
+    connection.close()
+    assert Run.objects.get(pk=run.pk).status == Run.Status.RUNNING
+
+    driver.beat()
+
+    wait_for(lambda: driven, timeout=10, what="the adopted run to be driven")
+    assert driven == [(run.pk, 0)]
+    assert Run.objects.get(pk=run.pk).attempts == 0
+    wait_for(lambda: driver.busy == 0, timeout=10, what="the driver to finish")
+    assert driver.reserve(timeout=0.1) and driver.reserve(timeout=0.1)  # no thread leaked
+    driver.unreserve()
+    driver.unreserve()
+
+
 def test_clu3_a_hand_back_refused_by_a_restarting_database_is_retried_not_abandoned(
     driver, fake_executor, monkeypatch
 ):
