@@ -45,6 +45,9 @@ from agentruns.tools.registry import (
 
 logger = logging.getLogger(__name__)
 
+# What a message is measured in (tokens, or bytes as their upper bound).
+Measure = Callable[[Message], int]
+
 Items = list[tuple[str, dict[str, Any]]]
 
 
@@ -88,7 +91,7 @@ class Viewed:
     projection: Projection | None = None
     projected: int = 0
     # `RunContext.view_total`'s sums by measure: (entries of `view.effective` counted, sum).
-    totals: dict[Any, tuple[int, int]] = field(default_factory=dict)
+    totals: dict[Measure, tuple[int, int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -182,7 +185,7 @@ class RunContext:
         viewed.projected = len(effective)
         return viewed.projection.messages
 
-    def view_total(self, measure: Any, count: Callable[[LogEntry], int]) -> int:
+    def view_total(self, measure: Measure, count: Callable[[LogEntry], int]) -> int:
         """The sum of `count` over `view().effective`, kept up the same way: each entry
         counted once per view and measure, not once per turn (a long run's turns would
         otherwise each count its whole history)."""

@@ -4,11 +4,10 @@ nothing over the budget is ever sent."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 
 from agentruns import events as ev
 from agentruns.events import LogEntry
-from agentruns.providers.base import Message, ProviderRequest, ToolSpec, UserMessage
+from agentruns.providers.base import ProviderRequest, ToolSpec, UserMessage
 from agentruns.providers.tokens import (
     fixed_tokens,
     message_bytes,
@@ -16,7 +15,7 @@ from agentruns.providers.tokens import (
     truncate_tokens,
 )
 from agentruns.runtime import compaction
-from agentruns.runtime.actions.base import Outcome, RunContext
+from agentruns.runtime.actions.base import Measure, Outcome, RunContext
 from agentruns.runtime.actions.endings import finish_failed
 from agentruns.runtime.actions.send import Sent, send
 from agentruns.runtime.compose import summarised_results
@@ -25,7 +24,6 @@ from agentruns.runtime.redaction import redact
 
 logger = logging.getLogger(__name__)
 
-Measure = Callable[[Message], int]
 
 SUMMARY_INSTRUCTION = (
     "Summarise the conversation below for your own later use: the user's goals, decisions, "
