@@ -87,7 +87,8 @@ class SystemStore(abc.ABC):
     @abc.abstractmethod
     def claim(self, run_id: int, owner: str, seconds: float) -> dict | None:
         """Take the run if claimable: its CLAIM_FIELDS as they were, `composed` (whether its
-        context was ever composed), the catalog `generation` and, where the claim read it
+        context was ever composed), the catalog `generation`, the attempts the claim `spent`
+        (1 for a crash reclaim, CLU-3) and, where the claim read it
         too, the `log` (as `read_log` returns it); None if it is not claimable (or being
         claimed right now)."""
         ...

@@ -106,15 +106,16 @@ class PortableStore(SystemStore):
             )
             if row is None:
                 return None
+            spent = int(row["status"] == Run.Status.RUNNING)  # a crash reclaim (CLU-3)
             Run.objects.filter(pk=run_id).update(
                 status=Run.Status.RUNNING,
                 epoch=F("epoch") + 1,
                 lease_owner=owner,
                 lease_expires_at=Now() + timedelta(seconds=seconds),
-                attempts=F("attempts") + int(row["status"] == Run.Status.RUNNING),
+                attempts=F("attempts") + spent,
             )
             composed = row.pop("composed_at") is not None
-            return {**row, "composed": composed, "generation": _generation()}
+            return {**row, "composed": composed, "generation": _generation(), "spent": spent}
 
     def claim_queued(self, limit: int, owner: str, seconds: float) -> list[tuple[int, dict]]:
         return []

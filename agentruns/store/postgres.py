@@ -97,15 +97,16 @@ def _claim_rows(
         f"FROM (SELECT {fields}, composed_at, wake_queue_id, id FROM {RUN} "
         f"WHERE {where} FOR UPDATE SKIP LOCKED) "
         f"AS old WHERE r.id = old.id RETURNING old.id, {columns}, old.composed_at, "
-        f"old.wake_queue_id), woken AS (DELETE FROM {OrmQ._meta.db_table} "
+        "old.wake_queue_id, r.attempts - old.attempts AS spent), "
+        f"woken AS (DELETE FROM {OrmQ._meta.db_table} "
         "WHERE id IN (SELECT wake_queue_id FROM claimed)) "
-        f"SELECT id, {fields}, composed_at IS NOT NULL, {GENERATION}, {log}"
+        f"SELECT id, {fields}, composed_at IS NOT NULL, {GENERATION}, spent, {log}"
         + (RELAX_COMMIT if fast_commit(False) else "")
         + " FROM claimed"
     )
     args = [owner, seconds, *params]
     found = prepared_rows(sql, args) if per_run else _cursor_rows(sql, args)
-    names = [*CLAIM_FIELDS, "composed", "generation"]
+    names = [*CLAIM_FIELDS, "composed", "generation", "spent"]
     claimed = []
     for run_id, *values in found:
         row = dict(zip(names, values[: len(names)], strict=True))

@@ -13,6 +13,7 @@ import socket
 import time
 from collections.abc import Callable
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 from django.conf import settings
@@ -146,34 +147,27 @@ def claim_unanswered(owners: list[str], limit: int, owner: str | None = None) ->
     spend no attempt (CLU-3). PostgreSQL only, like `claim_queued`."""
     if not owners:
         return []
-
-    def rows(limit: int, owner: str, seconds: float) -> list[tuple[int, dict]]:
-        return store().claim_unanswered(owners, limit, owner, seconds)
-
-    return _claim_batch(rows, limit, owner, spends_attempt=False)
+    return _claim_batch(partial(store().claim_unanswered, owners), limit, owner)
 
 
 def _claim_batch(
     claim_rows: Callable[[int, str, float], list[tuple[int, dict]]],
     limit: int,
     owner: str | None,
-    *,
-    spends_attempt: bool = True,
 ) -> list[Claim]:
     if limit < 1:
         return []
     owner = owner or claim_owner()
     seconds = settings.AGENTRUNS_LEASE_SECONDS
     return [
-        _claimed(run_id, owner, seconds, row, spends_attempt=spends_attempt)
-        for run_id, row in claim_rows(limit, owner, seconds)
+        _claimed(run_id, owner, seconds, row) for run_id, row in claim_rows(limit, owner, seconds)
     ]
 
 
-def _claimed(
-    run_id: int, owner: str, seconds: float, row: dict, *, spends_attempt: bool = True
-) -> Claim:
-    reclaimed = spends_attempt and row["status"] == Status.RUNNING
+def _claimed(run_id: int, owner: str, seconds: float, row: dict) -> Claim:
+    """`row` as the store's claim returns it: the run as it was, and the attempts the claim
+    `spent` (one for a crash reclaim; the store decides, CLU-3)."""
+    reclaimed = bool(row["spent"])
     forced = row["forced_snippet_ids"], row["forced_skill_ids"]
     return Claim(
         lease=Lease(
@@ -184,7 +178,7 @@ def _claimed(
             owner=owner,
             seconds=seconds,
         ),
-        attempts=row["attempts"] + int(reclaimed),
+        attempts=row["attempts"] + row["spent"],
         reclaimed=reclaimed,
         forced_snippet_ids=None if forced[0] is None else tuple(forced[0]),
         forced_skill_ids=None if forced[1] is None else tuple(forced[1]),
