@@ -11,7 +11,9 @@ project's interpreter.
 from __future__ import annotations
 
 import json
+import os
 import re
+import time
 from collections import Counter
 
 import psycopg
@@ -20,6 +22,7 @@ from django.core.management import call_command
 from django.db import connection
 
 from agentruns.bench import harness, loop, workload
+from agentruns.bench.sampling import CpuWindow, postgres_pids
 from agentruns.models import ToolInvocation
 from agentruns.runtime.actions.tool_calls import completion
 from agentruns.store.connection import database_url
@@ -171,6 +174,12 @@ def test_bench_cluster_runs_end_to_end_at_a_tiny_size_perf9(tmp_path, peer_datab
     assert result["perf7"]["parked"]["runs"] == 2
     assert result["perf7"]["parked"]["db_bytes_per_parked"] > 0
     assert "PERF-6 3 in flight" in printed
+    # Each batch says what CPU it took, so a figure can be read against the machine's speed.
+    for row in result["perf6"]:
+        assert 0 <= row["cpu_busy"] <= 1
+        parts = row["cpu_ms_per_run_cluster"] + row["cpu_ms_per_run_postgres"]
+        assert row["cpu_ms_per_run"] == pytest.approx(parts, abs=0.01)
+    assert "PERF-6 3 in flight, CPU (medians)" in printed and "ms CPU a run" in printed
     assert not result["peers"]["errors"]
     if harness.peer_python(install=False) is not None:
         assert [row["batch"] for row in result["peer_concurrency"]] == [0, 1]
@@ -241,3 +250,19 @@ def test_bench_drivers_runs_both_drivers_in_pairs_at_a_tiny_size_perf6_perf9(tmp
     with connection.cursor() as cursor:
         cursor.execute("SELECT to_regclass('bench_proxy_event'), to_regclass('bench_proxy_run')")
         assert cursor.fetchone() == (None, None)
+
+
+def test_a_cpu_window_counts_what_its_processes_and_the_database_server_spent_perf6():
+    window = CpuWindow(lambda: [os.getpid()])
+    window.start()
+    spent = time.process_time()
+    while time.process_time() - spent < 0.3:  # this process busy for 0.3 s of CPU
+        pass
+    with connection.cursor() as cursor:  # and the server busy for a moment
+        cursor.execute("SELECT count(*) FROM generate_series(1, 2000000)")
+    use = window.stop()
+    assert use is not None
+    assert 0.25 <= use.cluster_s <= 5
+    assert use.postgres_s > 0
+    assert 0 < use.busy <= 1
+    assert postgres_pids(), "the test database's server runs on this machine"

@@ -11,8 +11,10 @@ asyncio peer at the same sizes in the same run.
   after ours, `--batches` times in turn at each size; the verdict is on the median). All N
   are submitted in ONE transaction, so their wake-ups appear together; wall time runs
   from that commit to the last run's terminal write.
-  Ideal = (turns + 1) x latency. Also the most runs seen `running` at once and the most
-  PostgreSQL connections seen (`pg_stat_activity`, this database and the whole server).
+  Ideal = (turns + 1) x latency. Also the most runs seen `running` at once, the most
+  PostgreSQL connections seen (`pg_stat_activity`, this database and the whole server),
+  and the CPU the batch took (`/proc`): how busy the cores were, and per run what the
+  cluster and the PostgreSQL server (when it runs on this machine) spent.
 - PERF-7, memory: the cluster's proportional set size (every process of its group): its
   peak during a batch less the warm idle cluster's, per run in flight at once; and what
   `--parked` runs parked on a ticket add, per parked run (with the bytes each keeps in
@@ -38,7 +40,8 @@ from django.db.models import Count, Max
 from django.utils import timezone
 
 from agentruns.bench import harness
-from agentruns.bench.sampling import Sampler, pss_kb
+from agentruns.bench.sampling import Sampler, cpu_figures, cpu_words, pss_kb
+from agentruns.bench.seed import seed_bench_history, vacuum_hot_tables
 from agentruns.cluster.process import ClusterProcess, start_cluster, wait_for
 from agentruns.store import on_postgres
 from agentruns.store.connection import database_url
@@ -47,7 +50,16 @@ PERF5_TARGET_MS = 50
 PERF6_TARGET, PERF6_CONNECTIONS = 0.8, 50
 PERF7_PARKED_KB, PERF7_IN_FLIGHT_KB = 50, 300
 # What PERF-6 summarises over a size's batches.
-PERF6_FIGURES = ("efficiency", "wall_s", "max_connections_this_db", "kb_per_in_flight")
+PERF6_FIGURES = (
+    "efficiency",
+    "wall_s",
+    "max_connections_this_db",
+    "kb_per_in_flight",
+    "cpu_busy",
+    "cpu_ms_per_run",
+    "cpu_ms_per_run_cluster",
+    "cpu_ms_per_run_postgres",
+)
 SEED_RUNS = 20_000
 
 
@@ -155,7 +167,7 @@ class Command(BaseCommand):
             f"{settings.AGENTRUNS_LEASE_SECONDS:g}s, load {result['machine']['load_before']}; "
             f"LangGraph peer: {'yes' if self.python else 'not installed'}"
         )
-        seed_history(self.configuration("seed", latency_ms=0, turns=1), opts["seed_runs"])
+        seed_bench_history(self.configuration("seed", latency_ms=0, turns=1), opts["seed_runs"])
         try:
             self.measure(shape, result)
         except Exception as failed:  # what was measured before it is still worth keeping
@@ -308,11 +320,13 @@ class Command(BaseCommand):
         }
         if completed != n:
             result["statuses"] = statuses
+        result.update(cpu_figures(sampler.cpu, n))
         self.say(
             f"PERF-6 [{shape.describe()}] in-flight={n} wall_s={wall:.2f} ideal_s={ideal:.2f} "
             f"efficiency={ideal / wall:.0%} max_running={sampler.max_running} connections="
             f"{sampler.max_connections_db} (server {sampler.max_connections}) "
             f"kb_per_in_flight={result['kb_per_in_flight']} completed={completed}/{n}"
+            + (f" {cpu_words(result)}" if sampler.cpu else "")
         )
         return result
 
@@ -421,6 +435,9 @@ class Command(BaseCommand):
             and figures["max_connections_this_db"]["max"] <= PERF6_CONNECTIONS
         )
         self.say(f"{'PERF-6 target: 1000 at >= 80 %, <= 50 connections':<44} {_ok(ok)}")
+        if "cpu_busy" in figures:
+            medians = {key: figures[key]["median"] for key in PERF6_FIGURES if key in figures}
+            self.say(f"{f'PERF-6 {n} in flight, CPU (medians)':<44} {cpu_words(medians)}")
         if "kb_per_in_flight" in figures:
             kb = figures["kb_per_in_flight"]["median"]
             peer = peers.get(n, {}).get("kb_per_in_flight")
@@ -528,35 +545,6 @@ class _ClusterContext:
             self.process.stop(timeout=60)
             self.process = None
         connections.close_all()
-
-
-def seed_history(slug: str, runs: int) -> None:
-    """A production database is not empty: give the planner tables of a realistic size
-    (20,000 finished conversations of 10 events) before measuring, once per database.
-    Measured on empty tables, prepared statements keep plans made for a handful of rows
-    while the benchmark itself grows them."""
-    from agentruns.bench.seed import History
-    from agentruns.bench.seed import seed_history as seed
-    from agentruns.models import Configuration, Thread
-
-    if Thread.objects.count() >= runs:
-        return
-    config_id = Configuration.objects.get(slug=slug).pk
-    seed(History(runs=runs, active_tickets=0), configuration_ids=[config_id], user_ids=[None])
-    vacuum_hot_tables()
-
-
-def vacuum_hot_tables() -> None:
-    """Every measurement starts from tables without dead rows. The queue table churns
-    (a row in and out per wake-up); a server without autovacuum (this machine's has it
-    off) would otherwise make each measurement slower than the one before."""
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "VACUUM (ANALYZE) django_q_ormq, agentruns_run, agentruns_event, "
-            "agentruns_checkpoint, agentruns_toolinvocation, agentruns_gateaudit"
-        )
 
 
 def ensure_database() -> None:
