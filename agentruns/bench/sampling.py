@@ -58,8 +58,9 @@ def postgres_pids() -> list[int]:
 
 
 def _machine_ticks() -> tuple[int, int]:
-    """(busy, all) clock ticks of every core since boot; idle and I/O wait are not busy."""
-    ticks = [int(n) for n in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    """(busy, all) clock ticks of every core since boot; idle and I/O wait are not busy.
+    The first eight columns (user to steal): the guest columns repeat part of user's."""
+    ticks = [int(n) for n in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
     return sum(ticks) - ticks[3] - ticks[4], sum(ticks)
 
 
