@@ -143,10 +143,14 @@ class Step:
     audits: list[dict[str, Any]] = field(default_factory=list)
 
     def then(self, later: Step) -> Step:
-        """This step and a later one as one write, fenced where this one was."""
+        """This step and a later one as one write, fenced where this one was. They commit
+        together, so no restore can start from this step's checkpoint when the later one
+        takes its own (a held result's, then the next one's): only the later one is
+        written. LOOP-8's `tool completed` is then one checkpoint per commit, after its
+        last result."""
         return Step(
             events=[*self.events, *later.events],
-            checkpoints=[*self.checkpoints, *later.checkpoints],
+            checkpoints=later.checkpoints or self.checkpoints,
             new_invocations=[*self.new_invocations, *later.new_invocations],
             invocation_updates=[*self.invocation_updates, *later.invocation_updates],
             run_update={**self.run_update, **later.run_update},

@@ -217,7 +217,9 @@ def step_statement(lease: Lease, step: Step, *, fast: bool, count_today: bool) -
     unsubscribed = bool(step.events) and not Subscribers.seen
     if unsubscribed:
         held += f" AND NOT {SUBSCRIBED}"
-    parts = [f"fence AS (SELECT id FROM {RUN} WHERE id = %s AND epoch = %s{held} FOR SHARE)"]
+    # The fence's own row brings the cancel flag (HITL-11), as fresh as its lock made it.
+    fence = f"SELECT id, cancel_requested FROM {RUN} WHERE id = %s AND epoch = %s{held}"
+    parts = [f"fence AS ({fence} FOR SHARE)"]
     if step.events:
         rows = [event_row(lease, event, STAMPED_LATER) for event in step.events]
         parts.append(_insert("ev", Event, EVENT_COLUMNS, rows, params))
@@ -268,11 +270,11 @@ def step_statement(lease: Lease, step: Step, *, fast: bool, count_today: bool) -
     sql = (
         "WITH "
         + ", ".join(parts)
-        + f" SELECT (SELECT count(*) FROM fence), (SELECT cancel_requested FROM {RUN} "
-        f"WHERE id = %s), {GENERATION}, {created}, {used}, {SUBSCRIBED}"
+        + " SELECT (SELECT count(*) FROM fence), (SELECT cancel_requested FROM fence), "
+        f"{GENERATION}, {created}, {used}, {SUBSCRIBED}"
         f"{RELAX_COMMIT if fast else ''}"
     )
-    params.extend([lease.run_id, *used_params])
+    params.extend(used_params)
     result = prepared(sql, params)
     Subscribers.seen = result[5]
     if unsubscribed and result[5] and not result[0]:

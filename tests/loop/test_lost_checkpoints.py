@@ -155,6 +155,29 @@ def test_checkpoints_are_taken_at_the_loop8_boundaries(staff, fake, effects):
     assert "messages" not in json.dumps(pending)
 
 
+def test_read_only_results_committed_together_take_one_tool_completed_checkpoint(staff):
+    """LOOP-8: the results of a turn's read-only calls are held and commit in one write;
+    no restore could start between them, so that write takes one `tool_completed`
+    checkpoint, covering every result."""
+    echo = [{"name": "test.echo", "arguments": {"text": t}} for t in ("a", "b", "c")]
+    make_configuration(
+        "three-reads",
+        model="scripted-model",
+        allowed_tools=["test.echo"],
+        script={"turns": [{"tool_calls": echo}, {"text": "done"}]},
+    )
+    run = submit(staff, "three-reads", "read")
+    assert execute_run(run.pk) == Run.Status.COMPLETED
+
+    checkpoints = list(Checkpoint.objects.filter(run=run).order_by("id"))
+    kinds = [c.kind for c in checkpoints]
+    assert kinds == ["model_response", "tool_pending", "tool_completed", "terminal"]
+    results = [e.sequence for e in run_events(run.pk) if e.type == ev.TOOL_RESULT]
+    completed = checkpoints[2]
+    assert len(results) == 3 and completed.last_sequence == max(results)
+    assert sorted(completed.state["turn"]["results"].values()) == ["ok", "ok", "ok"]
+
+
 def test_lost_checkpoints_cost_time_not_information(staff, fake, effects):
     """REC-5 at every restore point of the two-tool run, with 1..all of its checkpoints
     lost: the same terminal state and history, every tool executed once (TOOL-4's
