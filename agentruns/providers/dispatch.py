@@ -48,11 +48,11 @@ def _attempt(link: Link, request: ProviderRequest) -> Reply:
     # back to the configuration that produced it.
     continuation = request.continuation
     data = continuation.get("data") if isinstance(continuation, dict) else None
-    own = dataclasses.replace(
-        request,
-        model=link.model or request.model,
-        continuation=data if data is not None and continuation["link"] == link.slug else None,
-    )
+    model = link.model or request.model
+    own_continuation = data if data is not None and continuation["link"] == link.slug else None
+    own = request
+    if model != request.model or own_continuation is not continuation:
+        own = dataclasses.replace(request, model=model, continuation=own_continuation)
     return adapter_for(link.provider_kind).complete(link, own)
 
 

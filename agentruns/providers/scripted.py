@@ -89,10 +89,29 @@ def _wire_text(message: Message) -> str:
     return message.text
 
 
+# A message's tokens by the message object, which the entry keeps alive (so its id is not
+# reused while remembered): a run's history comes back in every request of the run, and
+# an assistant message's wire text is rebuilt to be counted. Bounded; forgetting costs a
+# count again.
+_COUNTED: dict[int, tuple[Message, int]] = {}
+_COUNTED_LIMIT = 10_000
+
+
+def _message_tokens(message: Message) -> int:
+    known = _COUNTED.get(id(message))
+    if known is not None:
+        return known[1]
+    if len(_COUNTED) >= _COUNTED_LIMIT:
+        _COUNTED.clear()
+    tokens = text_tokens(_wire_text(message))
+    _COUNTED[id(message)] = (message, tokens)
+    return tokens
+
+
 def _usage(request: ProviderRequest, text: str, calls: tuple[ToolCall, ...]) -> dict[str, int]:
     """OPS-1: the scripted provider reports what tiktoken counts, as a real one would."""
     sent = sum(text_tokens(t) for t in request.system) + sum(
-        text_tokens(_wire_text(m)) for m in request.messages
+        _message_tokens(m) for m in request.messages
     )
     said = text + _calls_text(calls)
     return {"input_tokens": sent, "output_tokens": recurring_count(said) if said else 0}

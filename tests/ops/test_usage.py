@@ -10,6 +10,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from agentruns.models import DailyUsage, Event, Run
+from agentruns.providers import scripted as scripted_provider
+from agentruns.providers.base import ProviderRequest, UserMessage
+from agentruns.providers.tokens import text_tokens
 from agentruns.runtime.loop import execute_run
 from agentruns.services.usage import daily_usage, run_usage
 from tests.support.catalog import make_configuration, make_openai_configuration, make_provider
@@ -280,3 +283,13 @@ def test_ops2_perf6_a_runs_limit_counts_every_shard_of_the_day(staff):
     assert execute_run(second) == "failed"
     assert Run.objects.get(pk=second).failure["code"] == "daily_limit_reached"
     assert DailyUsage.objects.filter(configuration=configuration).count() == 2
+
+
+def test_ops1_the_scripted_provider_counts_every_new_message_afresh():
+    """The scripted provider remembers a message's count by the object: messages made and
+    dropped one after another (CPython hands their ids out again) are each counted as
+    they are, past the memo's bound too."""
+    for n in range(scripted_provider._COUNTED_LIMIT + 200):
+        text = "word " * (n % 17) + str(n)
+        request = ProviderRequest(model="m", system=(), messages=(UserMessage(text),))
+        assert scripted_provider._usage(request, "", ())["input_tokens"] == text_tokens(text)
