@@ -6,6 +6,7 @@ waiting for the WAL flush (runtime/journal.py). The loop's prepared statements a
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 from collections.abc import Iterator
@@ -26,8 +27,9 @@ _INHERITED: list[Any] = []
 
 
 class _Held(threading.local):
-    # Django's connections live in an asgiref Local, which keeps a connection per thread;
-    # it is replaced as a whole when the settings change (tests).
+    # Django keeps connections in an asgiref Local: one per thread while no event loop
+    # runs in it (per context while one does), all replaced at once when the settings
+    # change (tests).
     handed: Any = None
     db: Any = None
 
@@ -39,7 +41,10 @@ def this_connection() -> BaseDatabaseWrapper:
     """The thread's connection object itself: `django.db.connection` is a proxy that
     costs a context-local lookup on every attribute, and Django's lookup itself is an
     asgiref `Local` (~2 % of a reference step's instructions, called several times a
-    statement), so the thread keeps the object it was handed."""
+    statement), so a thread without an event loop keeps the object it was handed (with
+    one, as under Playwright's sync API, Django's lookup decides)."""
+    if asyncio._get_running_loop() is not None:
+        return connections[DEFAULT_DB_ALIAS]
     handed = connections._connections  # type: ignore[attr-defined]
     if _HELD.handed is not handed:
         _HELD.db, _HELD.handed = connections[DEFAULT_DB_ALIAS], handed

@@ -4,6 +4,7 @@ follows Django when its connections are replaced as a whole."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 
 from asgiref.local import Local
@@ -38,3 +39,17 @@ def test_connections_replaced_as_a_whole_are_followed() -> None:
     finally:
         connections._connections = kept  # type: ignore[attr-defined]
     assert this_connection() is before
+
+
+def test_code_run_while_an_event_loop_runs_is_handed_what_django_hands_it() -> None:
+    """With a loop running in the thread (Playwright's sync API runs one), Django keeps a
+    connection per context: the step must go where the caller's transaction is."""
+    outside = this_connection()
+
+    async def inside() -> tuple[object, object]:
+        return this_connection(), connections[DEFAULT_DB_ALIAS]
+
+    ours, django = asyncio.run(inside())
+    assert ours is django
+    assert ours is not outside
+    assert this_connection() is outside
