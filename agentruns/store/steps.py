@@ -202,6 +202,35 @@ def _update_sql(name: str, table: str, columns: tuple[str, ...], where: str) -> 
     return f"{name} AS (UPDATE {table} SET {sets} WHERE {where} RETURNING 1)"
 
 
+def _invocation_updates(updates: list[tuple[int, dict[str, Any]]], params: list) -> list[str]:
+    """The step's invocation changes as rows of one JSON parameter per set of columns they
+    change (one set, as a rule: a batch's completions), like its inserts. An invocation
+    changed twice within a step (held steps merged) is one row with its later values:
+    two changes of one row in one statement would leave only one of them."""
+    merged: dict[int, dict[str, Any]] = {}
+    for pk, changes in updates:
+        merged.setdefault(pk, {}).update(changes)
+    by_columns: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    for pk, changes in merged.items():
+        by_columns.setdefault(tuple(sorted(changes)), []).append({"id": pk, **changes})
+    parts = []
+    for index, (columns, rows) in enumerate(by_columns.items()):
+        params.append(_json(rows))
+        parts.append(_updates_sql(f"up{index}", columns))
+    return parts
+
+
+@cache
+def _updates_sql(name: str, columns: tuple[str, ...]) -> str:
+    record = _record_types(ToolInvocation, ("id", *columns))
+    sets = ", ".join(f"{c} = v.{c}" for c in columns)
+    return (
+        f"{name} AS (UPDATE {ToolInvocation._meta.db_table} AS t SET {sets} FROM "
+        f"jsonb_to_recordset(%s::jsonb) AS v ({record}) "
+        "WHERE t.id = v.id AND EXISTS (SELECT 1 FROM fence) RETURNING 1)"
+    )
+
+
 def step_statement(lease: Lease, step: Step, *, fast: bool, count_today: bool) -> tuple:
     """The whole step (and the audit rows of the send after it) as data-modifying CTEs
     behind a `FOR SHARE` fence on the run row; returns (fence held, cancel flag, catalog
@@ -244,17 +273,7 @@ def step_statement(lease: Lease, step: Step, *, fast: bool, count_today: bool) -
     if step.new_ticket is not None:
         row = {**step.new_ticket, "status": Ticket.Status.ACTIVE}
         parts.append(_insert("tk", Ticket, TICKET_COLUMNS, [row], params))
-    for index, (pk, changes) in enumerate(step.invocation_updates):
-        parts.append(
-            _update(
-                f"up{index}",
-                ToolInvocation._meta.db_table,
-                changes,
-                "id = %s AND EXISTS (SELECT 1 FROM fence)",
-                params,
-            )
-        )
-        params.append(pk)
+    parts.extend(_invocation_updates(step.invocation_updates, params))
     if step.audits:
         parts.append(_insert("au", GateAudit, AUDIT_COLUMNS, step.audits, params))
     if step.run_update:

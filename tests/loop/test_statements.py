@@ -7,11 +7,13 @@ import uuid
 from datetime import UTC, date, datetime
 from decimal import Decimal
 
+import orjson
 import pytest
 from django.db import DataError, IntegrityError, ProgrammingError, connection, transaction
 
 from agentruns.models import Run
 from agentruns.store.statements import prepared, prepared_rows
+from agentruns.store.steps import _invocation_updates
 
 pytestmark = pytest.mark.django_db
 
@@ -135,3 +137,33 @@ def test_behind_a_transaction_pooler_nothing_outlives_the_statement(monkeypatch)
     before = _prepared_in_session()
     assert prepared("SELECT %s::bigint + 5", [1]) == (6,)
     assert _prepared_in_session() == before
+
+
+def test_a_steps_invocation_changes_go_as_rows_one_update_per_set_of_columns_perf1():
+    """A batch's completions are the rows of one UPDATE; an invocation changed twice in one
+    step (held steps merged) is one row with its later values, since two changes of one
+    row in one statement would leave only one of them."""
+    sent = datetime(2026, 12, 6, 13, 0, tzinfo=UTC)
+    done = datetime(2026, 12, 6, 13, 1, tzinfo=UTC)
+    params: list = []
+    parts = _invocation_updates(
+        [
+            (7, {"status": "executing", "effect_sent_at": sent}),
+            (8, {"status": "completed", "result": {"ok": True}, "completed_at": done}),
+            (9, {"status": "completed", "result": {"ok": False}, "completed_at": done}),
+            (7, {"status": "completed", "completed_at": done}),
+        ],
+        params,
+    )
+    assert [part.split(" AS ")[0] for part in parts] == ["up0", "up1"]
+    first, second = (orjson.loads(bytes(p)) for p in params)
+    assert first == [
+        {
+            "id": 7,
+            "status": "completed",
+            "effect_sent_at": sent.isoformat(),
+            "completed_at": done.isoformat(),
+        }
+    ]
+    assert [row["id"] for row in second] == [8, 9]
+    assert second[1]["result"] == {"ok": False}

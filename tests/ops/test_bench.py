@@ -35,7 +35,7 @@ REFERENCE_STATEMENTS = 23
 # ... and the parameters they carry: each is formatted by Python and parsed by the server
 # on every step, so a table's rows go as one JSON parameter and a column that needs no
 # value of its own (a row's creation time, stamped by the statement) must not grow one.
-REFERENCE_PARAMETERS = 300
+REFERENCE_PARAMETERS = 230
 
 
 def test_the_reference_run_sends_exactly_the_known_number_of_statements_perf2():
