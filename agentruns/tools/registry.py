@@ -14,6 +14,7 @@ from jsonschema import Draft202012Validator
 
 from agentruns.answers import AnswerValidator
 from agentruns.classes import DataClass
+from agentruns.tools.arguments import quick_validator, quickly_valid
 from agentruns.tools.names import WIRE_NAME, wire_name
 
 
@@ -84,7 +85,13 @@ class Tool:
         # A pattern runs on RE2 (linear time): an MCP server's schema is hostile (MCP-2).
         return AnswerValidator(self.parameters)
 
+    @cached_property
+    def quick_validator(self) -> Any | None:
+        return quick_validator(self.parameters)
+
     def argument_errors(self, arguments: dict[str, Any]) -> list[str]:
+        if quickly_valid(self.quick_validator, arguments):
+            return []
         return sorted(
             f"{'/'.join(str(p) for p in error.absolute_path) or '(root)'}: {error.message}"
             for error in self.validator.iter_errors(arguments)
