@@ -222,6 +222,7 @@ def write_result(
     if python is None:
         return f"{written}; no plot (the peers' environment, which has matplotlib, is absent)"
     base = Path(settings.BASE_DIR)
+    plot_path.parent.mkdir(parents=True, exist_ok=True)
     subprocess.run(
         [str(python), "-m", "agentruns.bench.peers.plot", str(json_path), str(plot_path)],
         cwd=base,

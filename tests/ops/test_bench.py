@@ -141,6 +141,19 @@ def test_bench_runs_end_to_end_at_a_tiny_size_perf9(tmp_path, peer_databases):
         assert "no plot" in printed
 
 
+def test_the_plot_goes_where_asked_even_when_the_json_goes_elsewhere_perf9(tmp_path):
+    """`--json` and `--plot` move apart: the plot's folder is made like the JSON's (a fresh
+    clone has no var/bench/ for a plot left at its default)."""
+    drawer = tmp_path / "drawer"  # stands in for the peers' interpreter: draws the plot file
+    drawer.write_text('#!/bin/sh\n: > "$4"\n')
+    drawer.chmod(0o755)
+    result = {"machine": {}}
+    plot = tmp_path / "var" / "bench" / "bench.png"
+    written = harness.write_result(result, tmp_path / "elsewhere" / "b.json", plot, drawer)
+    assert plot.exists()
+    assert written.endswith(str(plot))
+
+
 @pytest.mark.slow
 def test_bench_cluster_runs_end_to_end_at_a_tiny_size_perf9(tmp_path, peer_databases):
     out = tmp_path / "bench_cluster.json"
