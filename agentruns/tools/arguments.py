@@ -10,11 +10,13 @@ specification defines from the instance alone, with the same meaning in both. No
 (nothing is ever fetched), no `pattern` (a hostile server's pattern runs on RE2, on the full
 check only, MCP-2), no format assertion (the full check asserts none either), no keyword
 whose equality or arithmetic differs by implementation (`uniqueItems`, `multipleOf`). A
-call the quick check does not pass, or cannot read, goes to the full check, which decides.
+call the quick check does not pass, or cannot read (a number that is not finite, an integer
+past 64 bits), goes to the full check, which decides.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import jsonschema_rs
@@ -74,12 +76,28 @@ def quick_validator(schema: Any) -> Any | None:
 def quickly_valid(validator: Any | None, arguments: Any) -> bool:
     """True only when the quick check passed the arguments; False means "ask the full
     check" (invalid, or a value it cannot convert, such as an integer past 64 bits)."""
-    if validator is None:
+    if validator is None or not _finite_numbers_only(arguments):
         return False
     try:
         return bool(validator.is_valid(arguments))
     except Exception:
         return False
+
+
+def _finite_numbers_only(value: Any) -> bool:
+    """No NaN or infinity anywhere: jsonschema-rs reads one as a value no bound applies to
+    (`{"m": inf}` passes `maximum: 5`), where the full check refuses it."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                return False
+        elif isinstance(item, dict):
+            pending.extend(item.values())
+        elif isinstance(item, list | tuple):
+            pending.extend(item)
+    return True
 
 
 def _shared_only(schema: Any) -> bool:

@@ -36,19 +36,20 @@ SCHEMAS: list[dict[str, Any]] = [
         },
         "minProperties": 1,
     },
+    {"type": "object", "properties": {"m": {"maximum": 5}, "k": {"minimum": 0}}},
 ]
 
 JSON = st.recursive(
     st.none()
     | st.booleans()
     | st.integers(min_value=-(2**70), max_value=2**70)
-    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.floats()  # NaN and the infinities too: a model may send them (json reads them)
     | st.sampled_from(["", "a", "abcdef", "none", "2026-12-06T14:00:00Z", "not a date"]),
     lambda inner: (
         st.lists(inner, max_size=3)
         | st.dictionaries(
             st.sampled_from(
-                ["x", "title", "tags", "when", "n", "pick", "one", "pair", "no", "other"]
+                ["x", "title", "tags", "when", "n", "pick", "one", "pair", "no", "m", "k", "other"]
             ),
             inner,
             max_size=4,
@@ -110,6 +111,25 @@ def test_tool2_a_schema_beyond_the_shared_keywords_gets_the_full_check_only_mcp2
     """References are never fetched, patterns run on RE2 only: such schemas never reach
     the quick check."""
     assert quick_validator(schema) is None
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        {"m": float("inf")},
+        {"k": -float("inf")},
+        {"m": float("nan")},
+        {"m": [1, {"x": [float("inf")]}]},
+    ],
+    ids=["inf", "-inf", "nan", "nested"],
+)
+def test_tool2_a_number_that_is_not_finite_never_passes_the_quick_check(arguments: Any) -> None:
+    """jsonschema-rs reads an infinite number as nothing a bound applies to, where the full
+    check refuses `{"m": inf}` against `maximum: 5` (the loop refuses such arguments before
+    either, SEC-7: the quick check must not lean on that)."""
+    tool = _tool(SCHEMAS[3])
+    assert quickly_valid(tool.quick_validator, arguments) is False
+    assert (tool.argument_errors(arguments) == []) == _full_check(tool, arguments)
 
 
 def test_tool2_arguments_the_quick_check_cannot_read_go_to_the_full_check() -> None:
