@@ -56,6 +56,7 @@ TIME_COLUMNS = {
     "deadline",
 }
 UUID_COLUMNS = {"correlation_id"}
+BIGINT_MAX = 2**63 - 1
 EVENT_COLUMNS = ("thread_id", "run_id", "sequence", "type", "payload", "created_at")
 # What the step's inserts hand the CTEs after them: the events feed the webhook outbox.
 RETURNING = {
@@ -206,7 +207,13 @@ def _invocation_updates(updates: list[tuple[int, dict[str, Any]]], params: list)
     """The step's invocation changes as rows of one JSON parameter per set of columns they
     change (one set, as a rule: a batch's completions), like its inserts. An invocation
     changed twice within a step (held steps merged) is one row with its later values:
-    two changes of one row in one statement would leave only one of them."""
+    two changes of one row in one statement would leave only one of them.
+
+    The planner guesses 100 rows for any `jsonb_to_recordset`, and for 100 lookups it
+    prefers reading the whole table into a hash: below some 10,000 invocations, analysed or
+    not, every step scanned the table (0.6 ms at 3,000 rows, against 0.06 by key). A range
+    that every id is in, which it guesses keeps 0.5 % of rows, makes its guess one row, and
+    one row is found by primary key."""
     merged: dict[int, dict[str, Any]] = {}
     for pk, changes in updates:
         merged.setdefault(pk, {}).update(changes)
@@ -227,7 +234,8 @@ def _updates_sql(name: str, columns: tuple[str, ...]) -> str:
     return (
         f"{name} AS (UPDATE {ToolInvocation._meta.db_table} AS t SET {sets} FROM "
         f"jsonb_to_recordset(%s::jsonb) AS v ({record}) "
-        "WHERE t.id = v.id AND EXISTS (SELECT 1 FROM fence) RETURNING 1)"
+        f"WHERE t.id = v.id AND v.id BETWEEN 1 AND {BIGINT_MAX} "
+        "AND EXISTS (SELECT 1 FROM fence) RETURNING 1)"
     )
 
 

@@ -11,6 +11,7 @@ import orjson
 import pytest
 from django.db import DataError, IntegrityError, ProgrammingError, connection, transaction
 
+from agentruns.bench import workload
 from agentruns.models import Run
 from agentruns.store.statements import prepared, prepared_rows
 from agentruns.store.steps import _invocation_updates
@@ -167,3 +168,25 @@ def test_a_steps_invocation_changes_go_as_rows_one_update_per_set_of_columns_per
     ]
     assert [row["id"] for row in second] == [8, 9]
     assert second[1]["result"] == {"ok": False}
+
+
+def test_a_steps_invocation_changes_find_their_rows_by_key_in_a_table_of_thousands_perf1():
+    """Told nothing of the JSON's rows, the planner guessed 100 of them and read the whole
+    invocation table into a hash at every step while it held under ~10,000 rows (0.6 ms
+    at 3,000 against 0.06 by key)."""
+    run_id = workload.submit(workload.configuration("plan-probe", 1, 1), workload.bench_user())
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO agentruns_toolinvocation (run_id, step, call_id, tool, tool_version, "
+            "arguments, arguments_digest, idempotency_key, status, created_at) "
+            "SELECT %s, n, 'c' || n, 'bench.noop', '1', '{}', '', 'k' || n, 'executing', now() "
+            "FROM generate_series(1, 3000) AS n",
+            [run_id],
+        )
+        cursor.execute("ANALYZE agentruns_toolinvocation")
+        params: list = []
+        (update,) = _invocation_updates([(1, {"status": "completed"})], params)
+    rows = prepared_rows(f"EXPLAIN WITH fence AS (SELECT 1), {update} SELECT 1", params)
+    plan = "\n".join(row[0] for row in rows)
+    assert "Index Scan using agentruns_toolinvocation_pkey" in plan, plan
+    assert "Seq Scan on agentruns_toolinvocation" not in plan, plan
