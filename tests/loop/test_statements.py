@@ -184,8 +184,8 @@ def test_a_steps_invocation_changes_find_their_rows_by_key_in_a_table_of_thousan
             [run_id],
         )
         cursor.execute("ANALYZE agentruns_toolinvocation")
-        params: list = []
-        (update,) = _invocation_updates([(1, {"status": "completed"})], params)
+    params: list = []
+    (update,) = _invocation_updates([(1, {"status": "completed"})], params)
     rows = prepared_rows(f"EXPLAIN WITH fence AS (SELECT 1), {update} SELECT 1", params)
     plan = "\n".join(row[0] for row in rows)
     assert "Index Scan using agentruns_toolinvocation_pkey" in plan, plan
