@@ -86,12 +86,14 @@ def cluster(result: dict[str, Any], fig: Any) -> None:
     eff_ax, mem_ax = fig.subplots(1, 2)
     by_system = result["perf6_by_size"]
     medians(eff_ax, by_system, "efficiency", 100)
-    eff_ax.axhline(80, color="grey", linestyle="--", label="PERF-6 target")
+    eff_ax.axhline(80, color="grey", linestyle="--", label="PERF-6 target, at 1000")
     eff_ax.set(xlabel="runs in flight", ylabel="% of ideal throughput", ylim=(0, 105))
     latency = result["perf6"][0]["latency_s"] if result["perf6"] else 1
     eff_ax.set_title(f"Concurrency, {latency:g} s provider, {result['batches']} batches (PERF-6)")
     medians(mem_ax, by_system, "kb_per_in_flight")
-    mem_ax.axhline(300, color="grey", linestyle="--", label="PERF-7 target")
+    # PERF-7 is judged at 1000 in flight: below that a batch's fixed heap growth (threads,
+    # caches) is shared by fewer runs, so small batches sit above the line by design.
+    mem_ax.axhline(300, color="grey", linestyle="--", label="PERF-7 target, at 1000")
     mem_ax.set(xlabel="runs in flight", ylabel="KB resident per in-flight run")
     mem_ax.set_title("Memory per in-flight run (PERF-7)")
     for ax in (eff_ax, mem_ax):
