@@ -17,6 +17,8 @@ from typing import Any
 
 from django.db import connection
 
+from agentruns.procfs import stat_fields
+
 
 def pss_kb(pids: list[int]) -> int:
     """Proportional set size of these processes (Linux): forked workers share pages with
@@ -36,12 +38,8 @@ def pss_kb(pids: list[int]) -> int:
 
 def _ticks(pid: int) -> int:
     """A process's user and system CPU, all its threads, in clock ticks (0 once gone)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return 0
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return int(fields[11]) + int(fields[12])
+    fields = stat_fields(pid)
+    return 0 if fields is None else int(fields[11]) + int(fields[12])
 
 
 def postgres_pids() -> list[int]:

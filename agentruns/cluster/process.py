@@ -19,6 +19,8 @@ from typing import TypeVar
 
 from django.conf import settings
 
+from agentruns.procfs import stat_fields
+
 PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
 
 
@@ -32,13 +34,8 @@ def _processes() -> dict[int, tuple[int, int]]:
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        # pid (comm) state ppid pgrp ...; comm may contain spaces and parentheses.
-        fields = stat.rsplit(")", 1)[1].split()
-        if fields[0] != "Z":
+        fields = stat_fields(entry.name)
+        if fields is not None and fields[0] != "Z":
             found[int(entry.name)] = (int(fields[1]), int(fields[2]))
     return found
 
