@@ -3,7 +3,6 @@ what is `agentruns.policy`'s, and nothing here writes or commits."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -30,7 +29,7 @@ from agentruns.providers.base import Message
 from agentruns.runtime.compose import LogView, log_view, next_request
 from agentruns.runtime.config import build_runtime_config, runtime_config
 from agentruns.runtime.fork import carried_of
-from agentruns.store import on_postgres, store
+from agentruns.store import estimated_count, store
 from agentruns.tools.mcp.pinned import sync_pinned
 from agentruns.tools.policy import INPUT, PERMISSION, granted_tools, needs_human
 
@@ -165,10 +164,10 @@ def bounded_count(rows: QuerySet) -> tuple[int, bool]:
     exact = rows[: EXACT_COUNT_UP_TO + 1].count()
     if exact <= EXACT_COUNT_UP_TO:
         return exact, True
-    if not on_postgres():
+    estimate = estimated_count(rows)
+    if estimate is None:
         return rows.count(), True
-    plan = json.loads(rows.explain(format="json"))
-    return max(exact, int(plan[0]["Plan"]["Plan Rows"])), False
+    return max(exact, estimate), False
 
 
 # UI-7: the task a new user's first click runs (the demo's multi-tool-demo completes it).

@@ -79,7 +79,7 @@ class DailyUsage(models.Model):
     @classmethod
     def add(cls, configuration_id: int, input_tokens: int, output_tokens: int) -> None:
         """The portable upsert (into shard 0: SQLite writes one transaction at a time); on
-        PostgreSQL the loop uses UPSERT_SQL inside its step."""
+        PostgreSQL the loop upserts inside its step (`store/ops_sql.py`)."""
         if not (input_tokens or output_tokens):
             return
         day = cls.today()
@@ -100,35 +100,6 @@ class DailyUsage(models.Model):
                 spent_in += int(usage.get("input_tokens") or 0)
                 spent_out += int(usage.get("output_tokens") or 0)
         return spent_in, spent_out
-
-    # The loop's upsert of its run's shard inside its step statement (PostgreSQL), behind
-    # the step's fence, and the day's new total: that shard as upserted plus the others as
-    # the statement's snapshot has them (never waiting on their locks).
-    UPSERT_SQL = (
-        "INSERT INTO agentruns_dailyusage "
-        "(configuration_id, day, shard, input_tokens, output_tokens) "
-        "SELECT %s, %s::date, %s, %s, %s WHERE EXISTS (SELECT 1 FROM fence) "
-        "ON CONFLICT (configuration_id, day, shard) DO UPDATE SET "
-        "input_tokens = agentruns_dailyusage.input_tokens + EXCLUDED.input_tokens, "
-        "output_tokens = agentruns_dailyusage.output_tokens + EXCLUDED.output_tokens "
-        "RETURNING input_tokens + output_tokens AS mine"
-    )
-    USED_SQL = (
-        "(SELECT mine FROM du) + (SELECT coalesce(sum(input_tokens + output_tokens), 0) "
-        "FROM agentruns_dailyusage WHERE configuration_id = %s AND day = %s::date "
-        "AND shard <> %s)"
-    )
-
-    @classmethod
-    def upsert_params(
-        cls, configuration_id: int, run_id: int, input_tokens: int, output_tokens: int
-    ) -> tuple[list[Any], list[Any]]:
-        """(UPSERT_SQL's parameters, USED_SQL's)."""
-        day, shard = cls.today(), run_id % cls.SHARDS
-        return (
-            [configuration_id, day, shard, input_tokens, output_tokens],
-            [configuration_id, day, shard],
-        )
 
 
 class Webhook(models.Model):
@@ -161,13 +132,9 @@ class Webhook(models.Model):
         if problem:
             raise ValidationError({"url": problem})
 
-    # The matching rule, twice in one place: in Python for the portable path and as the SQL
-    # predicate of WebhookDelivery.insert_sql (PostgreSQL), given the event type as the
-    # expression `event_type`.
+    # The matching rule; its SQL twin is `store/ops_sql.py`'s WEBHOOK_MATCH.
     def wants(self, event_type: str) -> bool:
         return self.active and (not self.events or event_type in self.events)
-
-    MATCH_SQL = "w.active AND (w.events = '[]'::jsonb OR w.events ? event_type)"
 
 
 class WebhookDelivery(models.Model):
@@ -210,7 +177,8 @@ class WebhookDelivery(models.Model):
 
     @classmethod
     def rows_for(cls, events: Iterable[Any], webhooks: Iterable[Webhook]) -> list[WebhookDelivery]:
-        """The portable twin of `insert_sql`: unsaved rows for the matching pairs."""
+        """The portable twin of `store/ops_sql.py`'s `delivery_insert`: unsaved rows for
+        the matching pairs."""
         hooks = list(webhooks)
         return [
             cls(
@@ -226,23 +194,6 @@ class WebhookDelivery(models.Model):
             for hook in hooks
             if hook.wants(event.type)
         ]
-
-    # The columns a source relation gives `insert_sql`, in this order.
-    SOURCE_COLUMNS = ("event_type", "run_id", "thread_id", "sequence", "payload", "created_at")
-
-    @classmethod
-    def insert_sql(cls, source: str) -> str:
-        """INSERT one delivery per (matching active webhook, event of `source`), a relation
-        with SOURCE_COLUMNS: the one statement the services' appends and the loop's step
-        write share. With no webhook it is a join against an empty table."""
-        return (
-            f"INSERT INTO {cls._meta.db_table} (webhook_id, delivery_id, event_type, run_id, "
-            "thread_id, sequence, payload, event_created_at, status, attempts, "
-            "next_attempt_at, last_error, created_at) "
-            "SELECT w.id, gen_random_uuid(), e.event_type, e.run_id, e.thread_id, e.sequence, "
-            f"e.payload, e.created_at, '{cls.Status.PENDING.value}', 0, now(), '', now() "
-            f"FROM {source} JOIN {Webhook._meta.db_table} w ON {Webhook.MATCH_SQL}"
-        )
 
 
 class WebhookAttempt(models.Model):

@@ -2,9 +2,10 @@
 
 Queueing is the outbox pattern, like the wake-ups: a delivery row is written in the same
 transaction as the event it carries, so a host hears of every committed event and of no
-rolled-back one. The matching rule lives on the model (`Webhook.wants`, `MATCH_SQL`); the
-store writes the rows (`SystemStore.queue_deliveries` for the services' appends, and the
-loop's step write, where on PostgreSQL `WebhookDelivery.insert_sql` is one more CTE).
+rolled-back one. The matching rule lives on the model (`Webhook.wants`; its SQL twin is
+`store/ops_sql.py`'s `WEBHOOK_MATCH`); the store writes the rows
+(`SystemStore.queue_deliveries` for the services' appends, and the loop's step write, where
+on PostgreSQL `ops_sql.delivery_insert` is one more CTE).
 
 Sending happens in the outbox process, never on a process or thread that drives runs
 (SEC-8): `webhook_deliver_due` claims due rows (`FOR UPDATE SKIP LOCKED`, then pushes

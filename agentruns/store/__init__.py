@@ -5,11 +5,14 @@ package asks which database it runs on (tests/test_layout.py checks)."""
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING
 
 from django.db import DEFAULT_DB_ALIAS, connections
 
 if TYPE_CHECKING:
+    from django.db.models import QuerySet
+
     from agentruns.store.base import SystemStore
 
 _chosen: SystemStore | None = None
@@ -33,3 +36,12 @@ def store() -> SystemStore:
 
             _chosen = PortableStore()
     return _chosen
+
+
+def estimated_count(rows: QuerySet) -> int | None:
+    """The planner's estimate of how many rows a query gives (PostgreSQL's EXPLAIN, no
+    scan), or None where the database offers no cheap estimate."""
+    if not on_postgres():
+        return None
+    plan = json.loads(rows.explain(format="json"))
+    return int(plan[0]["Plan"]["Plan Rows"])

@@ -19,10 +19,10 @@ from agentruns.models import (
     DailyUsage,
     Event,
     Run,
-    WebhookDelivery,
 )
 from agentruns.store.base import SystemStore
 from agentruns.store.connection import fast_commit
+from agentruns.store.ops_sql import SOURCE_COLUMNS, delivery_insert
 from agentruns.store.records import (
     CLAIM_FIELDS,
     Lease,
@@ -191,9 +191,9 @@ class PostgresStore(SystemStore):
                 json.dumps(event.payload),
                 event.created_at,
             ]
-        columns = ", ".join(WebhookDelivery.SOURCE_COLUMNS)
+        columns = ", ".join(SOURCE_COLUMNS)
         values = ", ".join([row] * len(events))
-        sql = WebhookDelivery.insert_sql(f"(VALUES {values}) AS e ({columns})")
+        sql = delivery_insert(f"(VALUES {values}) AS e ({columns})")
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
 

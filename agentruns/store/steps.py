@@ -24,8 +24,8 @@ from agentruns.models import (
     Ticket,
     ToolInvocation,
     Webhook,
-    WebhookDelivery,
 )
+from agentruns.store.ops_sql import USAGE_UPSERT, USAGE_USED, delivery_insert, usage_params
 from agentruns.store.records import Lease, Step, checkpoint_row, event_row
 from agentruns.store.statements import JsonText, prepared
 
@@ -132,7 +132,7 @@ def _as_orjson_would(value: Any) -> Any:
 
 
 # OPS-4: the outbox rows of a step's events, written by the step's own statement.
-OUTBOX = f"wh AS ({WebhookDelivery.insert_sql('ev AS e')} RETURNING 1)"
+OUTBOX = f"wh AS ({delivery_insert('ev AS e')} RETURNING 1)"
 SUBSCRIBED = f"EXISTS (SELECT 1 FROM {Webhook._meta.db_table} WHERE active)"
 
 
@@ -265,10 +265,8 @@ def step_statement(lease: Lease, step: Step, *, fast: bool, count_today: bool) -
             parts.append(OUTBOX)
         spent_in, spent_out = DailyUsage.usage_of(step.events)
         if spent_in or spent_out:
-            parts.append(f"du AS ({DailyUsage.UPSERT_SQL})")
-            upsert, total = DailyUsage.upsert_params(
-                lease.configuration_id, lease.run_id, spent_in, spent_out
-            )
+            parts.append(f"du AS ({USAGE_UPSERT})")
+            upsert, total = usage_params(lease.configuration_id, lease.run_id, spent_in, spent_out)
             params.extend(upsert)
             used_params = total if count_today else []
     if step.checkpoints:
@@ -287,7 +285,7 @@ def step_statement(lease: Lease, step: Step, *, fast: bool, count_today: bool) -
         fenced = "id = %s AND epoch = %s" + (f" AND NOT {SUBSCRIBED}" if unsubscribed else "")
         parts.append(_update("run", RUN, step.run_update, fenced, params))
         params.extend([lease.run_id, lease.epoch])
-    used = DailyUsage.USED_SQL if used_params else "NULL"
+    used = USAGE_USED if used_params else "NULL"
     created = (
         "(SELECT json_agg(json_build_array(call_id, id)) FROM inv)"
         if step.new_invocations
