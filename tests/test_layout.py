@@ -17,13 +17,16 @@ from agentruns.errors import NotPermitted, ResumeError
 PACKAGE = Path(agentruns.__file__).parent
 PLAYGROUND = Path(playground.__file__).parent
 RUNTIME = PACKAGE / "runtime"
-# Every glob the tests below rely on, so that a renamed folder fails the guard below instead
-# of leaving a rule checking nothing (issue 46: `runtime/steps` became `runtime/actions`).
-# The project's code; config/settings.py is where DATABASE_URL chooses the database.
-SOURCES = ((PACKAGE, "**/*.py"), (PLAYGROUND, "**/*.py"))
+# The globs the rules below rely on, by name: a renamed folder then fails the guard test
+# instead of leaving a rule that checks nothing (issue 46: `runtime/steps` became
+# `runtime/actions`, and the loop's rule checked loop.py alone).
+# The package, and the project's code (config/settings.py is where DATABASE_URL chooses
+# the database).
+PACKAGE_CODE = ((PACKAGE, "**/*.py"),)
+SOURCES = (*PACKAGE_CODE, (PLAYGROUND, "**/*.py"))
 # The loop: loop.py, its actions and the modules they share.
 LOOP = ((RUNTIME, "*.py"), (RUNTIME / "actions", "*.py"))
-GLOBS = {"sources": SOURCES, "loop": LOOP}
+GLOBS = {"package": PACKAGE_CODE, "sources": SOURCES, "loop": LOOP}
 # Ways to ask which database this is: a connection's vendor, a settings ENGINE, a backend.
 VENDOR_CHECK = re.compile(
     r"\.vendor\b|\[\s*[\"']ENGINE[\"']\s*\]|db\.backends\.(postgresql|sqlite3|mysql|oracle)"
@@ -163,7 +166,7 @@ def test_the_loop_scan_sees_an_orm_read():
 def _module_level_names() -> dict[str, list[str]]:
     """Every class and type alias defined at the top of a module, by name."""
     found: dict[str, list[str]] = {}
-    for path in _files(((PACKAGE, "**/*.py"),)):
+    for path in _files(PACKAGE_CODE):
         if "migrations" in path.parts:
             continue
         for node in ast.parse(path.read_text()).body:
