@@ -70,10 +70,18 @@ class Clusters:
         env.update({key: str(value) for key, value in overrides.items()})
         return env
 
-    def start(self, name: str, *, command: str = "qcluster", **overrides: Any) -> ClusterProcess:
-        """`manage.py qcluster`, or another long-running command (`outbox`)."""
+    def start(
+        self,
+        name: str,
+        *,
+        command: str = "qcluster",
+        prefix: Sequence[str] = (),
+        **overrides: Any,
+    ) -> ClusterProcess:
+        """`manage.py qcluster`, or another long-running command (`outbox`); `prefix` runs
+        it elsewhere (a simulated host, agentruns.bench.hosts)."""
         log = self.tmp_path / f"cluster-{name}-{len(self.started)}.log"
-        cluster = start_cluster(name, log, self.env(**overrides), command=command)
+        cluster = start_cluster(name, log, self.env(**overrides), command=command, prefix=prefix)
         self.started.append(cluster)
         return cluster
 
