@@ -112,7 +112,7 @@ class Command(bench_cluster.Command):
             ) as hosts:
                 for count in counts:
                     for batch in range(max(1, opts["batches"])):
-                        row = self.measure(hosts, count)
+                        row = self.hosts_batch(hosts, count)
                         result["rows"].append({**row, "batch": batch})
         except Exception as failed:
             result["failed"] = repr(failed)
@@ -123,7 +123,7 @@ class Command(bench_cluster.Command):
             plot = Path(opts["plot"]) if opts["plot"] else None
             self.say(harness.write_result(result, Path(opts["json"]), plot, self.python))
 
-    def measure(self, hosts: SimulatedHosts, count: int) -> dict[str, Any]:
+    def hosts_batch(self, hosts: SimulatedHosts, count: int) -> dict[str, Any]:
         with ExitStack() as stack:
             # Stopped by the stack, the last started first, whatever happens.
             clusters = [self.start_host(host, stack) for host in hosts.hosts[:count]]
