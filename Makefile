@@ -10,7 +10,8 @@ PYTEST_WORKERS ?= 2
 PYTEST_MARKS ?=
 MARKS_AND = $(if $(PYTEST_MARKS), and ($(PYTEST_MARKS)))
 
-.PHONY: run test install postgres lint bench bench-cluster bench-scale bench-drivers
+.PHONY: run test install postgres lint bench bench-cluster bench-scale bench-drivers \
+  bench-scaleout host-tools
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -32,7 +33,7 @@ postgres:
 	@for i in $$(seq 1 60); do pg_isready -q -h 127.0.0.1 -p 5432 && exit 0; sleep 0.5; done; \
 	  echo "PostgreSQL did not come up on 127.0.0.1:5432" >&2; exit 1
 
-test: install postgres
+test: install postgres host-tools
 	@# The browser tests (tests/browser) drive Debian's Chromium, never a downloaded one.
 	command -v chromium >/dev/null || (apt-get update && apt-get install -y chromium chromium-driver)
 	@# In a random order whose seed the header prints ("Using --randomly-seed=N"; replay
@@ -46,6 +47,14 @@ test: install postgres
 	env -u DATABASE_URL AGENTRUNS_VAR_DIR=$$(mktemp -d) $(PY) -m pytest -q \
 	  tests/loop/test_smoke.py tests/hitl/test_smoke.py
 	$(MAKE) lint
+
+# What simulating machines needs (bench-scaleout, tests/cluster's fault tests between
+# machines): Debian's PgBouncer, libfaketime and iptables; `ip` comes with iproute2.
+HOST_TOOLS := pgbouncer faketime iptables iproute2
+host-tools:
+	@command -v pgbouncer >/dev/null && command -v faketime >/dev/null && \
+	  command -v iptables >/dev/null && command -v ip >/dev/null || \
+	  (apt-get update && apt-get install -y --no-install-recommends $(HOST_TOOLS))
 
 lint: install
 	$(VENV)/bin/ruff check .
@@ -76,6 +85,11 @@ bench-cluster: install postgres
 bench-drivers: install postgres
 	$(call bench_db,$(BENCH_URL))
 	DATABASE_URL=$(BENCH_URL) $(PY) manage.py bench_drivers $(BENCH_ARGS)
+
+# PERF-12: 1..4 cluster hosts simulated here (network namespaces, CPU quotas, PgBouncer).
+bench-scaleout: install postgres host-tools
+	$(call bench_db,$(BENCH_URL))
+	DATABASE_URL=$(BENCH_URL) $(PY) manage.py bench_scaleout $(BENCH_ARGS)
 
 bench-scale: install postgres
 	$(call bench_db,$(BENCH_SCALE_URL))

@@ -10,6 +10,8 @@ wake-ups a second on a 2-core machine (PERF-6):
   (`ORDER BY id`, so wake-ups are served in order and none starves) with
   `FOR UPDATE SKIP LOCKED` (clusters on several machines never wait on each other or race
   for a row) and locks them until `now + retry` (q2's redelivery rule, unchanged).
+- Its locks are on the database's clock (enqueue and dequeue alike), as the leases are: a
+  machine whose clock is wrong neither misses wake-ups nor takes back other machines'.
 - It does not call `close_old_connections()` on every queue operation (the ORM broker
   does, twice per task, and with CONN_HEALTH_CHECKS each call costs a `SELECT 1`): at
   most once a second. A broken connection still surfaces as an error, on which q2's
@@ -27,6 +29,7 @@ from typing import Any
 
 from django import db
 from django.db import transaction
+from django.db.models.functions import Now
 from django.dispatch import receiver
 from django_q.brokers.orm import ORM
 from django_q.conf import Conf
@@ -51,6 +54,16 @@ class WakeBroker(ORM):
             _last_check = now
             db.close_old_connections()
         return OrmQ.objects.using(Conf.ORM)
+
+    def enqueue(self, task: Any) -> int:
+        """As the ORM broker, but the row's lock is the database's `now()`, which the
+        dequeue compares it with (on PostgreSQL), not this machine's clock."""
+        if not store().skip_locked:
+            return int(super().enqueue(task))
+        row = self.get_connection().create(
+            key=self.list_key or Conf.CLUSTER_NAME, payload=task, lock=Now()
+        )
+        return int(row.pk)
 
     def dequeue(self) -> list[tuple[int, str]] | None:
         if not store().skip_locked:

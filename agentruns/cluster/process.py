@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -117,15 +117,17 @@ def start_cluster(
     *,
     python: str | None = None,
     command: str = "qcluster",
+    prefix: Sequence[str] = (),
 ) -> ClusterProcess:
     """Start `manage.py qcluster` (or another long-running `command`, such as `outbox`)
-    with the current environment plus `env`."""
+    with the current environment plus `env`; `prefix` runs it inside something that execs
+    it in its own place (a simulated host's namespace and cgroup), same process id."""
     full_env = {**os.environ, **(env or {})}
     full_env.setdefault("PYTHONUNBUFFERED", "1")
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("ab") as log:
         popen = subprocess.Popen(
-            [python or sys.executable, str(manage_py()), command],
+            [*prefix, python or sys.executable, str(manage_py()), command],
             cwd=str(manage_py().parent),
             env=full_env,
             stdout=log,

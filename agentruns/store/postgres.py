@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import orjson
 from django.db import connection, transaction
-from django.utils import timezone
 from django_q.models import OrmQ
 
 from agentruns.errors import Fenced
@@ -198,14 +197,16 @@ class PostgresStore(SystemStore):
             cursor.execute(sql, params)
 
     def dequeue_tasks(self, list_key: str, limit: int, lock_secs: float) -> list[tuple[int, str]]:
-        now = timezone.now()
+        # On the database's clock, like the leases (PERF-12): a host whose clock ran five
+        # minutes behind took no wake-up for five minutes; one ahead took back, at once,
+        # the wake-ups other hosts had just taken.
         table = OrmQ._meta.db_table
         with connection.cursor() as cursor:
             cursor.execute(
-                f"UPDATE {table} SET lock = %s WHERE id IN (SELECT id FROM {table} "
-                "WHERE key = %s AND lock < %s ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED) "
-                "RETURNING id, payload",
-                [now + timedelta(seconds=lock_secs), list_key, now, limit],
+                f"UPDATE {table} SET lock = now() + %s * interval '1 second' WHERE id IN "
+                f"(SELECT id FROM {table} WHERE key = %s AND lock < now() ORDER BY id "
+                "LIMIT %s FOR UPDATE SKIP LOCKED) RETURNING id, payload",
+                [lock_secs, list_key, limit],
             )
             return sorted(cursor.fetchall())
 

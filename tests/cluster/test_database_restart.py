@@ -19,14 +19,13 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from agentruns import events as ev
 from agentruns.models import Event, Run
 from tests.support.clusters import (
     Clusters,
+    assert_effects_once,
     assert_log_consistent,
     configuration,
     effect_lines,
-    events,
     running_clusters,
     wait_statuses,
 )
@@ -142,18 +141,7 @@ def test_clu_runs_survive_the_database_going_away_mid_flight(
     assert clusters.started[0].alive()
     assert_log_consistent(runs)
 
-    lines = effect_lines(clusters.effect_file)
-    assert len(lines) == len(set(lines)), Counter(lines).most_common(3)
-    for run in runs:
-        results = [p for _, kind, p in events(run) if kind == ev.TOOL_RESULT]
-        writes = [r for r in results if r["tool"] == "test.external_write"]
-        assert len(writes) == TURNS, (run.pk, writes)
-        for result in writes:
-            mine = [line for line in lines if line.startswith(f"{run.pk}:{result['call_id']}:")]
-            if result["status"] == ev.OK:
-                assert len(mine) == 1, (run.pk, result, mine)
-            else:
-                assert result["status"] == ev.UNCERTAIN and len(mine) <= 1, (run.pk, result)
+    assert_effects_once(runs, effect_lines(clusters.effect_file), TURNS)
     attempts = Counter(Run.objects.filter(pk__in=ids).values_list("attempts", flat=True))
     if spends_attempts:
         assert max(attempts) < 3, (attempts, clusters.logs())

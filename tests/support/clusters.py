@@ -31,6 +31,7 @@ Q_TIMEOUT = 6
 __all__ = [
     "LEASE_SECONDS",
     "Clusters",
+    "assert_effects_once",
     "assert_log_consistent",
     "configuration",
     "effect_lines",
@@ -70,10 +71,18 @@ class Clusters:
         env.update({key: str(value) for key, value in overrides.items()})
         return env
 
-    def start(self, name: str, *, command: str = "qcluster", **overrides: Any) -> ClusterProcess:
-        """`manage.py qcluster`, or another long-running command (`outbox`)."""
+    def start(
+        self,
+        name: str,
+        *,
+        command: str = "qcluster",
+        prefix: Sequence[str] = (),
+        **overrides: Any,
+    ) -> ClusterProcess:
+        """`manage.py qcluster`, or another long-running command (`outbox`); `prefix` runs
+        it elsewhere (a simulated host, agentruns.bench.hosts)."""
         log = self.tmp_path / f"cluster-{name}-{len(self.started)}.log"
-        cluster = start_cluster(name, log, self.env(**overrides), command=command)
+        cluster = start_cluster(name, log, self.env(**overrides), command=command, prefix=prefix)
         self.started.append(cluster)
         return cluster
 
@@ -180,3 +189,19 @@ def assert_log_consistent(runs: Sequence[Run]) -> None:
         run.refresh_from_db()
         if run.is_terminal:
             assert set(results) == set(proposed), (run.pk, proposed, results)
+
+
+def assert_effects_once(runs: Sequence[Run], lines: list[str], writes_per_run: int) -> None:
+    """TOOL-4 across workers: no external effect happened twice; each write whose result
+    is `ok` happened exactly once, an `uncertain` one at most once."""
+    assert len(lines) == len(set(lines)), Counter(lines).most_common(3)
+    for run in runs:
+        results = [p for _, kind, p in events(run) if kind == ev.TOOL_RESULT]
+        writes = [r for r in results if r["tool"] == "test.external_write"]
+        assert len(writes) == writes_per_run, (run.pk, writes)
+        for result in writes:
+            mine = [line for line in lines if line.startswith(f"{run.pk}:{result['call_id']}:")]
+            if result["status"] == ev.OK:
+                assert len(mine) == 1, (run.pk, result, mine)
+            else:
+                assert result["status"] == ev.UNCERTAIN and len(mine) <= 1, (run.pk, result)

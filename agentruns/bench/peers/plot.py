@@ -116,11 +116,44 @@ def scale(result: dict[str, Any], fig: Any) -> None:
     ax.legend()
 
 
+def scaleout(result: dict[str, Any], fig: Any) -> None:
+    rate_ax, cpu_ax = fig.subplots(1, 2)
+    by_hosts = sorted((int(n), figures) for n, figures in result["by_hosts"].items())
+    hosts = [n for n, _ in by_hosts]
+    rates = [figures["runs_per_s"] for _, figures in by_hosts]
+    rate_ax.plot(hosts, rates, label="agentruns", **STYLE["agentruns"])
+    if rates:
+        one = rates[0] / hosts[0]
+        rate_ax.plot(hosts, [n * one for n in hosts], color="grey", linestyle=":", label="linear")
+        rate_ax.plot(
+            hosts, [0.8 * n * one for n in hosts], color="grey", linestyle="--", label="80 %"
+        )
+    rate_ax.set(xlabel="cluster hosts", ylabel="runs/s", xticks=hosts)
+    rate_ax.set_title(
+        f"Scale-out, {result['host_cpus']:g} cores a host, {result['runs_per_host']} runs a "
+        "host (PERF-12)"
+    )
+    for key, label in (("cpu_ms_per_run_cluster", "cluster"),
+                       ("cpu_ms_per_run_postgres", "PostgreSQL"),
+                       ("cpu_ms_per_run_pgbouncer", "PgBouncer")):  # fmt: skip
+        cpu_ax.plot(hosts, [figures.get(key) for _, figures in by_hosts], marker="o", label=label)
+    cpu_ax.set(xlabel="cluster hosts", ylabel="ms CPU a run", xticks=hosts)
+    cpu_ax.set_title("Where a run's CPU goes")
+    for ax in (rate_ax, cpu_ax):
+        ax.grid(True, alpha=0.3)
+        ax.legend()
+
+
 def main(source: str, target: str) -> None:
     with open(source) as f:
         result = json.load(f)
     fig = plt.figure(figsize=(12, 4.8), layout="constrained")
-    draw = {"bench": bench, "bench_cluster": cluster, "bench_scale": scale}
+    draw = {
+        "bench": bench,
+        "bench_cluster": cluster,
+        "bench_scale": scale,
+        "bench_scaleout": scaleout,
+    }
     draw[result["benchmark"]](result, fig)
     machine = result.get("machine", {})
     fig.suptitle(
