@@ -132,3 +132,43 @@ def test_ops8_serve_runs_gunicorn_and_stops_everything_within_10_seconds(
         for pid in group_pids(serve.pid):
             os.kill(pid, signal.SIGKILL)
         serve.wait(timeout=30)
+
+
+def test_ops8_a_stopped_web_worker_leaves_at_once_and_no_stop_reads_like_a_crash(tmp_path):
+    """A Ctrl-C reaches gunicorn's master and workers; a worker whose interpreter would
+    take longer to finalise than `graceful_timeout` still leaves before it, so the master
+    never has to kill one and log "was sent SIGKILL! Perhaps out of memory?"."""
+    port = _free_port()
+    env = {**os.environ, "AGENTRUNS_WEB_WORKERS": "2", "AGENTRUNS_WEB_GRACEFUL_TIMEOUT": "2"}
+    log_path = tmp_path / "gunicorn.log"
+    with log_path.open("wb") as log:
+        master = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "gunicorn",
+                "-c",
+                "config/gunicorn.py",
+                "--bind",
+                f"127.0.0.1:{port}",
+                "tests.support.slow_exit_wsgi:application",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        wait_for(lambda: len(group_pids(master.pid)) == 3, timeout=30, what="two workers")
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as response:
+            assert response.read() == b"ok"
+        started = time.monotonic()
+        os.killpg(master.pid, signal.SIGINT)
+        assert master.wait(timeout=STOP_SECONDS) == 0
+        assert time.monotonic() - started < 2  # no worker waited out its finalisation
+    finally:
+        for pid in group_pids(master.pid):
+            os.kill(pid, signal.SIGKILL)
+        master.wait(timeout=30)
+    assert "SIGKILL" not in log_path.read_text(), log_path.read_text()
