@@ -15,8 +15,11 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from django.core.management import CommandError, call_command
 
 from agentruns.cluster.process import group_pids, wait_for
+from agentruns.demo_mcp import NAME as TRACKER
+from agentruns.models import McpServer
 
 ROOT = Path(__file__).resolve().parents[2]
 STOP_SECONDS = 10  # OPS-8
@@ -76,6 +79,24 @@ def _mcp_server_answers(port: int) -> bool:
         return False
 
 
+@pytest.mark.django_db
+def test_mcp5_serve_stops_before_starting_anything_when_the_demo_mcp_port_is_taken(settings):
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        settings.AGENTRUNS_DEMO_MCP_URL = f"http://127.0.0.1:{port}/mcp"
+        McpServer.objects.create(
+            slug=TRACKER, name="tracker", url=settings.AGENTRUNS_DEMO_MCP_URL, active=True
+        )
+        with pytest.raises(CommandError) as stopped:
+            call_command("serve")
+    said = str(stopped.value)
+    assert f"cannot listen on 127.0.0.1:{port}" in said
+    assert f"AGENTRUNS_DEMO_MCP_URL=http://127.0.0.1:{port + 1}/mcp make run" in said
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # nothing was started
+
+
 def _sigint(disposition):
     return lambda: signal.signal(signal.SIGINT, disposition)
 
@@ -116,6 +137,10 @@ def test_ops8_serve_runs_gunicorn_and_stops_everything_within_10_seconds(
         assert server.startswith("gunicorn")
         wait_for(lambda: _cluster_running(serve.pid), timeout=90, what="the cluster")
         wait_for(lambda: _mcp_server_answers(mcp_port), timeout=60, what="the demo MCP server")
+        # OPS-6: the mails' links name the port served on (AGENTRUNS_SITE_URL unset).
+        site = f"AGENTRUNS_SITE_URL=http://127.0.0.1:{port}".encode()
+        environs = [Path(f"/proc/{pid}/environ").read_bytes() for pid in group_pids(serve.pid)]
+        assert sum(site in environ.split(b"\x00") for environ in environs) >= 3
         started = time.monotonic()
         if how == "group":
             os.killpg(serve.pid, stop)  # exactly what a terminal's Ctrl-C does
@@ -132,3 +157,43 @@ def test_ops8_serve_runs_gunicorn_and_stops_everything_within_10_seconds(
         for pid in group_pids(serve.pid):
             os.kill(pid, signal.SIGKILL)
         serve.wait(timeout=30)
+
+
+def test_ops8_a_stopped_web_worker_leaves_at_once_and_no_stop_reads_like_a_crash(tmp_path):
+    """A Ctrl-C reaches gunicorn's master and workers; a worker whose interpreter would
+    take longer to finalise than `graceful_timeout` still leaves before it, so the master
+    never has to kill one and log "was sent SIGKILL! Perhaps out of memory?"."""
+    port = _free_port()
+    env = {**os.environ, "AGENTRUNS_WEB_WORKERS": "2", "AGENTRUNS_WEB_GRACEFUL_TIMEOUT": "2"}
+    log_path = tmp_path / "gunicorn.log"
+    with log_path.open("wb") as log:
+        master = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "gunicorn",
+                "-c",
+                "config/gunicorn.py",
+                "--bind",
+                f"127.0.0.1:{port}",
+                "tests.support.slow_exit_wsgi:application",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        wait_for(lambda: len(group_pids(master.pid)) == 3, timeout=30, what="two workers")
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as response:
+            assert response.read() == b"ok"
+        started = time.monotonic()
+        os.killpg(master.pid, signal.SIGINT)
+        assert master.wait(timeout=STOP_SECONDS) == 0
+        assert time.monotonic() - started < 2  # no worker waited out its finalisation
+    finally:
+        for pid in group_pids(master.pid):
+            os.kill(pid, signal.SIGKILL)
+        master.wait(timeout=30)
+    assert "SIGKILL" not in log_path.read_text(), log_path.read_text()

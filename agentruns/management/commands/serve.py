@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -15,7 +16,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from agentruns.cluster.process import adopt_orphans, descendants, wait_for
 from agentruns.demo_mcp import NAME as TRACKER
@@ -40,21 +41,26 @@ class Command(BaseCommand):
         parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
 
     def handle(self, *args: Any, host: str, port: int, **options: Any) -> None:
+        tracker = _demo_mcp_command()
+        if tracker:
+            _check_free(settings.AGENTRUNS_DEMO_MCP_URL)
         # A supervisor stops with SIGTERM, and a shell that starts `make run` in the
         # background ignores SIGINT: both must still stop the children, never orphan them.
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGTERM, _terminate)
         adopt_orphans()  # a cluster process whose parent dies is still this one's to stop
+        # OPS-6: the mails' links name the port served on, unless the site URL is set.
+        site = os.environ.get("AGENTRUNS_SITE_URL") or _site_url(host, port)
         root = str(settings.BASE_DIR)
         gunicorn = [sys.executable, "-m", "gunicorn", "-c", f"{root}/config/gunicorn.py"]
-        cluster_env = {"AGENTRUNS_SHUTDOWN_SECONDS": SHUTDOWN_SECONDS, **os.environ}
+        env = {**os.environ, "AGENTRUNS_SITE_URL": site}
+        cluster_env = {"AGENTRUNS_SHUTDOWN_SECONDS": SHUTDOWN_SECONDS, **env}
         children = [
-            subprocess.Popen([*gunicorn, "--bind", f"{host}:{port}"], cwd=root),
+            subprocess.Popen([*gunicorn, "--bind", f"{host}:{port}"], cwd=root, env=env),
             subprocess.Popen([sys.executable, "manage.py", "qcluster"], cwd=root, env=cluster_env),
-            subprocess.Popen([sys.executable, "manage.py", "outbox"], cwd=root),
+            subprocess.Popen([sys.executable, "manage.py", "outbox"], cwd=root, env=env),
         ]
         essential = list(children)
-        tracker = _demo_mcp_command()
         if tracker:
             children.append(subprocess.Popen(tracker, cwd=root))
         self.stdout.write(
@@ -63,6 +69,7 @@ class Command(BaseCommand):
                 f"(admin: http://{host}:{port}/admin/). Press Ctrl-C to stop.\n"
             )
         )
+        self.stdout.write(f"Links in mails point to {site}/ (AGENTRUNS_SITE_URL).\n")
         if tracker:
             self.stdout.write(f"The demo's MCP server: {settings.AGENTRUNS_DEMO_MCP_URL}\n")
         told = False
@@ -80,14 +87,54 @@ class Command(BaseCommand):
 def _demo_mcp_command() -> list[str]:
     """MCP-5: the demo tracker's command when the demo data registered it at
     AGENTRUNS_DEMO_MCP_URL (and it is active); else nothing to start. A tracker that
-    cannot start (its port taken) costs the demo its MCP calls, never the rest."""
+    cannot start is found out before anything starts (`_check_free`)."""
     url = settings.AGENTRUNS_DEMO_MCP_URL
     if not url or not McpServer.objects.filter(slug=TRACKER, url=url, active=True).exists():
         return []
+    host, port = _where(url)
+    path = urlsplit(url).path or "/mcp"
+    return [
+        sys.executable,
+        "-m",
+        "agentruns.demo_mcp",
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--path",
+        path,
+    ]
+
+
+def _where(url: str) -> tuple[str, int]:
     parts = urlsplit(url)
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    where = ["--host", parts.hostname or "127.0.0.1", "--port", str(port)]
-    return [sys.executable, "-m", "agentruns.demo_mcp", *where, "--path", parts.path or "/mcp"]
+    return parts.hostname or "127.0.0.1", parts.port or (443 if parts.scheme == "https" else 80)
+
+
+def _check_free(url: str) -> None:
+    """MCP-5: a taken port would leave the demo's MCP calls failing quietly for the whole
+    session, so serve stops before starting anything and says what to do."""
+    host, port = _where(url)
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as error:
+            raise CommandError(
+                f"The demo's MCP server cannot listen on {host}:{port} ({error.strerror}): "
+                "another program (another `make run`?) holds the port. Stop it, or choose "
+                f"a free port, e.g. AGENTRUNS_DEMO_MCP_URL=http://{host}:{port + 1}/mcp "
+                "make run (the demo data registers the server at that address), or set "
+                "AGENTRUNS_DEMO_MCP_URL= (empty) to run without it."
+            ) from error
+
+
+def _site_url(host: str, port: int) -> str:
+    if host in ("", "0.0.0.0", "::"):
+        host = "127.0.0.1"  # every interface: this machine's own address reaches it
+    elif ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{port}"
 
 
 class _Terminated(Exception):
