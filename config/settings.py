@@ -312,8 +312,11 @@ AGENTRUNS_EXECUTOR_THREADS = env_int(
 # How often a worker's heartbeat also sweeps (0: every heartbeat, i.e. lease/3).
 AGENTRUNS_SWEEP_SECONDS = env_float("AGENTRUNS_SWEEP_SECONDS", 0.0)
 # PERF-5 (PostgreSQL): each worker process LISTENs for committed wake-ups on a connection of
-# its own and claims them at once, rather than when q2's pusher next polls its queue.
-AGENTRUNS_WAKE_LISTEN = env_bool("AGENTRUNS_WAKE_LISTEN", True)
+# its own and claims them at once, rather than when q2's pusher next polls its queue. Off by
+# default behind a transaction-mode pooler (AGENTRUNS_PREPARE=0): a LISTEN there lands on
+# whichever server connection the pooler lent and stays on it, and the notifications go to
+# whichever client borrows it next; q2's polling (Q_POLL) and the heartbeat claims remain.
+AGENTRUNS_WAKE_LISTEN = env_bool("AGENTRUNS_WAKE_LISTEN", env_bool("AGENTRUNS_PREPARE", True))
 # On a graceful stop, how long a worker waits for its runs to reach a step boundary and
 # hand themselves back; a run still busy after that is reclaimed once its lease expires.
 AGENTRUNS_SHUTDOWN_SECONDS = env_float("AGENTRUNS_SHUTDOWN_SECONDS", 20.0)

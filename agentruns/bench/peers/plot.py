@@ -134,7 +134,8 @@ def scaleout(result: dict[str, Any], fig: Any) -> None:
         "host (PERF-12)"
     )
     for key, label in (("cpu_ms_per_run_cluster", "cluster"),
-                       ("cpu_ms_per_run_postgres", "PostgreSQL"),
+                       ("cpu_ms_per_run_postgres", "PostgreSQL (whole server)"),
+                       ("cpu_ms_per_run_postgres_this_db", "PostgreSQL (this database)"),
                        ("cpu_ms_per_run_pgbouncer", "PgBouncer")):  # fmt: skip
         cpu_ax.plot(hosts, [figures.get(key) for _, figures in by_hosts], marker="o", label=label)
     cpu_ax.set(xlabel="cluster hosts", ylabel="ms CPU a run", xticks=hosts)

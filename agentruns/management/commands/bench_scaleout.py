@@ -153,14 +153,18 @@ class Command(bench_cluster.Command):
             return [pid for cluster in clusters for pid in cluster.pids()]
 
         pgbouncer = CpuWindow(hosts.pgbouncer_pids)
+        # The server's CPU counts every database on it; its backends serving this one
+        # (PgBouncer's server connections) are what the hosts cost, on a shared machine too.
+        backends = CpuWindow(database_backends)
         with transaction.atomic():
             ids = self.submit(slug, n)
         start = timezone.now()
         ideal = (turns + 1) * latency_ms / 1000
         pgbouncer.start()
+        backends.start()
         with Sampler(config_id, pids=pids) as sampler:
             self.wait_terminal(ids, timeout=ideal * 20 + 300, configuration_id=config_id)
-        bouncer = pgbouncer.stop()
+        bouncer, served = pgbouncer.stop(), backends.stop()
         runs = Run.objects.filter(pk__in=ids)
         wall = (runs.aggregate(end=Max("updated_at"))["end"] - start).total_seconds()
         statuses = dict(runs.order_by().values_list("status").annotate(n=Count("id")))
@@ -181,6 +185,9 @@ class Command(bench_cluster.Command):
             row["cpu_ms_per_run_pgbouncer"] = round(
                 1000 * (bouncer.cluster_s if bouncer else 0) / n, 2
             )
+            row["cpu_ms_per_run_postgres_this_db"] = round(
+                1000 * (served.cluster_s if served else 0) / n, 2
+            )
             row["postgres_cores"] = round(cpu.postgres_s / wall, 2)
         if row["completed"] != n:
             row["statuses"] = statuses
@@ -188,7 +195,13 @@ class Command(bench_cluster.Command):
             f"PERF-12 hosts={count} in-flight={n} wall_s={wall:.2f} runs/s={row['runs_per_s']} "
             f"({ideal / wall:.0%} of ideal) completed={row['completed']}/{n} "
             f"server connections={row['server_connections']}"
-            + (f" {cpu_words(row)}, PostgreSQL {row['postgres_cores']} cores" if cpu else "")
+            + (
+                f" {cpu_words(row)}, of which this database's backends "
+                f"{row['cpu_ms_per_run_postgres_this_db']:.1f}; PgBouncer "
+                f"{row['cpu_ms_per_run_pgbouncer']:.1f}; PostgreSQL {row['postgres_cores']} cores"
+                if cpu
+                else ""
+            )
         )
         return row
 
@@ -241,3 +254,13 @@ def summarise(result: dict[str, Any]) -> None:
         and (result["saturates_at"] is None or count < result["saturates_at"])
     ]
     result["perf12_ok"] = all(s >= PERF12_TARGET for s in judged) if len(judged) > 1 else None
+
+
+def database_backends() -> list[int]:
+    """The server processes connected to this database, but this command's own."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pid FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        return [pid for (pid,) in cursor.fetchall()]
