@@ -323,10 +323,15 @@ def _rmdir_when_empty(cgroup: Path, timeout: float = 10.0) -> None:
             time.sleep(0.05)
 
 
+def leftovers() -> list[str]:
+    """The names of every simulated host's namespace and cgroup that exist now."""
+    return [*_namespaces(), *(cgroup.name for cgroup in _cgroups())]
+
+
 def sweep_stale() -> list[str]:
     """Remove what a process that died without closing its hosts left (its id is gone)."""
     owners: set[str] = set()
-    for name in [*_namespaces(), *(c.name for c in _cgroups())]:
+    for name in leftovers():
         pid = name[len(PREFIX) :].split("-", 1)[0]
         if pid.isdigit() and not Path(f"/proc/{pid}").exists():
             owners.add(f"{PREFIX}{pid}")

@@ -27,6 +27,7 @@ from agentruns.models import ToolInvocation
 from agentruns.runtime.actions.tool_calls import completion
 from agentruns.store.connection import database_url
 from agentruns.tools.registry import ToolOutput
+from tests.support.hosts import left_behind, require_host_tools
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -198,6 +199,45 @@ def test_bench_cluster_runs_end_to_end_at_a_tiny_size_perf9(tmp_path, peer_datab
         assert [row["batch"] for row in result["peer_concurrency"]] == [0, 1]
         assert "3" in result["perf6_by_size"]["langgraph_async"]
         assert (tmp_path / "bench_cluster.png").stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_bench_scaleout_runs_two_simulated_hosts_at_a_tiny_size_perf12_perf9(tmp_path):
+    """PERF-12, PERF-9: one host, then two, each a namespace behind PgBouncer with a CPU
+    quota; every run completes, scaling is judged against the single host, the CPU of a
+    run is split between the clusters, PgBouncer and PostgreSQL, and nothing is left."""
+    require_host_tools()
+    out = tmp_path / "bench_scaleout.json"
+    call_command(
+        "bench_scaleout",
+        "--hosts=1,2",
+        "--runs-per-host=4",
+        "--latency-ms=20",
+        "--turns=1",
+        "--seed-runs=20",
+        "--workers=1",
+        "--threads=8",
+        "--pool-max=2",
+        "--server-pool=4",
+        "--cpus=0.5",
+        "--peers=present",
+        f"--json={out}",
+        f"--plot={tmp_path / 'bench_scaleout.png'}",
+        stdout=(tmp_path / "stdout.txt").open("w"),
+    )
+    result = json.loads(out.read_text())
+    printed = (tmp_path / "stdout.txt").read_text()
+    assert [(row["hosts"], row["completed"]) for row in result["rows"]] == [(1, 4), (2, 8)]
+    assert result["by_hosts"]["1"]["scaling"] == 1.0
+    assert result["by_hosts"]["2"]["scaling"] > 0
+    for row in result["rows"]:
+        assert row["cpu_ms_per_run_cluster"] > 0 and row["cpu_ms_per_run_postgres_this_db"] > 0
+        assert row["cpu_ms_per_run_pgbouncer"] >= 0
+    assert result["cgroup"].startswith(("v1 ", "v2 "))
+    assert "PERF-12 2 host(s), runs/s" in printed
+    assert left_behind() == []
+    if harness.peer_python(install=False) is not None:
+        assert (tmp_path / "bench_scaleout.png").stat().st_size > 0
 
 
 def test_bench_scale_seeds_and_probes_every_page_at_a_tiny_size_perf8_perf9(tmp_path):

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from agentruns.bench.hosts import SimulatedHosts, missing_tools
+from agentruns.bench.hosts import PREFIX, SimulatedHosts, leftovers, missing_tools
 from agentruns.cluster.process import ClusterProcess
 from agentruns.models import Run
 from agentruns.store.connection import database_url
@@ -21,13 +21,23 @@ def simulated_hosts(count: int, **options: Any) -> Iterator[SimulatedHosts]:
     """The body of a `hosts` fixture: every namespace, cgroup and PgBouncer is gone after
     the test, whatever happened (the clusters' fixture must depend on it, so the clusters
     die first)."""
+    require_host_tools()
+    with SimulatedHosts(database_url(), count, **options) as hosts:
+        yield hosts
+
+
+def require_host_tools() -> None:
+    """Skip without root; fail without the tools, which `make test` installs."""
     if os.geteuid() != 0:
         pytest.skip("simulated hosts need root (make test runs as root here)")
     missing = missing_tools()
     if missing:
         pytest.fail(f"simulated hosts need {', '.join(missing)}: run `make host-tools`")
-    with SimulatedHosts(database_url(), count, **options) as hosts:
-        yield hosts
+
+
+def left_behind() -> list[str]:
+    """Namespaces and cgroups this process made and did not remove."""
+    return [name for name in leftovers() if name.startswith(f"{PREFIX}{os.getpid()}-")]
 
 
 def owner_pid(lease_owner: str) -> int | None:

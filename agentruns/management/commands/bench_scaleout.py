@@ -18,6 +18,7 @@ adds nothing.
 
 from __future__ import annotations
 
+import os
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -55,7 +56,10 @@ class Command(bench_cluster.Command):
         parser.add_argument("--turns", type=int, default=3)
         parser.add_argument("--batches", type=int, default=1)
         parser.add_argument(
-            "--cpus", type=float, default=0.25, help="Each host's CPU quota, in cores."
+            "--cpus",
+            type=float,
+            default=0.25,
+            help="Each host's CPU quota, in cores (0: none; every host shares the machine).",
         )
         parser.add_argument("--workers", type=int, default=settings.Q_CLUSTER["workers"])
         parser.add_argument("--threads", type=int, default=settings.AGENTRUNS_EXECUTOR_THREADS)
@@ -108,7 +112,10 @@ class Command(bench_cluster.Command):
         bench_cluster.seed_bench_history(seed_slug, opts["seed_runs"])
         try:
             with SimulatedHosts(
-                database_url(), max(counts), cpus=opts["cpus"], server_pool=opts["server_pool"]
+                database_url(),
+                max(counts),
+                cpus=opts["cpus"] or None,
+                server_pool=opts["server_pool"],
             ) as hosts:
                 for count in counts:
                     for batch in range(max(1, opts["batches"])):
@@ -189,6 +196,11 @@ class Command(bench_cluster.Command):
                 1000 * (served.cluster_s if served else 0) / n, 2
             )
             row["postgres_cores"] = round(cpu.postgres_s / wall, 2)
+            # Near 1: the hosts were held by their quotas, as machines of that size would
+            # be. Well below it while the cores were all busy: by the machine, whose
+            # other load then muddies the scaling.
+            quota = count * (self.opts["cpus"] or os.cpu_count() or 1)
+            row["quota_used"] = round(cpu.cluster_s / (wall * quota), 2)
         if row["completed"] != n:
             row["statuses"] = statuses
         self.say(
@@ -198,7 +210,8 @@ class Command(bench_cluster.Command):
             + (
                 f" {cpu_words(row)}, of which this database's backends "
                 f"{row['cpu_ms_per_run_postgres_this_db']:.1f}; PgBouncer "
-                f"{row['cpu_ms_per_run_pgbouncer']:.1f}; PostgreSQL {row['postgres_cores']} cores"
+                f"{row['cpu_ms_per_run_pgbouncer']:.1f}; PostgreSQL {row['postgres_cores']} "
+                f"cores; the hosts used {row['quota_used']:.0%} of their quota"
                 if cpu
                 else ""
             )
