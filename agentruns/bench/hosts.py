@@ -180,6 +180,9 @@ class SimulatedHosts:
             return None
         quota = int(self.cpus * CPU_PERIOD_US)
         if cgroup_version() == 2:
+            control = CGROUP_V2 / "cgroup.subtree_control"
+            if "cpu" not in control.read_text().split():  # a child gets no cpu.max without
+                control.write_text("+cpu\n")
             path = CGROUP_V2 / name
             path.mkdir()
             (path / "cpu.max").write_text(f"{quota} {CPU_PERIOD_US}\n")
