@@ -71,7 +71,8 @@ class Command(bench_cluster.Command):
             help="PgBouncer's server connections to PostgreSQL, shared by every host.",
         )
         parser.add_argument("--seed-runs", type=int, default=bench_cluster.SEED_RUNS)
-        harness.add_options(parser, "bench_scaleout", peers="present")
+        # No peer runs here; their environment brings the plot's matplotlib, as for `make bench`.
+        harness.add_options(parser, "bench_scaleout", peers="install")
 
     def handle(self, *args: Any, **opts: Any) -> None:
         if not on_postgres():
