@@ -58,17 +58,23 @@ TIME_LABELS = {
 
 
 def time_split(run: Run, events: list[Event], now: datetime) -> list[dict[str, Any]]:
-    """Seconds per phase from event timestamps; a wait still open counts until now. The log
-    has no claim timestamp, so a model reply's share includes any wait for a worker."""
+    """Seconds per phase from event timestamps; a wait still open counts until now. Every
+    second a ticket is open is people's, whatever the log records meanwhile (a reminder,
+    an escalation, one approval of a quorum). The log has no claim timestamp, so a model
+    reply's share includes any wait for a worker."""
     spent = dict.fromkeys(TIME_LABELS, 0.0)
     previous = run.created_at
+    open_tickets: set[str] = set()  # by call id
     for event in events:
         gap = max((event.created_at - previous).total_seconds(), 0.0)
-        spent[TIME_OF.get(event.type, "other")] += gap
+        spent["people" if open_tickets else TIME_OF.get(event.type, "other")] += gap
+        if event.type == ev.TICKET_OPENED:
+            open_tickets.add(event.payload.get("call_id", ""))
+        elif event.type == ev.TICKET_DECIDED:
+            open_tickets.discard(event.payload.get("call_id", ""))
         previous = event.created_at
     if events and not run.is_terminal:
-        open_wait = events[-1].type == ev.TICKET_OPENED
-        spent["people" if open_wait else "other"] += max((now - previous).total_seconds(), 0.0)
+        spent["people" if open_tickets else "other"] += max((now - previous).total_seconds(), 0.0)
     total = sum(spent.values()) or 1.0
     return [
         {
@@ -138,7 +144,9 @@ def turns(run: Run, events: list[Event], withheld: dict[int, str] | None = None)
             calls[payload["call_id"]].status = "awaiting"
         elif event.type == ev.TICKET_DECIDED and payload.get("call_id") in calls:
             ticket = calls[payload["call_id"]].ticket or {}
-            ticket.update({"open": False, "decision": payload})
+            ticket.update(
+                {"open": False, "decision": payload, "said": ev.summary(event.type, payload)}
+            )
     return found
 
 

@@ -1,0 +1,73 @@
+"""UI-2, HITL-7: a run page that tells the truth about a wait. Every second a ticket is open
+is people's time, the wait before its first reminder, escalation or partial approval too;
+an expired ticket says it expired and by when, never "by None", and the scripted model
+does not claim that an approver decided."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timedelta
+
+import pytest
+from django.utils import timezone
+
+from agentruns import events as ev
+from agentruns.demo import load_demo_data
+from agentruns.models import Configuration, Event, Run, Ticket
+from agentruns.runtime.loop import execute_run
+from agentruns.services.reminders import tickets_remind_and_escalate
+from agentruns.services.resume import ticket_expire_due
+from tests.support.runs import park
+
+pytestmark = pytest.mark.django_db
+
+# Seconds after the run was created at which each event is dated.
+OPENED, REMINDED, EXPIRED, ENDED = 2.0, 32.0, 130.0, 131.0
+
+
+def seconds(page: str, label: str) -> float:
+    found = re.search(rf'aria-label="{label}: ([0-9.]+) seconds', page)
+    assert found, label
+    return float(found.group(1))
+
+
+def waited(staff) -> tuple[Run, datetime]:
+    """An approval-demo run whose ticket was reminded of, then expired at its deadline,
+    and the run completed; its log spread over two minutes as a real wait would be."""
+    load_demo_data()
+    Configuration.objects.filter(slug="approval-demo").update(remind_after_seconds=0)
+    run = park(staff, "approval-demo")
+    assert tickets_remind_and_escalate() == (1, 0)
+    deadline = timezone.now() - timedelta(seconds=1)
+    Ticket.objects.filter(run=run).update(deadline=deadline)
+    assert ticket_expire_due() == 1
+    assert execute_run(run.pk) == Run.Status.COMPLETED
+    # Spread the log over two minutes as a real wait would, event by event.
+    start = Run.objects.get(pk=run.pk).created_at
+    log = list(Event.objects.filter(run=run).order_by("sequence"))
+    dates = {
+        ev.USER: [0.0],
+        ev.ASSISTANT: [OPENED, ENDED],
+        ev.TICKET_OPENED: [OPENED],
+        ev.TICKET_REMINDED: [REMINDED],
+        ev.TICKET_DECIDED: [EXPIRED],
+        ev.TOOL_RESULT: [EXPIRED],
+        ev.RUN_COMPLETED: [ENDED],
+    }
+    assert [event.type for event in log] == [
+        ev.USER, ev.ASSISTANT, ev.TICKET_OPENED, ev.TICKET_REMINDED, ev.TICKET_DECIDED,
+        ev.TOOL_RESULT, ev.ASSISTANT, ev.RUN_COMPLETED,
+    ]  # fmt: skip
+    for event in log:
+        dated = start + timedelta(seconds=dates[event.type].pop(0))
+        Event.objects.filter(pk=event.pk).update(created_at=dated)
+    return run, deadline
+
+
+def test_ui2_every_second_a_ticket_is_open_is_waiting_for_people(client, staff):
+    run, _ = waited(staff)
+    client.force_login(staff)
+    page = client.get(f"/runs/{run.pk}/").content.decode()
+    assert seconds(page, "Waiting for people") == EXPIRED - OPENED  # before the reminder too
+    assert seconds(page, "Queue and bookkeeping") == 0
+    assert seconds(page, "Model") == OPENED + ENDED - EXPIRED
