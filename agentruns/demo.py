@@ -198,7 +198,7 @@ CONFIGURATIONS: list[dict[str, Any]] = [
                         }
                     ],
                 },
-                {"text": "Done: the approver decided and I continued."},
+                {"text": "Done: I went on with what the approval request returned."},
             ]
         },
     ),
@@ -286,7 +286,7 @@ CONFIGURATIONS: list[dict[str, Any]] = [
                         }
                     ],
                 },
-                {"text": "Triaged T-1: the customer is affected and the ticket has a comment."},
+                {"text": "Triage of T-1 done; each tracker call's result says whether it worked."},
             ]
         },
     ),

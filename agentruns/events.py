@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 SUMMARY_CHARS = 160
@@ -88,6 +89,14 @@ def result_item(
     return TOOL_RESULT, {**payload, **extra}
 
 
+def _when(moment: str | None) -> str:
+    """An ISO timestamp as people read it; a log written before deadlines were recorded
+    has none."""
+    if not moment:
+        return "the deadline"
+    return datetime.fromisoformat(moment).strftime("%Y-%m-%d %H:%M:%S %Z").strip()
+
+
 def summary(kind: str, payload: dict[str, Any]) -> str:
     """One line per event, the same words in the admin's timeline and on the run page."""
     if kind == ASSISTANT:
@@ -101,6 +110,8 @@ def summary(kind: str, payload: dict[str, Any]) -> str:
         return str(payload.get("text", ""))[:SUMMARY_CHARS]
     if kind == TICKET_OPENED:
         return f"waiting: {payload.get('kind')} {payload.get('tool', '')}".strip()
+    if kind == TICKET_DECIDED and payload.get("decision") == EXPIRED:
+        return f"expired (no decision by {_when(payload.get('deadline'))})"
     if kind == TICKET_DECIDED:
         note = f": {payload['note']}" if payload.get("note") else ""
         return f"{payload.get('decision')} by {payload.get('by')}{note}"[:SUMMARY_CHARS]

@@ -313,6 +313,7 @@ def ticket_expire(*, ticket_id: int) -> bool:
         "decision": ev.EXPIRED,
         "by": None,
         "note": "",
+        "deadline": ticket.deadline.isoformat() if ticket.deadline else None,
     }
     content = "Expired: nobody answered before the deadline; treat this as a denial."
     append_events(

@@ -17,7 +17,7 @@ from tests.support.catalog import KEY, openai_configuration
 from tests.support.fake_provider import FakeProvider
 from tests.support.hitl import tool_messages
 
-REPLY = "Done: the approver decided and I continued."
+REPLY = "Done: I went on with what the approval request returned."
 # Other sessions follow by polling every 2 s while the cluster runs the run: allow for a
 # loaded machine (the context's own default covers actions, not `expect`).
 LIVE = 20_000

@@ -94,7 +94,7 @@ def test_mcp5_the_demo_calls_an_mcp_tool_asks_approval_refuses_and_withholds(
     card.get_by_role("button", name="Approve").click()
     expect(inbox.get_by_role("status").first).to_contain_text("Approved: tracker.add_comment")
 
-    expect(page.locator("#final-reply")).to_contain_text("Triaged T-1", timeout=LIVE)
+    expect(page.locator("#final-reply")).to_contain_text("Triage of T-1 done", timeout=LIVE)
     expect(lookup.locator(".tag-withheld")).to_contain_text(
         "withheld by the context gate from the next send: restricted"
     )

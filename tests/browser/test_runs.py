@@ -38,7 +38,9 @@ def test_ui2_the_run_page_shows_the_wait_then_the_reply_without_reload(
         run_id=run.pk,
         command=allow_as_shown(ticket),
     )
-    expect(page.locator("#final-reply")).to_have_text("Done: the approver decided and I continued.")
+    expect(page.locator("#final-reply")).to_have_text(
+        "Done: I went on with what the approval request returned."
+    )
     expect(page.locator("[data-status]")).to_have_text("completed")
     for kind in ("ticket.decided", "tool.result", "run.completed"):
         expect(page.locator(f'[data-event="{kind}"]')).to_have_count(1)

@@ -71,3 +71,16 @@ def test_ui2_every_second_a_ticket_is_open_is_waiting_for_people(client, staff):
     assert seconds(page, "Waiting for people") == EXPIRED - OPENED  # before the reminder too
     assert seconds(page, "Queue and bookkeeping") == 0
     assert seconds(page, "Model") == OPENED + ENDED - EXPIRED
+
+
+def test_hitl7_an_expired_ticket_says_by_when_and_the_model_claims_no_decision(client, staff):
+    run, deadline = waited(staff)
+    client.force_login(staff)
+    page = client.get(f"/runs/{run.pk}/").content.decode()
+    when = deadline.strftime("%Y-%m-%d %H:%M:%S UTC")
+    assert f"expired (no decision by {when})" in page
+    assert "by None" not in page
+    inspector = client.get(f"/playground/runs/{run.pk}/").content.decode()
+    assert f"Expired (no decision by {when})" in inspector and "by None" not in inspector
+    reply = Run.objects.get(pk=run.pk).final_reply
+    assert "decided" not in reply and "approval" in reply
