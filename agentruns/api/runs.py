@@ -256,7 +256,9 @@ class RunViewSet(viewsets.GenericViewSet):
         responses={
             201: RunDetailOut,
             200: OpenApiResponse(
-                OpenApiTypes.OBJECT, description="The original run (replayed key) or a dry run"
+                OpenApiTypes.OBJECT,
+                description="The original run (replayed key) or a dry run (`would_be_refused`, "
+                "`notice`: its text is shown to you, not sent)",
             ),
         },
     )

@@ -275,6 +275,15 @@ def thread_mode_name(thread: Thread) -> str:
     return build_runtime_config(thread.configuration).mode(named).name
 
 
+# FS-3: what a dry run's answer says about the text it shows (page and API alike).
+DRY_SHOWN = "Shown to you, not sent: no provider was called and nothing was stored."
+DRY_REFUSED = (
+    "This send would be refused by the context gate (the run would end failed with "
+    "context_refused and nothing would reach the provider). The text below is shown to you, "
+    "not sent: no provider was called and nothing was stored."
+)
+
+
 def run_dry(*, user: User, submission: Submission) -> dict[str, Any]:
     """FS-3: the messages the first provider call would carry, with the readout; nothing
     is gated, sent or stored."""
@@ -293,18 +302,19 @@ def run_dry(*, user: User, submission: Submission) -> dict[str, Any]:
     after = logged[-1].sequence if logged else 0
     log = [*logged, *(LogEntry(after + i, kind, data) for i, (kind, data) in enumerate(opening, 1))]
     composed = next_request(log_view(log, config), sources=sources)
+    shown = readout(config.view, sources, current_enforcement())
+    refused = bool(shown["message"])
     return {
         "dry_run": True,
+        "would_be_refused": refused,
+        "notice": DRY_REFUSED if refused else DRY_SHOWN,
         "configuration": configuration.slug,
         "model": config.model,
         "messages": [{"role": "system", "content": t} for t in composed.system]
         + [message_dict(m) for m in composed.messages],
         "tools": [{"name": t.name, "wire_name": t.wire_name} for t in composed.tools],
         "redacted": kinds,
-        "readout": {
-            **readout(config.view, sources, current_enforcement()),
-            "dropped": [d.as_dict() for d in dropped],
-        },
+        "readout": {**shown, "dropped": [d.as_dict() for d in dropped]},
     }
 
 

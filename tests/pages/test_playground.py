@@ -4,6 +4,7 @@ Django's test client: plain POST forms with CSRF that redirect with a message.""
 from __future__ import annotations
 
 import pytest
+from rest_framework.test import APIClient
 
 from agentruns.demo import load_demo_data
 from agentruns.models import Run, Snippet
@@ -138,4 +139,27 @@ def test_csrf_is_required_on_the_playground_form(operator):
     strict.force_login(operator)
     response = strict.post("/playground/", {"configuration": "helpdesk", "task": "go"})
     assert response.status_code == 403
+    assert not Run.objects.exists()
+
+
+def test_fs3_a_dry_run_the_gate_would_refuse_says_so_and_that_its_text_is_not_sent(
+    client, operator
+):
+    secret = snippet("merger-plans")
+    form = {"configuration": "helpdesk", "task": "hi", "snippets": [secret.pk], "action": "dry"}
+    page = client.post("/playground/", form).content.decode()
+    assert "Dry run: this send would be refused" in page
+    assert "Dry run: nothing was sent" not in page and "would receive" not in page
+    assert "The text below is shown to you, not sent" in page
+    assert "Project Falcon" in page  # FS-3: the operator may still read it
+
+    api = APIClient()
+    api.force_authenticate(operator)
+    body = {"configuration": "helpdesk", "input": "hi", "dry_run": True}
+    refused = api.post("/api/runs/", {**body, "forced_snippets": [secret.pk]}, format="json")
+    assert refused.status_code == 200, refused.content
+    assert refused.json()["would_be_refused"] is True
+    assert "shown to you, not sent" in refused.json()["notice"]
+    allowed = api.post("/api/runs/", body, format="json").json()
+    assert allowed["would_be_refused"] is False and "not sent" in allowed["notice"]
     assert not Run.objects.exists()
