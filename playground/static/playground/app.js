@@ -9,6 +9,10 @@
     root.querySelectorAll("input[data-filter]").forEach(function (box) {
       if (box.dataset.bound) return;
       box.dataset.bound = "1";
+      // Enter in the box filters; it must not submit the form around it (a real run).
+      box.addEventListener("keydown", function (event) {
+        if (event.key === "Enter") event.preventDefault();
+      });
       box.addEventListener("input", function () {
         var list = document.getElementById(box.dataset.filter);
         if (!list) return;
