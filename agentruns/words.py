@@ -14,6 +14,7 @@ from django.utils import formats, timezone
 from agentruns import events as ev
 from agentruns.errors import AgentrunsError
 from agentruns.models import Ticket
+from agentruns.policy import is_approver
 from agentruns.services.resume import ResumeCommand
 
 WORDS: dict[str, str] = {
@@ -161,7 +162,22 @@ def ticket_outcome(ticket: Ticket, user: Any) -> str:
         decision = (ticket.resolution or {}).get("decision", "")
         done = DONE.get(decision, "answered")
         return f"It was {done} by {by} at {at}."
-    return "It waits for someone who may decide it: an approver (approve_run)."
+    return _waits_for(ticket, user)
+
+
+def _waits_for(ticket: Ticket, user: Any) -> str:
+    """An open ticket this viewer may not decide: routing's reason (HITL-14) when it is
+    routed, else the permission (HITL-9)."""
+    configuration = ticket.run.configuration
+    groups = ", ".join(sorted(configuration.approver_groups.values_list("name", flat=True)))
+    if not groups:
+        return "It waits for someone who may decide it: an approver (approve_run)."
+    escalation = configuration.escalation_group
+    later = f", and once 80 % of its time has passed, of {escalation.name}" if escalation else ""
+    routed = f"It is routed to the approvers (approve_run) of {groups}{later}."
+    if is_approver(user):
+        return f"{routed} You are an approver but not one of them, so you may not decide it."
+    return routed
 
 
 def failure_sentence(failure: dict) -> str:
