@@ -97,6 +97,7 @@ def readout(
     return {
         "configuration": config.slug,
         "sources": [_source_row(source) for source in sources],
+        "source_classes": sorted({row["data_class"] for row in map(_source_row, sources)}),
         **_effective(decision.source, carried),
         "zone": zone.label,
         "ceiling": zone.ceiling.label,

@@ -99,10 +99,11 @@ def _gate_records(flt: AuditFilter) -> Iterator[dict[str, Any]]:
     for row in in_time_order(values, key=lambda row: (row["created_at"], row["id"])):
         what = f"{row['source_kind']} {row['source_name']}".strip() or "system prompt"
         reason = (
-            f"{what} (class {row['data_class'] or 'undeclared'}) to zone {row['zone'] or '-'}, "
-            f"ceiling {row['ceiling'] or '-'}, {row['enforcement']}"
-            f"{', forced' if row['forced'] else ''}"
+            f"{what} (class {row['data_class']}) to zone {row['zone']}, ceiling {row['ceiling']}"
         )
+        if not row["data_class"]:  # CG-3: nothing declared, so no zone was looked up
+            reason = "no source declares a data class, so nothing was checked against a ceiling"
+        reason += f", {row['enforcement']}{', forced' if row['forced'] else ''}"
         yield {
             "time": row["created_at"],
             "kind": GATE_PREFIX + row["verdict"],
