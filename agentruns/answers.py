@@ -175,7 +175,16 @@ def answer_errors(schema: dict[str, Any], value: Any) -> dict[str, list[str]]:
     is refused, so its ticket ends by expiry or cancel instead of a 500."""
     if schema_problems(schema):
         return {"": ["The question's schema is not one agentruns can check (SEC-7)."]}
-    return field_errors(AnswerValidator(schema), value)
+    return field_errors(AnswerValidator(closed(schema)), value)
+
+
+def closed(spec: dict[str, Any]) -> dict[str, Any]:
+    """HITL-6: an answer carries only the properties its question names. The subset allows
+    no other value of `additionalProperties`, so an object that leaves it out is closed."""
+    if spec.get("type") != "object":
+        return spec
+    properties = {name: closed(inner) for name, inner in spec.get("properties", {}).items()}
+    return {**spec, "properties": properties, "additionalProperties": False}
 
 
 def field_errors(validator: Any, value: Any) -> dict[str, list[str]]:
@@ -187,5 +196,46 @@ def field_errors(validator: Any, value: Any) -> dict[str, list[str]]:
         if error.validator == "required":
             missing = error.message.split("'")[1] if "'" in error.message else ""
             path = f"{path}/{missing}" if path and missing else missing or path
-        errors.setdefault(path, []).append(error.message)
+        errors.setdefault(path, []).append(said(error))
     return errors
+
+
+TYPE_WORDS = {
+    "integer": "a whole number",
+    "number": "a number",
+    "string": "text",
+    "boolean": "true or false",
+    "object": "a set of fields",
+    "array": "a list",
+}
+
+
+def said(error: ValidationError) -> str:
+    """A schema checker's complaint as the person who typed the value reads it, never its
+    Python wording ("'abc' is not of type 'integer'")."""
+    rule, limit, value = error.validator, error.validator_value, error.instance
+    if rule == "type":
+        kinds = limit if isinstance(limit, list) else [limit]
+        return "Give " + " or ".join(TYPE_WORDS.get(str(k), str(k)) for k in kinds) + "."
+    if rule == "enum" and isinstance(limit, list):
+        return "Choose one of: " + ", ".join(map(str, limit)) + "."
+    if rule == "const":
+        return f"Only {limit} is accepted."
+    if rule == "required":
+        return "Required."
+    if rule == "additionalProperties":
+        named = error.schema.get("properties", {}) if isinstance(error.schema, dict) else {}
+        extra = sorted(set(value) - set(named)) if isinstance(value, dict) else []
+        return "Not a field of this question: " + ", ".join(map(str, extra)) + "."
+    words = {
+        "minimum": f"At least {limit}.",
+        "maximum": f"At most {limit}.",
+        "exclusiveMinimum": f"More than {limit}.",
+        "exclusiveMaximum": f"Less than {limit}.",
+        "minLength": f"At least {limit} characters.",
+        "maxLength": f"At most {limit} characters.",
+        "minItems": f"At least {limit} items.",
+        "maxItems": f"At most {limit} items.",
+        "pattern": "Not in the expected form.",
+    }
+    return words.get(str(rule), error.message)

@@ -23,7 +23,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_http_methods
 
 from agentruns.errors import AgentrunsError, InvalidArguments, InvalidInput
 from agentruns.forms.decisions import ARGUMENTS, command_from_post, decision_context
@@ -97,10 +97,13 @@ def _card_context(request: HttpRequest, correlation_id: UUID) -> dict[str, Any]:
 
 
 @login_required
-@require_POST
+@require_http_methods(["GET", "POST"])
 def resume(request: HttpRequest, correlation_id: UUID) -> HttpResponse:
     """UI-5: the posted identity and answer go to `run_resume` unchanged; a stale,
-    repeated or edited post is refused there and the page says why."""
+    repeated or edited post is refused there and the page says why. A refused answer's
+    page stays at this address, so a reload or a bookmark of it (a GET) opens the card."""
+    if request.method == "GET":
+        return redirect("playground:inbox-card", correlation_id)
     ticket = _ticket(request, correlation_id)
     back = _back(request)
     try:

@@ -13,7 +13,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db.models import Count, DurationField, ExpressionWrapper, F, Min, Q, Sum
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
 from django_q.models import OrmQ
 from prometheus_client import CollectorRegistry, generate_latest
@@ -139,6 +139,11 @@ def _registry() -> CollectorRegistry:
     return registry
 
 
+def _refused(status: int, code: str, detail: str) -> HttpResponse:
+    """The API's error shape (§11), so a scraper's operator reads one vocabulary."""
+    return JsonResponse({"code": code, "detail": detail}, status=status)
+
+
 def _denied(request: HttpRequest) -> HttpResponse | None:
     token = str(settings.AGENTRUNS_METRICS_TOKEN or "")
     header = request.headers.get("Authorization", "")
@@ -146,13 +151,18 @@ def _denied(request: HttpRequest) -> HttpResponse | None:
         offered = header.removeprefix("Bearer ").strip()
         if token and hmac.compare_digest(offered.encode(), token.encode()):
             return None
-        return HttpResponse("Wrong token.\n", status=403, content_type="text/plain")
+        return _refused(403, "not_permitted", "Wrong token (AGENTRUNS_METRICS_TOKEN).")
     user = request.user
     if user.is_authenticated:
         if may_see_metrics(user):
             return None
-        return HttpResponse("Staff only.\n", status=403, content_type="text/plain")
-    response = HttpResponse("Authentication required.\n", status=401, content_type="text/plain")
+        return _refused(403, "not_permitted", "The metrics are for staff.")
+    response = _refused(
+        401,
+        "not_authenticated",
+        "Authentication required: a staff session "
+        "or Authorization: Bearer <AGENTRUNS_METRICS_TOKEN>.",
+    )
     response["WWW-Authenticate"] = 'Bearer realm="agentruns metrics"'
     return response
 

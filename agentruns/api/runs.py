@@ -101,8 +101,20 @@ def query(serializer: type[serializers.Serializer], request: Request) -> dict[st
     return dict(body.validated_data)
 
 
+# §11: a result may name its kind as the answer (`permission`, `input`) or copy the
+# ticket's `target.kind` (`tool_permission`, `remote_input`); both mean the same.
+ANSWER_OF_TARGET = {
+    Ticket.Kind.TOOL_PERMISSION: Ticket.Answer.PERMISSION,
+    Ticket.Kind.REMOTE_INPUT: Ticket.Answer.INPUT,
+}
+
+
 class ResultSerializer(serializers.Serializer):
-    kind = serializers.ChoiceField(choices=Ticket.Answer.values)
+    kind = serializers.ChoiceField(
+        choices=[*Ticket.Answer.values, *ANSWER_OF_TARGET],
+        help_text="`permission` or `input`; the ticket's `target.kind` "
+        "(`tool_permission`, `remote_input`) is accepted as well.",
+    )
     decision = serializers.ChoiceField(choices=[ev.ALLOW, ev.DENY], required=False)
     note = serializers.CharField(required=False, allow_blank=True, max_length=2000, default="")
     value = serializers.JSONField(required=False, allow_null=True)
@@ -113,6 +125,7 @@ class ResultSerializer(serializers.Serializer):
     arguments_digest = serializers.CharField(required=False, max_length=64)
 
     def validate(self, data: dict) -> dict:
+        data["kind"] = ANSWER_OF_TARGET.get(data["kind"], data["kind"])
         if data["kind"] == Ticket.Answer.PERMISSION and "decision" not in data:
             raise serializers.ValidationError(
                 {"decision": ["A permission answer needs a decision."]}

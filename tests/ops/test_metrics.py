@@ -38,6 +38,17 @@ def test_ops3_refused_without_credentials_and_for_non_staff(settings, member):
     assert signed_in.get("/metrics").status_code == 403
 
 
+def test_ops3_a_refusal_is_the_apis_json_error(settings, member):
+    settings.AGENTRUNS_METRICS_TOKEN = TOKEN
+    wrong = Client().get("/metrics", HTTP_AUTHORIZATION="Bearer nope")
+    assert wrong["Content-Type"] == "application/json"
+    assert wrong.json()["code"] == "not_permitted" and "Wrong token" in wrong.json()["detail"]
+    assert Client().get("/metrics").json()["code"] == "not_authenticated"
+    signed_in = Client()
+    signed_in.force_login(member)
+    assert signed_in.get("/metrics").json()["code"] == "not_permitted"
+
+
 def test_ops3_without_a_configured_token_no_bearer_is_accepted(settings):
     settings.AGENTRUNS_METRICS_TOKEN = ""
     assert Client().get("/metrics", HTTP_AUTHORIZATION="Bearer ").status_code == 403

@@ -209,7 +209,11 @@ def test_ops6_showing_a_card_decides_nothing(approver, approval):
     client = signed_in(approver)
     for _ in range(2):
         assert client.get(f"/inbox/{ticket.correlation_id}/").status_code == 200
-    assert client.get(f"/inbox/{ticket.correlation_id}/resume/").status_code == 405
+    # A refused answer's page stays at …/resume/: reloading it (a GET) opens the card.
+    reloaded = client.get(f"/inbox/{ticket.correlation_id}/resume/")
+    assert (
+        reloaded.status_code == 302 and reloaded["Location"] == f"/inbox/{ticket.correlation_id}/"
+    )
     assert picture(approval.pk) == before
 
 
@@ -397,8 +401,7 @@ def test_hitl6_an_out_of_range_answer_shows_the_fields_error_and_keeps_what_was_
     assert WORDS["invalid_input"] in unescape(html)
     assert re.search(
         rf'id="q-{cid}-value__hours" name="value\.hours" value="99".*?'
-        rf'<ul class="errorlist" id="q-{cid}-value__hours-errors"><li>99 is greater than the '
-        r"maximum of 72</li>",
+        rf'<ul class="errorlist" id="q-{cid}-value__hours-errors"><li>At most 72\.</li>',
         html,
         re.S,
     )
@@ -421,7 +424,7 @@ def test_hitl6_a_missing_required_answer_is_shown_on_its_field(initiator, questi
     assert response.status_code == 422
     html = response.content.decode()
     assert f'id="q-{ticket.correlation_id}-value__severity-errors"' in html
-    assert "&#x27;severity&#x27; is a required property" in html
+    assert "Required." in html
 
 
 # --- live list ----------------------------------------------------------------------------

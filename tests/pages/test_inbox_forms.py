@@ -88,7 +88,7 @@ def test_typed_values_and_errors_are_shown_again_on_their_controls():
     errors = answer_errors(SCHEMA, value_from_post(SCHEMA, post))
     shown = by_label(controls(SCHEMA, typed_fields(post), errors))
     assert shown["hours"].value == "99"
-    assert shown["hours"].errors == ("99 is greater than the maximum of 72",)
+    assert shown["hours"].errors == ("At most 72.",)
     assert shown["severity"].value == "high" and shown["severity"].errors == ()
     assert typed_fields(post) == {"value.severity": "high", "value.hours": "99"}
 
