@@ -355,6 +355,8 @@ AGENTRUNS_WEBHOOK_BACKOFF_MAX_SECONDS = env_float("AGENTRUNS_WEBHOOK_BACKOFF_MAX
 # OPS-6: links in mails point here; a reminder goes this long before a ticket's deadline.
 AGENTRUNS_SITE_URL = os.environ.get("AGENTRUNS_SITE_URL", "http://127.0.0.1:8000").rstrip("/")
 AGENTRUNS_REMINDER_SECONDS = env_float("AGENTRUNS_REMINDER_SECONDS", 3600.0)
+# OPS-1: the currency of the configurations' prices, named beside every cost shown.
+AGENTRUNS_CURRENCY = os.environ.get("AGENTRUNS_CURRENCY", "USD").strip() or "USD"
 # Mail: the console in the demo; SMTP once EMAIL_HOST is set.
 EMAIL_HOST = os.environ.get("EMAIL_HOST", "")
 EMAIL_BACKEND = os.environ.get(

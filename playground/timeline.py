@@ -143,17 +143,22 @@ def turns(run: Run, events: list[Event], withheld: dict[int, str] | None = None)
             calls[payload["call_id"]].ticket = {**payload, "open": True}
             calls[payload["call_id"]].status = "awaiting"
         elif event.type == ev.TICKET_DECIDED and payload.get("call_id") in calls:
-            ticket = calls[payload["call_id"]].ticket or {}
+            call = calls[payload["call_id"]]
+            # A call that waited for a person ran from the decision on, not from its turn.
+            _timed(call, invocations.get(call.id), since=event.created_at)
+            ticket = call.ticket or {}
             ticket.update(
                 {"open": False, "decision": payload, "said": ev.summary(event.type, payload)}
             )
     return found
 
 
-def _timed(call: Call, invocation: ToolInvocation | None) -> None:
+def _timed(call: Call, invocation: ToolInvocation | None, since: datetime | None = None) -> None:
     if invocation and invocation.completed_at:
-        took: timedelta = invocation.completed_at - invocation.created_at
-        call.duration_ms = round(took.total_seconds() * 1000)
+        took: timedelta = invocation.completed_at - max(
+            since or invocation.created_at, invocation.created_at
+        )
+        call.duration_ms = max(round(took.total_seconds() * 1000), 0)
 
 
 def _pretty(value: Any) -> str:

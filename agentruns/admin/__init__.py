@@ -167,13 +167,13 @@ class ConfigurationAdmin(PlaygroundAdminMixin):
             },
         ),
         (
-            "Usage and limits (OPS-1, OPS-2)",
+            "Usage and limits",
             {"fields": ["input_token_price", "output_token_price", "daily_token_limit"]},
         ),
         ("Scripted provider", {"fields": ["script"], "classes": ["collapse"]}),
     ]
 
-    @admin.display(description="Context readout (CG-10)")
+    @admin.display(description="Context readout")
     def readout_panel(self, obj: Configuration | None) -> SafeString | str:
         if obj is None or obj.pk is None:
             return "Save the configuration to see what it would send where."
@@ -238,14 +238,14 @@ class RunAdmin(RunCancelAdminMixin, RecordAdmin):
         """The admin's "View on site" opens the run's live page (UI-2)."""
         return reverse("playground:run", args=[obj.pk])
 
-    @admin.display(description="Context readout (CG-10)")
+    @admin.display(description="Context readout")
     def readout_panel(self, obj: Run) -> SafeString:
         return render_to_string("shared/readout.html", {"r": run_readout(obj)})
 
-    @admin.display(description="Usage (OPS-1)")
+    @admin.display(description="Usage")
     def usage(self, obj: Run) -> str:
         used = run_usage(obj)
-        return f"{used.input_tokens} input + {used.output_tokens} output tokens = {used.cost}"
+        return f"{used.input_tokens} input + {used.output_tokens} output tokens = {used.cost_text}"
 
     @admin.action(description="Cancel selected runs")
     def cancel_runs(self, request: HttpRequest, queryset: QuerySet) -> None:

@@ -116,7 +116,7 @@ class McpServerAdmin(admin.ModelAdmin):
     fieldsets = [
         (None, {"fields": ["slug", "name", "active"]}),
         ("Connection", {"fields": ["transport", "url", "command", "auth_env", "timeout_seconds"]}),
-        ("What its tools return and do (MCP-2)", {"fields": ["output_class", "effect"]}),
+        ("What its tools return and do", {"fields": ["output_class", "effect"]}),
     ]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[McpServer]:

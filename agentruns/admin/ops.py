@@ -98,7 +98,7 @@ class DailyUsageAdmin(RecordAdmin):
 
     @admin.display(description="cost")
     def cost(self, row: DailyUsage) -> str:
-        return str(day_usage(row).cost)
+        return day_usage(row).cost_text
 
 
 def _period(queryset: QuerySet[AuditRecord]) -> AuditFilter:

@@ -171,12 +171,12 @@ class ConfigurationAdminForm(forms.ModelForm):
     )
     approval_exempt_tools = ToolChecklist(
         label="Approval-exempt tools",
-        help_text="Write tools that run without a person's approval (TOOL-5). None ticked: "
+        help_text="Write tools that run without a person's approval. None ticked: "
         "every write waits for approval.",
     )
     modes = ModesField(
         help_text="One row per mode; the first is the default. Core tools are offered every "
-        "turn, deferred ones behind tool_search (DEF-1). No rows: one mode offering the "
+        "turn, deferred ones behind tool_search. No rows: one mode offering the "
         "allowed tools. Clear a row's name and boxes to remove it.",
     )
 

@@ -67,6 +67,7 @@ class UsageOut(serializers.Serializer):
     input_tokens = serializers.IntegerField()
     output_tokens = serializers.IntegerField()
     cost = serializers.DecimalField(max_digits=20, decimal_places=6)
+    currency = serializers.CharField(help_text="The prices' currency (AGENTRUNS_CURRENCY).")
 
 
 class ForkedFromOut(serializers.Serializer):

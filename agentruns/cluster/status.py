@@ -246,7 +246,8 @@ def table(snap: Snapshot) -> list[tuple[str, str]]:
         (
             "spend today (UTC)",
             "; ".join(
-                f"{slug}: {u['input_tokens']} in + {u['output_tokens']} out = {u['cost']}"
+                f"{slug}: {u['input_tokens']} in + {u['output_tokens']} out = "
+                f"{u['cost']} {u['currency']}"
                 for slug, u in snap.spend_today.items()
             )
             or "-",

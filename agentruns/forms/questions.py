@@ -21,6 +21,8 @@ _BOUNDS = {
     "number": ("minimum", "maximum"),
     "string": ("minLength", "maxLength"),
 }
+# Strings that may be longer than this many characters get a multi-line box.
+LONG_TEXT = 200
 
 
 @dataclass(frozen=True)
@@ -116,6 +118,8 @@ def _control(
         return Control(widget="checkbox", value=raw is not None and raw != "", **common)
     attrs, hint = _bounds(kind, spec)
     widget = "number" if kind in ("integer", "number") else "text"
+    if kind == "string" and int(spec.get("maxLength") or 0) > LONG_TEXT:
+        widget = "longtext"  # a body of thousands of characters is not typed on one line
     if kind == "integer":
         attrs["step"] = 1
     elif kind == "number":

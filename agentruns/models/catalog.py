@@ -79,7 +79,7 @@ class Provider(models.Model):
         max_length=128,
         blank=True,
         validators=[validate_env_name],
-        help_text="The NAME of the environment variable holding the key (SEC-1).",
+        help_text="The NAME of the environment variable holding the key, never the key itself.",
     )
     timeout_seconds = models.FloatField(default=60.0, validators=[MinValueValidator(0.1)])
     max_retries = models.PositiveSmallIntegerField(
@@ -90,7 +90,7 @@ class Provider(models.Model):
         choices=ZONE_CHOICES,
         default=Zone.EXTERNAL_GLOBAL.label,
         blank=True,
-        help_text="Where this provider may take data (TZ-3). Empty means external global.",
+        help_text="Where this provider may take data. Empty means external global.",
     )
     active = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -120,7 +120,7 @@ class Classified(models.Model):
         max_length=32,
         choices=DATA_CLASS_CHOICES,
         blank=True,
-        help_text="How sensitive the text is (TZ-1). Blank means undeclared.",
+        help_text="How sensitive the text is. Blank means undeclared: it constrains nothing.",
     )
     active = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -169,7 +169,7 @@ class Configuration(models.Model):
     approval_exempt_tools = models.JSONField(
         default=list,
         blank=True,
-        help_text="Write tools that run without approval (TOOL-5). Empty: all need approval.",
+        help_text="Write tools that run without approval. Empty: all need approval.",
     )
     # A list, not an object: jsonb does not keep key order and the first mode is the default.
     modes = models.JSONField(
@@ -231,14 +231,14 @@ class Configuration(models.Model):
         decimal_places=4,
         default=0,
         blank=True,
-        help_text="Price per million input tokens.",
+        help_text="Price per million input tokens, in the site's currency (AGENTRUNS_CURRENCY).",
     )
     output_token_price = models.DecimalField(
         max_digits=12,
         decimal_places=4,
         default=0,
         blank=True,
-        help_text="Price per million output tokens.",
+        help_text="Price per million output tokens, in the site's currency (AGENTRUNS_CURRENCY).",
     )
     daily_token_limit = models.PositiveBigIntegerField(
         null=True, blank=True, help_text="Tokens this configuration's runs may use per UTC day."

@@ -61,7 +61,10 @@ class McpServer(models.Model):
         max_length=20, choices=Transport.choices, default=Transport.STREAMABLE_HTTP
     )
     url = models.URLField(
-        "URL", max_length=500, blank=True, help_text="The streamable HTTP endpoint (SEC-9)."
+        "URL",
+        max_length=500,
+        blank=True,
+        help_text="The streamable HTTP endpoint (http or https, on an allowed host).",
     )
     command = models.CharField(
         max_length=64,

@@ -15,6 +15,7 @@ from datetime import date
 from decimal import Decimal
 from typing import Any
 
+from django.conf import settings
 from django.db.models import BigIntegerField, Sum
 from django.db.models.fields.json import KT
 from django.db.models.functions import Cast, Coalesce
@@ -39,11 +40,21 @@ class Usage:
     output_tokens: int = 0
     cost: Decimal = Decimal("0")
 
+    @property
+    def currency(self) -> str:
+        """The prices' currency: one per site, so a cost never stands without it."""
+        return str(settings.AGENTRUNS_CURRENCY)
+
+    @property
+    def cost_text(self) -> str:
+        return f"{self.cost} {self.currency}"
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
             "cost": str(self.cost),
+            "currency": self.currency,
         }
 
 

@@ -92,7 +92,7 @@ def test_cg7_a_forced_secret_snippet_is_refused_with_slug_class_and_remedies_and
     screenshot(page, "playground-refusal-readout")
     page.get_by_role("button", name="Run", exact=True).click()
     failure = page.locator("#failure")
-    expect(failure).to_contain_text("Refused by the context gate")
+    expect(failure).to_contain_text("The context gate refused this run")
     for words in ("merger-plans", "secret", "raise the provider", "correct its data class"):
         expect(failure).to_contain_text(words)
     expect(page.locator("body")).not_to_contain_text("Project Falcon")

@@ -153,6 +153,7 @@ def test_ops1_usage_and_cost_sum_over_a_multi_turn_run_with_fallback(fake, staff
         "input_tokens": spent_in,
         "output_tokens": spent_out,
         "cost": str(cost.quantize(Decimal("0.000001"))),
+        "currency": "USD",  # AGENTRUNS_CURRENCY's default
     }
     listed = client_for(staff).get("/api/runs/").json()["results"][0]
     assert listed["usage"] == usage

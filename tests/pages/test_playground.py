@@ -105,7 +105,8 @@ def test_a_forced_secret_snippet_run_is_refused_with_its_slug_class_and_remedies
     assert run.forced_snippet_ids == [secret.pk]
     assert execute_run(run.pk) == Run.Status.FAILED
     page = client.get(f"/playground/runs/{run.pk}/").content.decode()
-    assert "Refused by the context gate" in page
+    assert page.count("The context gate refused this run") == 1
+    assert "Refused by the context gate: The context gate" not in page
     assert "merger-plans" in page and "secret" in page and "correct its data class" in page
     assert "Project Falcon" not in page
 

@@ -73,4 +73,5 @@ def test_ops1_each_inspector_turn_card_shows_that_turns_tokens_and_cost(client, 
             "input_tokens": str(usage["input_tokens"]),
             "output_tokens": str(usage["output_tokens"]),
             "cost": str(cost),
+            "currency": "USD",
         }
