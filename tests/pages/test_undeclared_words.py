@@ -33,3 +33,11 @@ def test_cg10_an_undeclared_sends_audit_row_says_nothing_was_checked(staff):
     reasons = [r["reason"] for r in audit_records(AuditFilter()) if r["kind"] == "gate.undeclared"]
     assert reasons and all("nothing was checked against a ceiling" in r for r in reasons)
     assert not any("zone -" in r or "ceiling -" in r for r in reasons)
+
+
+def test_tz1_an_inbox_card_explains_an_undeclared_gate(client, member):
+    run = park(member, "question-demo")
+    ticket = run.tickets.get()
+    client.force_login(member)
+    card = client.get(f"/inbox/{ticket.correlation_id}/").content.decode()
+    assert "no source declares a data class, so nothing is held against the ceiling" in card
