@@ -317,3 +317,16 @@ def may_see_metrics(user: Any) -> bool:
 
 def may_export_audit(user: Any) -> bool:
     return bool(user.is_authenticated and user.is_staff and user.has_perm(VIEW_AUDIT))
+
+
+# SCHED-2, SCHED-4: the system starts runs on a person's behalf only while that person may
+# still start them; asked at each firing, never once at set-up.
+
+
+def may_act_as(owner: Any) -> str | None:
+    """Why `owner` may not start a run now (a sentence for the skip), or None."""
+    if owner is None:
+        return "the owner no longer exists"
+    if not owner.is_active:
+        return f"the owner {owner.get_username()} is deactivated"
+    return None
