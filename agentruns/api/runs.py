@@ -195,6 +195,7 @@ def run_dict(
         "forked_from": (  # FORK-1
             {"run": run.forked_from_id, "at": run.forked_at} if run.forked_at is not None else None
         ),
+        "trigger": run.trigger,  # SCHED-5: null for a run a person started
     }
     if detail:
         active = visible_tickets(viewer).filter(run=run, status=Ticket.Status.ACTIVE).first()

@@ -13,6 +13,7 @@ import hashlib
 import hmac
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -42,8 +43,17 @@ def sign(secret: str, timestamp: int | str, body: bytes) -> str:
 
 
 def trigger_fire(
-    *, slug: str, timestamp: str, signature: str, body: bytes, now: float | None = None
+    *,
+    slug: str,
+    timestamp: str,
+    signature: str,
+    body: bytes,
+    throttle: Callable[[int], None] | None = None,
+    now: float | None = None,
 ) -> Fired:
+    """`throttle` counts a new run against the owner's submissions (raising `Throttled`);
+    it is asked only for a signed, fresh, unreplayed request, so nobody without the secret
+    can spend the owner's rate."""
     if len(body) > MAX_BODY_BYTES:
         raise PayloadTooLarge(f"The body is over {MAX_BODY_BYTES} bytes.", limit=MAX_BODY_BYTES)
     trigger = (
@@ -61,6 +71,8 @@ def trigger_fire(
     refusal = may_act_as(trigger.owner)
     if refusal:
         raise NotPermitted(f"The trigger cannot start runs: {refusal}.")
+    if throttle is not None:
+        throttle(trigger.owner_id)
     submission = Submission(configuration=trigger.configuration.slug, input=_input(body))
     try:
         with transaction.atomic():
