@@ -153,6 +153,7 @@ def answerable_tickets(user: Any) -> QuerySet[Ticket]:
     tickets = (
         visible_tickets(user)
         .filter(status=Ticket.Status.ACTIVE)
+        .exclude(kind=Ticket.Kind.TIMER)  # the clock's to answer (SCHED-3)
         # The provider too: each inbox card's readout names it (PERF-8: a query per card).
         .select_related("run", "run__configuration__provider", "run__created_by")
         .order_by("deadline", "id")

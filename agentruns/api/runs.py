@@ -153,6 +153,8 @@ def ticket_dict(ticket: Ticket | None) -> dict[str, Any] | None:
             "arguments_digest": ticket.arguments_digest,
             "question": ticket.question,
             "schema": ticket.schema,
+            # SCHED-3: a timer's deadline is when the run goes on by itself.
+            **({"due": ticket.deadline} if ticket.kind == Ticket.Kind.TIMER else {}),
         },
         "approvals": approvals_dict(ticket),
     }

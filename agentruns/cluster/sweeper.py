@@ -13,6 +13,7 @@ lock after re-checking what was seen, so two sweepers never enqueue twice for on
   holding it (q2 itself would only redeliver it after `retry`).
 - Tickets past their deadline resolve as denials with reason `expired` (HITL-7).
 - Open tickets are reminded and escalated, each once (HITL-15, `services.reminders`).
+- Due timers answer their `agent.wait` calls (SCHED-3, `services.timers`).
 - Due schedules fire (SCHED-1, `services.schedules`): each due time at most once, however
   many sweepers race.
 """
@@ -34,6 +35,7 @@ from agentruns.models import Run
 from agentruns.services.reminders import tickets_remind_and_escalate
 from agentruns.services.resume import ticket_expire_due
 from agentruns.services.schedules import schedules_fire_due
+from agentruns.services.timers import timers_due
 from agentruns.store.base import lease_expired
 from agentruns.store.wakeups import enqueue_wake
 
@@ -52,6 +54,7 @@ class SweepReport:
     tickets_reminded: int = 0
     tickets_escalated: int = 0
     schedules_fired: int = 0
+    timers_fired: int = 0
 
     @property
     def changed(self) -> bool:
@@ -62,6 +65,7 @@ class SweepReport:
             or self.tickets_reminded
             or self.tickets_escalated
             or self.schedules_fired
+            or self.timers_fired
         )
 
 
@@ -146,13 +150,17 @@ def sweep(limit: int = 500) -> SweepReport:
     except Exception:
         logger.exception("reminding and escalating tickets failed")
     try:
+        report.timers_fired = timers_due()
+    except Exception:
+        logger.exception("answering due timers failed")
+    try:
         report.schedules_fired = schedules_fire_due()
     except Exception:
         logger.exception("firing schedules failed")
     if report.changed:
         logger.info(
             "sweeper: re-enqueued %s expired leases %s, %s lost wake-ups %s; %s tickets "
-            "expired, %s reminded, %s escalated; %s scheduled runs started",
+            "expired, %s reminded, %s escalated; %s timers and %s schedules fired",
             len(report.expired_leases),
             report.expired_leases[:20],
             len(report.lost_wakeups),
@@ -160,6 +168,7 @@ def sweep(limit: int = 500) -> SweepReport:
             report.tickets_expired,
             report.tickets_reminded,
             report.tickets_escalated,
+            report.timers_fired,
             report.schedules_fired,
         )
     return report
