@@ -411,7 +411,6 @@ def load_demo_users() -> None:
         if created or not user.email:
             user.email = f"{username}@example.com"
             user.save()
-    load_demo_schedules()
 
 
 # SCHED-1, SCHED-4: an example schedule, inactive so a demo never starts runs by itself,
@@ -420,6 +419,7 @@ DEMO_TRIGGER_SECRET = "demo-alert-secret-change-me"
 
 
 def load_demo_schedules() -> None:
+    """After the catalog and the users: the owner is the demo's member."""
     owner = get_user_model().objects.get(username="member")
     if not Schedule.objects.filter(name="morning-report").exists():
         Schedule.objects.create(

@@ -11,7 +11,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
 
-from agentruns.demo import load_demo_data, load_demo_users, tracker_listing
+from agentruns.demo import load_demo_data, load_demo_schedules, load_demo_users, tracker_listing
 from agentruns.models import McpServer, Run, Schedule, Ticket, Webhook
 from agentruns.runtime.loop import execute_run
 from agentruns.services.mcp import mcp_listing_digest, mcp_server_review
@@ -139,6 +139,7 @@ def a_schedule() -> str:
 def test_ui7_each_documented_example_is_accepted_on_the_demo_data(client):
     load_demo_data()
     load_demo_users()
+    load_demo_schedules()
     schema = client.get("/api/schema/", HTTP_ACCEPT="application/json").json()
     found = examples(schema)
     assert len(found) >= 20
