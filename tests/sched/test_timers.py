@@ -8,6 +8,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.test import Client
 from django.utils import timezone
 
 from agentruns.cluster.sweeper import sweep
@@ -46,6 +47,10 @@ def test_sched3_a_waiting_run_holds_nothing_and_goes_on_by_itself_at_the_due_tim
     assert run.status == Run.Status.AWAITING
     assert run.lease_owner == "" and run.lease_expires_at is None  # no worker, no lease
     assert execute_run(run.pk) is None  # nothing to claim while it waits
+    browser = Client()
+    browser.force_login(member)
+    page = browser.get(f"/runs/{run.pk}/").content.decode()
+    assert "Waiting (<code>agent.wait</code>) until" in page and "Waiting for a person" not in page
     assert sweep().timers_fired == 0  # not yet due
     come_due(run)
     assert ticket_expire_due() == 0  # a timer never expires as a denial (HITL-7 is people's)
