@@ -83,8 +83,9 @@ def test_sched4_a_replayed_signature_answers_the_first_run_and_starts_nothing(tr
     at = time.time()
     first = fire(body, at=at)
     again = fire(body, at=at)
+    capitals = fire(body, at=at, signature=sign(SECRET, str(int(at)), body).upper() + " ")
     assert first.status_code == 202 and again.status_code == 200
-    assert again.json()["id"] == first.json()["id"]
+    assert again.json()["id"] == first.json()["id"] == capitals.json()["id"]
     assert Run.objects.count() == 1
     assert TriggerFiring.objects.get().signature == sign(SECRET, str(int(at)), body)[7:]
 
