@@ -129,7 +129,10 @@ def may_cancel(user: Any, run: Run) -> bool:
 
 def may_answer(user: Any, run: Run, answer: str) -> bool:
     """`answer` is the kind the ticket takes (`Ticket.Answer`). Routing (HITL-14) is
-    `may_decide`'s; this is the rule before a ticket's configuration narrows it."""
+    `may_decide`'s; this is the rule before a ticket's configuration narrows it. Nobody
+    answers a timer: the clock does (SCHED-3)."""
+    if answer == Ticket.Answer.TIMER:
+        return False
     if is_approver(user):
         return True
     mine = user.is_authenticated and run.created_by_id == user.pk
@@ -295,7 +298,10 @@ def approvers() -> QuerySet[Any]:
 
 def recipients(ticket: Ticket, approver_emails: set[str], *, escalation: bool = False) -> list[str]:
     """The addresses to tell of `ticket`, given every approver's (fetched once per pass);
-    a routed or escalated ticket asks `deciders` for its own (HITL-14, HITL-15)."""
+    a routed or escalated ticket asks `deciders` for its own (HITL-14, HITL-15); a timer
+    is nobody's to answer (SCHED-3)."""
+    if ticket.kind == Ticket.Kind.TIMER:
+        return []
     configuration = ticket.run.configuration
     if escalation or configuration.approver_groups.exists():
         found = deciders(ticket, escalation=escalation).exclude(email="")
