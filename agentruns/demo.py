@@ -17,7 +17,16 @@ from mcp import Client
 from agentruns.demo_accounts import DEMO_PASSWORD, DEMO_USERS
 from agentruns.demo_mcp import NAME as TRACKER
 from agentruns.demo_mcp import build_tracker
-from agentruns.models import Configuration, McpServer, McpTool, Provider, Skill, Snippet
+from agentruns.models import (
+    Configuration,
+    McpServer,
+    McpTool,
+    Provider,
+    Schedule,
+    Skill,
+    Snippet,
+    Trigger,
+)
 from agentruns.services.catalog import configuration_set_sources
 from agentruns.services.mcp import (
     mcp_listing_digest,
@@ -402,3 +411,32 @@ def load_demo_users() -> None:
         if created or not user.email:
             user.email = f"{username}@example.com"
             user.save()
+
+
+# SCHED-1, SCHED-4: an example schedule, inactive so a demo never starts runs by itself,
+# and a trigger the README fires with curl (its runs park for approval like any other).
+DEMO_TRIGGER_SECRET = "demo-alert-secret-change-me"
+
+
+def load_demo_schedules() -> None:
+    """After the catalog and the users: the owner is the demo's member."""
+    owner = get_user_model().objects.get(username="member")
+    if not Schedule.objects.filter(name="morning-report").exists():
+        Schedule.objects.create(
+            name="morning-report",
+            configuration=Configuration.objects.get(slug="multi-tool-demo"),
+            input="Write the standup note for this morning.",
+            cron="0 9 * * 1-5",
+            timezone="Europe/Berlin",
+            catch_up=Schedule.CatchUp.ONCE,
+            owner=owner,
+            active=False,
+        )
+    Trigger.objects.get_or_create(
+        slug="demo-alert",
+        defaults={
+            "configuration": Configuration.objects.get(slug="approval-demo"),
+            "owner": owner,
+            "secret": DEMO_TRIGGER_SECRET,
+        },
+    )

@@ -69,6 +69,16 @@ class Throttled(AgentrunsError):
     code = "throttled"
 
 
+class BadSignature(AgentrunsError):
+    """SCHED-4: a trigger's signature is missing, malformed, stale or wrong; nothing starts."""
+
+    code = "bad_signature"
+
+
+class PayloadTooLarge(AgentrunsError):
+    code = "payload_too_large"
+
+
 class Fenced(AgentrunsError):
     """CLU-2: this worker's lease was taken; it must stop without writing."""
 

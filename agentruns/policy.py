@@ -129,7 +129,10 @@ def may_cancel(user: Any, run: Run) -> bool:
 
 def may_answer(user: Any, run: Run, answer: str) -> bool:
     """`answer` is the kind the ticket takes (`Ticket.Answer`). Routing (HITL-14) is
-    `may_decide`'s; this is the rule before a ticket's configuration narrows it."""
+    `may_decide`'s; this is the rule before a ticket's configuration narrows it. Nobody
+    answers a timer: the clock does (SCHED-3)."""
+    if answer == Ticket.Answer.TIMER:
+        return False
     if is_approver(user):
         return True
     mine = user.is_authenticated and run.created_by_id == user.pk
@@ -153,6 +156,7 @@ def answerable_tickets(user: Any) -> QuerySet[Ticket]:
     tickets = (
         visible_tickets(user)
         .filter(status=Ticket.Status.ACTIVE)
+        .exclude(kind=Ticket.Kind.TIMER)  # the clock's to answer (SCHED-3)
         # The provider too: each inbox card's readout names it (PERF-8: a query per card).
         .select_related("run", "run__configuration__provider", "run__created_by")
         .order_by("deadline", "id")
@@ -294,7 +298,10 @@ def approvers() -> QuerySet[Any]:
 
 def recipients(ticket: Ticket, approver_emails: set[str], *, escalation: bool = False) -> list[str]:
     """The addresses to tell of `ticket`, given every approver's (fetched once per pass);
-    a routed or escalated ticket asks `deciders` for its own (HITL-14, HITL-15)."""
+    a routed or escalated ticket asks `deciders` for its own (HITL-14, HITL-15); a timer
+    is nobody's to answer (SCHED-3)."""
+    if ticket.kind == Ticket.Kind.TIMER:
+        return []
     configuration = ticket.run.configuration
     if escalation or configuration.approver_groups.exists():
         found = deciders(ticket, escalation=escalation).exclude(email="")
@@ -317,3 +324,16 @@ def may_see_metrics(user: Any) -> bool:
 
 def may_export_audit(user: Any) -> bool:
     return bool(user.is_authenticated and user.is_staff and user.has_perm(VIEW_AUDIT))
+
+
+# SCHED-2, SCHED-4: the system starts runs on a person's behalf only while that person may
+# still start them; asked at each firing, never once at set-up.
+
+
+def may_act_as(owner: Any) -> str | None:
+    """Why `owner` may not start a run now (a sentence for the skip), or None."""
+    if owner is None:
+        return "the owner no longer exists"
+    if not owner.is_active:
+        return f"the owner {owner.get_username()} is deactivated"
+    return None

@@ -88,6 +88,12 @@ WORDS: dict[str, str] = {
         "Nothing was done: you have started or answered runs too often in a short time. "
         "Wait a little and send it again."
     ),
+    # SCHED-4: a trigger's request (the API answers it; no page sends one).
+    "bad_signature": (
+        "Nothing was started: the request's signature is missing, stale or does not match "
+        "its body and timestamp."
+    ),
+    "payload_too_large": "Nothing was done: what was sent is too large.",
     # UI-5: Django's CSRF check refused the post before any view saw it.
     "csrf_failed": (
         "Nothing was decided: the form came without this site's security token (CSRF), so "

@@ -350,6 +350,11 @@ AGENTRUNS_MCP_KEY_VARS = env_list("AGENTRUNS_MCP_KEY_VARS")
 # server (set it so in production).
 AGENTRUNS_DEMO_MCP_URL = os.environ.get("AGENTRUNS_DEMO_MCP_URL", "http://127.0.0.1:8765/mcp")
 AGENTRUNS_WEBHOOK_MAX_ATTEMPTS = env_int("AGENTRUNS_WEBHOOK_MAX_ATTEMPTS", 8)
+# SCHED-2: a schedule's due time the sweeper first sees later than this was missed
+# (downtime) and follows the schedule's catch_up; the sweeper runs at least once a minute.
+AGENTRUNS_SCHEDULE_GRACE_SECONDS = env_int("AGENTRUNS_SCHEDULE_GRACE_SECONDS", 300)
+# SCHED-4: how far a trigger's X-Agentruns-Timestamp may be from the server's clock.
+AGENTRUNS_TRIGGER_WINDOW_SECONDS = env_int("AGENTRUNS_TRIGGER_WINDOW_SECONDS", 300)
 AGENTRUNS_WEBHOOK_BACKOFF_SECONDS = env_float("AGENTRUNS_WEBHOOK_BACKOFF_SECONDS", 10.0)
 AGENTRUNS_WEBHOOK_BACKOFF_MAX_SECONDS = env_float("AGENTRUNS_WEBHOOK_BACKOFF_MAX_SECONDS", 3600.0)
 # OPS-6: links in mails point here; a reminder goes this long before a ticket's deadline.

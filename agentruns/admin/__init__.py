@@ -13,7 +13,11 @@ from django.urls import reverse
 from django.utils.safestring import SafeString
 
 from agentruns import events as ev
-from agentruns.admin import mcp, ops  # noqa: F401  (MCP servers; webhooks, usage, audit export)
+from agentruns.admin import (  # noqa: F401  (MCP servers; webhooks, usage, audit; SCHED)
+    mcp,
+    ops,
+    schedules,
+)
 from agentruns.admin.decisions import RunCancelAdminMixin, TicketDecisionAdminMixin
 from agentruns.admin.playground import PlaygroundAdminMixin
 from agentruns.admin.record import RecordAdmin, RecordInline
@@ -223,6 +227,7 @@ class RunAdmin(RunCancelAdminMixin, RecordAdmin):
     search_fields = ["input", "final_reply"]
     readonly_fields = [
         *(field.name for field in Run._meta.fields if field.name != "id"),
+        "started_by",
         "readout_panel",
         "usage",
     ]
@@ -237,6 +242,10 @@ class RunAdmin(RunCancelAdminMixin, RecordAdmin):
     def view_on_site(self, obj: Run) -> str:
         """The admin's "View on site" opens the run's live page (UI-2)."""
         return reverse("playground:run", args=[obj.pk])
+
+    @admin.display(description="Started by")
+    def started_by(self, obj: Run) -> SafeString:
+        return render_to_string("shared/started_by.html", {"run": obj})
 
     @admin.display(description="Context readout")
     def readout_panel(self, obj: Run) -> SafeString:

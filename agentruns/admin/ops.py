@@ -19,35 +19,40 @@ from agentruns.services.audit import AuditFilter, audit_response
 from agentruns.services.usage import day_usage
 
 
-@admin.register(Webhook)
-class WebhookAdmin(admin.ModelAdmin):
-    list_display = ["url", "events", "active", "created_by", "created_at"]
-    list_filter = ["active"]
-    readonly_fields = ["created_by", "created_at", "updated_at"]
-    formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
+class WriteOnlySecretMixin:
+    """A `secret` that signs (a webhook's deliveries, a trigger's requests) is typed once
+    and never shown again (SEC-9); an edit that leaves it empty keeps the one it has."""
 
     def get_form(
-        self, request: HttpRequest, obj: Webhook | None = None, change: bool = False, **kw: Any
+        self, request: HttpRequest, obj: Any = None, change: bool = False, **kw: Any
     ) -> Any:
-        form = super().get_form(request, obj, change=change, **kw)
-        # The secret signs deliveries: it is typed once and never shown again (SEC-9).
+        form = super().get_form(request, obj, change=change, **kw)  # type: ignore[misc]
         if "secret" in form.base_fields:
             form.base_fields["secret"].widget = forms.PasswordInput(render_value=False)
             form.base_fields["secret"].required = obj is None
         return form
 
-    def get_exclude(self, request: HttpRequest, obj: Webhook | None = None) -> Any:
+    def get_exclude(self, request: HttpRequest, obj: Any = None) -> Any:
         # A page its viewer may not change shows every field as text: never the secret.
-        if not self.has_change_permission(request, obj):
-            return [*(super().get_exclude(request, obj) or ()), "secret"]
-        return super().get_exclude(request, obj)
+        excluded = super().get_exclude(request, obj)  # type: ignore[misc]
+        if not self.has_change_permission(request, obj):  # type: ignore[attr-defined]
+            return [*(excluded or ()), "secret"]
+        return excluded
 
-    def save_model(self, request: HttpRequest, obj: Webhook, form: Any, change: bool) -> None:
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
         if change and not form.cleaned_data.get("secret"):
-            obj.secret = Webhook.objects.values_list("secret", flat=True).get(pk=obj.pk)
+            obj.secret = type(obj).objects.values_list("secret", flat=True).get(pk=obj.pk)
         if obj.created_by_id is None:
-            obj.created_by = request.user  # type: ignore[assignment]
-        super().save_model(request, obj, form, change)
+            obj.created_by = request.user
+        super().save_model(request, obj, form, change)  # type: ignore[misc]
+
+
+@admin.register(Webhook)
+class WebhookAdmin(WriteOnlySecretMixin, admin.ModelAdmin):
+    list_display = ["url", "events", "active", "created_by", "created_at"]
+    list_filter = ["active"]
+    readonly_fields = ["created_by", "created_at", "updated_at"]
+    formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
 
 
 class AttemptInline(RecordInline):

@@ -260,6 +260,19 @@ WEBHOOK = {
     "secret": "change-me-to-a-long-random-secret",
     "description": "Team chat",
 }
+SCHEDULE = {
+    "name": "weekday-standup",
+    "configuration": "multi-tool-demo",
+    "input": "Write the standup note for this morning.",
+    "cron": "0 9 * * 1-5",
+    "timezone": "Europe/Berlin",
+    "catch_up": "once",
+}
+TRIGGER = {
+    "slug": "deploy-alert",
+    "configuration": "multi-tool-demo",
+    "secret": "change-me-to-a-long-random-secret",
+}
 MCP_SERVER = {
     "slug": "wiki",
     "name": "The team wiki",
@@ -292,4 +305,33 @@ WEBHOOKS = crud(
     create=example("Runs that end and tickets that open, to a chat bridge", WEBHOOK),
     replace=example("Every event type (no `events`), same secret", {**WEBHOOK, "events": []}),
     change=example("Pause it", {"active": False}),
+)
+
+SCHEDULES = crud(
+    "schedule",
+    "schedules",
+    create=example("Weekdays at 09:00 Berlin time, one catch-up run after downtime", SCHEDULE),
+    replace=example(
+        "The demo's schedule every hour instead",
+        {
+            **{k: v for k, v in SCHEDULE.items() if k != "cron"},
+            "name": "morning-report",
+            "interval_seconds": 3600,
+        },
+    ),
+    change=example("Pause it", {"active": False}),
+)
+TRIGGERS = crud(
+    "trigger",
+    "triggers",
+    create=example("A deploy system's alerts start a run", TRIGGER),
+    replace=example(
+        "The demo's trigger with a new secret",
+        {"slug": "demo-alert", "configuration": "approval-demo", "secret": "a-new-long-secret"},
+    ),
+    change=example("Pause it", {"active": False}),
+)
+TRIGGER_FIRE = example(
+    "An alert from a monitoring system (sign it: see docs/api.md)",
+    {"alert": "disk almost full", "host": "db-1", "severity": "warning"},
 )

@@ -26,6 +26,7 @@ STATUS_BY_CODE = {
     "not_permitted": status.HTTP_403_FORBIDDEN,
     "self_approval": status.HTTP_403_FORBIDDEN,
     "not_authenticated": status.HTTP_401_UNAUTHORIZED,
+    "bad_signature": status.HTTP_401_UNAUTHORIZED,
     "payload_too_large": status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
     "expired": status.HTTP_410_GONE,
     "invalid_input": status.HTTP_422_UNPROCESSABLE_ENTITY,

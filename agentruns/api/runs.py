@@ -166,6 +166,8 @@ def ticket_dict(ticket: Ticket | None) -> dict[str, Any] | None:
             "arguments_digest": ticket.arguments_digest,
             "question": ticket.question,
             "schema": ticket.schema,
+            # SCHED-3: a timer's deadline is when the run goes on by itself.
+            **({"due": ticket.deadline} if ticket.kind == Ticket.Kind.TIMER else {}),
         },
         "approvals": approvals_dict(ticket),
     }
@@ -208,6 +210,7 @@ def run_dict(
         "forked_from": (  # FORK-1
             {"run": run.forked_from_id, "at": run.forked_at} if run.forked_at is not None else None
         ),
+        "trigger": run.trigger,  # SCHED-5: null for a run a person started
     }
     if detail:
         active = visible_tickets(viewer).filter(run=run, status=Ticket.Status.ACTIVE).first()

@@ -1,7 +1,7 @@
 from django.urls import include, path
 from rest_framework.routers import DefaultRouter
 
-from agentruns.api import audit, catalog, mcp, runs, usage, webhooks
+from agentruns.api import audit, catalog, mcp, runs, schedules, usage, webhooks
 
 router = DefaultRouter()
 router.register("providers", catalog.ProviderViewSet)
@@ -14,6 +14,8 @@ router.register("tickets", runs.TicketViewSet, basename="ticket")
 router.register("threads", runs.ThreadViewSet, basename="thread")
 router.register("webhooks", webhooks.WebhookViewSet)
 router.register("mcp-servers", mcp.McpServerViewSet)
+router.register("schedules", schedules.ScheduleViewSet)
+router.register("triggers", schedules.TriggerViewSet)
 
 urlpatterns = [
     path("audit/", audit.AuditExportView.as_view(), name="audit-export"),

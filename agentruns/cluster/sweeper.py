@@ -13,6 +13,9 @@ lock after re-checking what was seen, so two sweepers never enqueue twice for on
   holding it (q2 itself would only redeliver it after `retry`).
 - Tickets past their deadline resolve as denials with reason `expired` (HITL-7).
 - Open tickets are reminded and escalated, each once (HITL-15, `services.reminders`).
+- Due timers answer their `agent.wait` calls (SCHED-3, `services.timers`).
+- Due schedules fire (SCHED-1, `services.schedules`): each due time at most once, however
+  many sweepers race.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ from django_q.models import OrmQ
 from agentruns.models import Run
 from agentruns.services.reminders import tickets_remind_and_escalate
 from agentruns.services.resume import ticket_expire_due
+from agentruns.services.schedules import schedules_fire_due
+from agentruns.services.timers import timers_due
 from agentruns.store.base import lease_expired
 from agentruns.store.wakeups import enqueue_wake
 
@@ -48,6 +53,8 @@ class SweepReport:
     tickets_expired: int = 0
     tickets_reminded: int = 0
     tickets_escalated: int = 0
+    schedules_fired: int = 0
+    timers_fired: int = 0
 
     @property
     def changed(self) -> bool:
@@ -57,6 +64,8 @@ class SweepReport:
             or self.tickets_expired
             or self.tickets_reminded
             or self.tickets_escalated
+            or self.schedules_fired
+            or self.timers_fired
         )
 
 
@@ -140,10 +149,18 @@ def sweep(limit: int = 500) -> SweepReport:
         report.tickets_reminded, report.tickets_escalated = tickets_remind_and_escalate()
     except Exception:
         logger.exception("reminding and escalating tickets failed")
+    try:
+        report.timers_fired = timers_due()
+    except Exception:
+        logger.exception("answering due timers failed")
+    try:
+        report.schedules_fired = schedules_fire_due()
+    except Exception:
+        logger.exception("firing schedules failed")
     if report.changed:
         logger.info(
             "sweeper: re-enqueued %s expired leases %s, %s lost wake-ups %s; %s tickets "
-            "expired, %s reminded, %s escalated",
+            "expired, %s reminded, %s escalated; %s timers and %s schedules fired",
             len(report.expired_leases),
             report.expired_leases[:20],
             len(report.lost_wakeups),
@@ -151,5 +168,7 @@ def sweep(limit: int = 500) -> SweepReport:
             report.tickets_expired,
             report.tickets_reminded,
             report.tickets_escalated,
+            report.timers_fired,
+            report.schedules_fired,
         )
     return report

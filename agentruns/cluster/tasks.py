@@ -99,4 +99,6 @@ def sweep() -> dict[str, Any]:
         "expired_leases": report.expired_leases,
         "lost_wakeups": report.lost_wakeups,
         "tickets_expired": report.tickets_expired,
+        "timers_fired": report.timers_fired,
+        "schedules_fired": report.schedules_fired,
     }

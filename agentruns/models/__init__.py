@@ -28,6 +28,7 @@ from agentruns.models.runs import (
     TicketIdentity,
     ToolInvocation,
 )
+from agentruns.models.schedules import Schedule, ScheduleFiring, Trigger, TriggerFiring
 
 __all__ = [
     "AuditRecord",
@@ -45,6 +46,8 @@ __all__ = [
     "Note",
     "Provider",
     "Run",
+    "Schedule",
+    "ScheduleFiring",
     "Skill",
     "Snippet",
     "Thread",
@@ -52,6 +55,8 @@ __all__ = [
     "TicketApproval",
     "TicketIdentity",
     "ToolInvocation",
+    "Trigger",
+    "TriggerFiring",
     "Webhook",
     "WebhookAttempt",
     "WebhookDelivery",

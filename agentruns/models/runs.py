@@ -128,6 +128,9 @@ class Run(models.Model):
     # OPS-7: the W3C trace context of the run's first span and of its newest model turn, so
     # a parked run's trace goes on after resume; empty while tracing is off.
     trace_context = models.JSONField(null=True, blank=True)
+    # SCHED-2, SCHED-4, SCHED-5: what started the run when no person did: {"kind":
+    # "schedule", "id", "due"} or {"kind": "trigger", "slug"}; null for a person's run.
+    trigger = models.JSONField(null=True, blank=True)
 
     objects = RunQuerySet.as_manager()
 
@@ -352,12 +355,14 @@ class Ticket(models.Model):
 
         TOOL_PERMISSION = "tool_permission"
         REMOTE_INPUT = "remote_input"
+        TIMER = "timer"  # SCHED-3: `agent.wait`; the sweeper answers it at `deadline`
 
     class Answer(models.TextChoices):
         """The kind of answer a target takes (HITL-3): a decision or a typed value."""
 
         PERMISSION = "permission"
         INPUT = "input"
+        TIMER = "timer"  # the clock's alone: every answer a host sends mismatches
 
     class Status(models.TextChoices):
         ACTIVE = "active"
@@ -426,6 +431,8 @@ class Ticket(models.Model):
         """The answer this ticket takes: input for a question, else a decision."""
         if self.kind == Ticket.Kind.REMOTE_INPUT:
             return Ticket.Answer.INPUT
+        if self.kind == Ticket.Kind.TIMER:
+            return Ticket.Answer.TIMER
         return Ticket.Answer.PERMISSION
 
     @property

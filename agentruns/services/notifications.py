@@ -105,6 +105,7 @@ def tickets_notify_due(*, limit: int = 100, budget_seconds: float = 20.0) -> int
     """Mail every active ticket nobody was told of yet; returns tickets mailed."""
     due = (
         Ticket.objects.filter(status=Ticket.Status.ACTIVE, notified_at__isnull=True)
+        .exclude(kind=Ticket.Kind.TIMER)  # nobody answers a timer (SCHED-3)
         .select_related("run__configuration", "run__created_by")
         .order_by("id")[:limit]
     )

@@ -82,6 +82,7 @@ def tickets_remind_and_escalate(*, limit: int = 500) -> tuple[int, int]:
     for mark, due in ((REMINDED, _remind_due(now)), (ESCALATED, escalation_due(now))):
         ids = list(
             Ticket.objects.filter(due, status=Ticket.Status.ACTIVE, **{mark: None})
+            .exclude(kind=Ticket.Kind.TIMER)  # nobody answers a timer (SCHED-3)
             .order_by("id")
             .values_list("pk", flat=True)[:limit]
         )

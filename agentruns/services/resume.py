@@ -302,9 +302,11 @@ def ticket_expire(*, ticket_id: int) -> bool:
     ticket = Ticket.objects.select_related("run").get(pk=ticket_id)
     run = Run.objects.select_for_update().get(pk=ticket.run_id)
     now = timezone.now()
-    moved = Ticket.objects.filter(
-        pk=ticket.pk, status=Ticket.Status.ACTIVE, deadline__lt=now
-    ).update(status=Ticket.Status.EXPIRED, resolved_at=now, resolution={"decision": ev.EXPIRED})
+    moved = (
+        Ticket.objects.filter(pk=ticket.pk, status=Ticket.Status.ACTIVE, deadline__lt=now)
+        .exclude(kind=Ticket.Kind.TIMER)
+        .update(status=Ticket.Status.EXPIRED, resolved_at=now, resolution={"decision": ev.EXPIRED})
+    )
     if not moved:
         return False
     decided = {
@@ -331,7 +333,9 @@ def ticket_expire(*, ticket_id: int) -> bool:
 
 def ticket_expire_due(limit: int = 500) -> int:
     """The sweeper's share of HITL-7: each expired ticket in its own short transaction."""
-    due = Ticket.objects.filter(
-        status=Ticket.Status.ACTIVE, deadline__lt=timezone.now()
-    ).values_list("pk", flat=True)[:limit]
+    due = (
+        Ticket.objects.filter(status=Ticket.Status.ACTIVE, deadline__lt=timezone.now())
+        .exclude(kind=Ticket.Kind.TIMER)  # a timer's deadline is its due time (SCHED-3)
+        .values_list("pk", flat=True)[:limit]
+    )
     return sum(ticket_expire(ticket_id=pk) for pk in list(due))

@@ -181,6 +181,16 @@ def run_submit(
     return run, True
 
 
+def run_start_on_behalf(*, owner: Any, submission: Submission, trigger: dict[str, Any]) -> Run:
+    """SCHED-2, SCHED-4: a run the system starts for `owner`, its initiator, recording what
+    started it; gated and parked like any other (nothing is approved on its behalf). Runs
+    in the caller's transaction; raises what a person's submission would (an inactive
+    configuration, the daily limit) so the caller records why nothing started."""
+    configuration, _thread = _validate(owner, submission)
+    check_daily_limit(configuration)
+    return _create(owner, configuration, None, submission, None, trigger)
+
+
 MAX_IDEMPOTENCY_KEY = Run._meta.get_field("idempotency_key").max_length or 200
 _KEY_CHARACTERS = re.compile(r"[\x20-\x7e]+")
 
@@ -225,6 +235,7 @@ def _create(
     thread: Thread | None,
     submission: Submission,
     idempotency_key: str | None,
+    trigger: dict[str, Any] | None = None,
 ) -> Run:
     new_thread = thread is None
     if thread is None:
@@ -241,6 +252,7 @@ def _create(
         forced_skill_ids=list(dict.fromkeys(submission.forced_skills)),
         idempotency_key=idempotency_key or None,
         request_digest=submission.digest(),
+        trigger=trigger,
     )
     items = _opening(submission, None if new_thread else thread, text, kinds)
     append_events(thread_id=thread.pk, run_id=run.pk, items=items)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import re
+from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
 from django.conf import settings
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 from agentruns.classes import DataClass
 from agentruns.models import Note, Run
@@ -112,6 +114,31 @@ def _search_result(added: list[str], message: str) -> ToolOutput:
     return ToolOutput(message, data={"added_tool_names": added})
 
 
+WAIT_MAX_SECONDS = 30 * 24 * 3600
+
+
+def wait_due(arguments: dict[str, Any], now: datetime) -> tuple[datetime | None, str]:
+    """SCHED-3: when an `agent.wait` call is due, or why its arguments name no due time
+    (a model-visible error; nothing parks)."""
+    seconds, until = arguments.get("seconds"), arguments.get("until")
+    if (seconds is None) == (until is None):
+        return None, "Give either `seconds` or `until`, not both."
+    if seconds is not None:
+        return now + timedelta(seconds=seconds), ""
+    moment = parse_datetime(until) if isinstance(until, str) else None
+    if moment is None or moment.tzinfo is None:
+        return None, f"`until` must be an ISO 8601 time with its offset, not {until!r}."
+    if moment <= now:
+        return None, f"`until` ({until}) is not in the future."
+    if moment > now + timedelta(seconds=WAIT_MAX_SECONDS):
+        return None, "`until` is more than 30 days ahead."
+    return moment, ""
+
+
+def agent_wait(arguments: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+    raise RuntimeError("agent.wait is answered by the clock, never executed")  # pragma: no cover
+
+
 def ask_user(arguments: dict[str, Any], ctx: ToolContext) -> ToolOutput:
     raise RuntimeError("ask_user is answered by a person, never executed")  # pragma: no cover
 
@@ -207,6 +234,30 @@ REGISTRY.register(
         version="1",
         execute=ask_user,
         human=Human.INPUT,
+    )
+)
+REGISTRY.register(
+    Tool(
+        name="agent.wait",
+        description=(
+            "Wait before going on: `seconds` (1 to 2592000) or `until` (ISO 8601 with an "
+            "offset, at most 30 days ahead). The run sleeps without holding anything and "
+            "continues by itself at that time."
+        ),
+        parameters={
+            "type": "object",
+            "properties": {
+                "seconds": {"type": "integer", "minimum": 1, "maximum": WAIT_MAX_SECONDS},
+                "until": {"type": "string", "maxLength": 64},
+            },
+            "additionalProperties": False,
+        },
+        group="agent",
+        output_class=DataClass.PUBLIC,
+        effect=Effect.READ_ONLY,
+        version="1",
+        execute=agent_wait,
+        human=Human.TIMER,
     )
 )
 REGISTRY.register(

@@ -76,12 +76,16 @@ def result_class(tool_name: str, recorded: str = "") -> DataClass | None:
 
 PERMISSION = "permission"
 INPUT = "input"
+TIMER = "timer"
 
 
 def needs_human(tool: Tool, exempt: frozenset[str]) -> str | None:
-    """TOOL-5: write tools need approval unless exempted; ask_user needs an answer."""
+    """TOOL-5: write tools need approval unless exempted; ask_user needs an answer;
+    agent.wait needs its due time to come (SCHED-3)."""
     if tool.human is Human.INPUT:
         return INPUT
+    if tool.human is Human.TIMER:
+        return TIMER
     if tool.effect is Effect.WRITE and tool.name not in exempt:
         return PERMISSION
     return None

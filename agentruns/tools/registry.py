@@ -29,6 +29,7 @@ class Human(StrEnum):
 
     NONE = "none"
     INPUT = "input"  # ask_user: the answer is the result (HITL-6)
+    TIMER = "timer"  # agent.wait: the clock answers, through the sweeper (SCHED-3)
 
 
 @dataclass(frozen=True)

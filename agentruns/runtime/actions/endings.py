@@ -27,6 +27,7 @@ from agentruns.store.transitions import (
     renew_if_due,
 )
 from agentruns.store.wakeups import enqueue_wake
+from agentruns.tools.builtin import wait_due
 from agentruns.tools.policy import (
     catalog_fingerprint,
 )
@@ -58,7 +59,13 @@ def park(ctx: RunContext, call: ProposedCall) -> Outcome:
     assert tool is not None and call.arguments is not None
     config = ctx.config
     ask = tool.human is Human.INPUT
-    deadline = timezone.now() + timedelta(seconds=config.approval_timeout_seconds)
+    now = timezone.now()
+    deadline = now + timedelta(seconds=config.approval_timeout_seconds)
+    kind = Ticket.Kind.REMOTE_INPUT if ask else Ticket.Kind.TOOL_PERMISSION
+    if tool.human is Human.TIMER:  # SCHED-3: the deadline is the due time
+        due, _problem = wait_due(call.arguments, now)
+        assert due is not None  # call_tools answered a call without one
+        deadline, kind = due, Ticket.Kind.TIMER
     ticket = {
         "correlation_id": uuid.uuid4(),
         "run_id": ctx.lease.run_id,
@@ -66,7 +73,7 @@ def park(ctx: RunContext, call: ProposedCall) -> Outcome:
         "snapshot_id": config.snapshot_id,
         "catalog_fingerprint": catalog_fingerprint(ctx.offered(), ctx.mode.deferred),
         "deadline": deadline,
-        "kind": Ticket.Kind.REMOTE_INPUT if ask else Ticket.Kind.TOOL_PERMISSION,
+        "kind": kind,
         "call_id": call.id,
         "tool": call.name,
         "arguments": call.arguments,

@@ -29,7 +29,9 @@ from agentruns.runtime.state import (
 from agentruns.runtime.storable import storable_output
 from agentruns.store import store
 from agentruns.store.connection import close_thread_connections, connection_given_back
+from agentruns.tools.builtin import wait_due
 from agentruns.tools.policy import (
+    TIMER,
     needs_human,
     tool_refusal,
 )
@@ -69,6 +71,17 @@ def call_tools(ctx: RunContext, turn: Turn, calls: Sequence[ProposedCall]) -> Ou
             continue
         tool = REGISTRY.get(call.name)
         human = needs_human(tool, ctx.config.exempt) if tool else None
+        if human == TIMER and call.arguments is not None:
+            due, problem = wait_due(call.arguments, timezone.now())
+            if due is None:  # SCHED-3: no due time, nothing to wait for
+                _record_result(
+                    ctx,
+                    call,
+                    ev.ERROR,
+                    f"Not waiting: {problem}",
+                    invocation_status=ToolInvocation.Status.FAILED,
+                )
+                continue
         if human and turn.decisions.get(call.id) != ev.ALLOW:
             waiting.append(call)
             continue
