@@ -369,10 +369,10 @@ def load_demo_mcp() -> None:
         },
     )
     mcp_server_review(server=server, listed=tracker_listing())
-    mcp_server_accept(server_id=server.pk, listing=mcp_listing_digest(server))
+    mcp_server_accept(server_id=server.pk, listing=mcp_listing_digest(server), user=None)
     for tool in McpTool.objects.filter(server=server, name__in=TRACKER_TOOLS):
         output_class, effect = TRACKER_TOOLS[tool.name]
-        mcp_tool_declare(tool=tool, output_class=output_class, effect=effect)
+        mcp_tool_declare(tool=tool, output_class=output_class, effect=effect, user=None)
 
 
 def tracker_listing() -> list[dict[str, Any]]:

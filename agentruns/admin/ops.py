@@ -12,6 +12,7 @@ from django.db import models
 from django.db.models import Max, Min, QuerySet
 from django.http import HttpRequest, StreamingHttpResponse
 
+from agentruns.admin.governance import GovernedAdmin
 from agentruns.admin.record import RecordAdmin, RecordInline
 from agentruns.models import AuditRecord, DailyUsage, Webhook, WebhookAttempt, WebhookDelivery
 from agentruns.policy import may_export_audit, of_visible_threads
@@ -20,7 +21,8 @@ from agentruns.services.usage import day_usage
 
 
 @admin.register(Webhook)
-class WebhookAdmin(admin.ModelAdmin):
+class WebhookAdmin(GovernedAdmin):
+    kind = "webhook"
     list_display = ["url", "events", "active", "created_by", "created_at"]
     list_filter = ["active"]
     readonly_fields = ["created_by", "created_at", "updated_at"]
@@ -42,12 +44,12 @@ class WebhookAdmin(admin.ModelAdmin):
             return [*(super().get_exclude(request, obj) or ()), "secret"]
         return super().get_exclude(request, obj)
 
-    def save_model(self, request: HttpRequest, obj: Webhook, form: Any, change: bool) -> None:
+    def persist_model(self, request: HttpRequest, obj: Webhook, form: Any, change: bool) -> None:
         if change and not form.cleaned_data.get("secret"):
             obj.secret = Webhook.objects.values_list("secret", flat=True).get(pk=obj.pk)
         if obj.created_by_id is None:
             obj.created_by = request.user  # type: ignore[assignment]
-        super().save_model(request, obj, form, change)
+        super().persist_model(request, obj, form, change)
 
 
 class AttemptInline(RecordInline):

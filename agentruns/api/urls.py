@@ -1,7 +1,7 @@
 from django.urls import include, path
 from rest_framework.routers import DefaultRouter
 
-from agentruns.api import audit, catalog, mcp, runs, usage, webhooks
+from agentruns.api import audit, catalog, governance, mcp, runs, usage, webhooks
 
 router = DefaultRouter()
 router.register("providers", catalog.ProviderViewSet)
@@ -14,6 +14,7 @@ router.register("tickets", runs.TicketViewSet, basename="ticket")
 router.register("threads", runs.ThreadViewSet, basename="thread")
 router.register("webhooks", webhooks.WebhookViewSet)
 router.register("mcp-servers", mcp.McpServerViewSet)
+router.register("change-requests", governance.ChangeRequestViewSet)
 
 urlpatterns = [
     path("audit/", audit.AuditExportView.as_view(), name="audit-export"),

@@ -9,6 +9,7 @@ from agentruns.models.catalog import (
     Skill,
     Snippet,
 )
+from agentruns.models.governance import ChangeRequest
 from agentruns.models.mcp import McpServer, McpTool
 from agentruns.models.ops import (
     AuditRecord,
@@ -32,6 +33,7 @@ from agentruns.models.runs import (
 __all__ = [
     "AuditRecord",
     "CatalogGeneration",
+    "ChangeRequest",
     "Checkpoint",
     "Configuration",
     "ConfigurationFallback",
