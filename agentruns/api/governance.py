@@ -14,6 +14,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from agentruns.models import ChangeRequest
+from agentruns.policy import visible_changes
 from agentruns.services.changes import (
     Saved,
     catalog_history,
@@ -49,6 +50,13 @@ class ChangeRequestSerializer(serializers.ModelSerializer):
     def get_object(self, request: ChangeRequest) -> dict[str, str]:
         return {"kind": request.kind, "key": request.key}
 
+    def to_representation(self, instance: ChangeRequest) -> dict[str, Any]:
+        data = super().to_representation(instance)
+        viewer = self.context.get("request")
+        if viewer is not None:
+            data["changes"] = visible_changes(viewer.user, instance.kind, instance.changes)
+        return data
+
 
 class VersionSerializer(serializers.Serializer):
     version = serializers.IntegerField()
@@ -70,7 +78,10 @@ class Governed(viewsets.ModelViewSet):
 
     def held(self, request: ChangeRequest) -> Response:
         """GOV-3: 202 with the change request; the record is as it was."""
-        return Response(ChangeRequestSerializer(request).data, status=status.HTTP_202_ACCEPTED)
+        return Response(
+            ChangeRequestSerializer(request, context={"request": self.request}).data,
+            status=status.HTTP_202_ACCEPTED,
+        )
 
     def _answer(self, saved: Saved, created: bool = False) -> Response:
         if saved.change_request is not None:
@@ -141,10 +152,10 @@ class ChangeRequestViewSet(
     @action(detail=True, methods=["post"])
     def approve(self, request: Request, pk: str | None = None) -> Response:
         decided = change_request_approve(request_id=self.get_object().pk, user=request.user)
-        return Response(ChangeRequestSerializer(decided).data)
+        return Response(ChangeRequestSerializer(decided, context={"request": request}).data)
 
     @extend_schema(summary="Reject a change request", request=None)
     @action(detail=True, methods=["post"])
     def reject(self, request: Request, pk: str | None = None) -> Response:
         decided = change_request_reject(request_id=self.get_object().pk, user=request.user)
-        return Response(ChangeRequestSerializer(decided).data)
+        return Response(ChangeRequestSerializer(decided, context={"request": request}).data)
