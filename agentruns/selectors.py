@@ -3,7 +3,7 @@ what is `agentruns.policy`'s, and nothing here writes or commits."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -220,10 +220,13 @@ class TurnRequest:
     tools: tuple[str, ...]
 
 
-def turn_requests(run: Run, sequences: Sequence[int]) -> list[TurnRequest]:
+def turn_requests(
+    run: Run, sequences: Sequence[int], records: Sequence[Mapping[str, Any]] = ()
+) -> list[TurnRequest]:
     """For each model turn (by its event's sequence in the thread's log), the request the
-    loop composed from the log before it, with the live configuration's sources, as a
-    resumed run would use (RG-2)."""
+    loop composed from the log before it, with the configuration's sources (RG-2). A
+    turn's own record (`records`, GOV-2) says what it withheld and where it went; a turn
+    logged before turns kept one is composed against the live configuration."""
     if not sequences:
         return []
     config = build_runtime_config(run.configuration)
@@ -231,8 +234,10 @@ def turn_requests(run: Run, sequences: Sequence[int]) -> list[TurnRequest]:
     log = thread_log(run, before=max(sequences))
     enforce = current_enforcement() is Enforcement.ENFORCE  # CG-6: observing withholds nothing
     found = []
-    for sequence in sequences:
-        view = log_view([e for e in log if e.sequence < sequence], config, enforce=enforce)
+    for i, sequence in enumerate(sequences):
+        record = records[i] if i < len(records) and records[i].get("zone") else None
+        before = [e for e in log if e.sequence < sequence]
+        view = log_view(before, config, enforce=enforce, recorded=record)
         composed = next_request(view, sources=sources)  # the loop's own recipe (FS-3)
         tools = tuple(t.name for t in composed.tools)
         found.append(TurnRequest(view.mode.name, composed.system, composed.messages, tools))
