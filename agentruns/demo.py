@@ -12,13 +12,24 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
 from mcp import Client
+from reversion.models import Version
 
-from agentruns.demo_accounts import DEMO_PASSWORD, DEMO_USERS
+from agentruns.demo_accounts import DEMO_PASSWORD, DEMO_USERS, EDITOR_PERMISSIONS
 from agentruns.demo_mcp import NAME as TRACKER
 from agentruns.demo_mcp import build_tracker
-from agentruns.models import Configuration, McpServer, McpTool, Provider, Skill, Snippet
+from agentruns.models import (
+    ChangeRequest,
+    Configuration,
+    McpServer,
+    McpTool,
+    Provider,
+    Skill,
+    Snippet,
+)
 from agentruns.services.catalog import configuration_set_sources
+from agentruns.services.changes import catalog_save
 from agentruns.services.mcp import (
     mcp_listing_digest,
     mcp_server_accept,
@@ -402,3 +413,41 @@ def load_demo_users() -> None:
         if created or not user.email:
             user.email = f"{username}@example.com"
             user.save()
+        if created and username == "editor":
+            user.is_staff = True
+            user.save()
+            user.user_permissions.set(
+                Permission.objects.filter(
+                    content_type__app_label="agentruns", codename__in=EDITOR_PERMISSIONS
+                )
+            )
+
+
+def load_demo_governance() -> None:
+    """GOV-1, GOV-3 in the demo, once: helpdesk's history holds two versions (the admin
+    made it a little more careful), and the editor's switch of its provider to the EU
+    one waits for the admin's approval in the inbox."""
+    helpdesk = Configuration.objects.get(slug="helpdesk")
+    if Version.objects.get_for_object(helpdesk).exists():
+        return
+    users = get_user_model().objects
+    admin, editor = users.get(username="admin"), users.get(username="editor")
+    catalog_save(kind="configuration", pk=None, user=admin, save=lambda: helpdesk)
+
+    def more_careful() -> Configuration:
+        helpdesk.max_tool_calls = max(helpdesk.max_tool_calls - 2, 1)
+        helpdesk.save()
+        return helpdesk
+
+    catalog_save(kind="configuration", pk=helpdesk.pk, user=admin, save=more_careful)
+
+    # As `catalog_save` holds it with AGENTRUNS_CHANGE_APPROVAL=on, whatever the setting.
+    now = helpdesk.provider.slug if helpdesk.provider else None
+    ChangeRequest.objects.create(
+        kind="configuration",
+        key=helpdesk.slug,
+        object_id=helpdesk.pk,
+        changes={"provider": [now, "eu-scripted"]},
+        base_version=Configuration.objects.get(pk=helpdesk.pk).version,
+        requested_by=editor,
+    )

@@ -1,12 +1,12 @@
 """Change governance over the API (GOV-1, GOV-3): catalog writes through
 `services.changes.catalog_save` (a held change answers 202 with its change request),
-each record's versions, rollback, and `/api/change-requests/`."""
+each record's versions, and `/api/change-requests/`."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.permissions import IsAdminUser
@@ -18,7 +18,6 @@ from agentruns.policy import visible_changes
 from agentruns.services.changes import (
     Saved,
     catalog_history,
-    catalog_rollback,
     catalog_save,
     change_request_approve,
     change_request_reject,
@@ -65,10 +64,6 @@ class VersionSerializer(serializers.Serializer):
     comment = serializers.CharField()
     changes = serializers.DictField()
     diffs = serializers.DictField(child=serializers.CharField())
-
-
-class RollbackSerializer(serializers.Serializer):
-    version = serializers.IntegerField(min_value=1, max_value=2**31 - 1)
 
 
 class Governed(viewsets.ModelViewSet):
@@ -119,21 +114,11 @@ class Governed(viewsets.ModelViewSet):
     def versions(self, request: Request, **kwargs: Any) -> Response:
         return Response(catalog_history(self.get_object()))
 
-    @extend_schema(
-        summary="Roll back to a version, as a new version (GOV-1)",
-        request=RollbackSerializer,
-        responses={200: OpenApiResponse(description="The record as it now is."), 202: None},
-    )
-    @action(detail=True, methods=["post"])
-    def rollback(self, request: Request, **kwargs: Any) -> Response:
-        body = RollbackSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        obj = self.get_object()
-        return self._answer(
-            catalog_rollback(obj=obj, number=body.validated_data["version"], user=request.user)
-        )
 
-
+@extend_schema_view(
+    list=extend_schema(summary="List change requests, newest first (GOV-3)"),
+    retrieve=extend_schema(summary="Get a change request"),
+)
 class ChangeRequestViewSet(
     mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet
 ):

@@ -61,10 +61,12 @@ def test_gov1_rollback_restores_a_configurations_ordered_lists_as_a_new_version(
     )
     api.patch("/api/configurations/cfg/", {"snippets": ["c"], "model": "m2"}, format="json")
 
-    answer = api.post("/api/configurations/cfg/rollback/", {"version": 1}, format="json")
+    configuration = Configuration.objects.get(slug="cfg")
+    saved = catalog_rollback(obj=configuration, number=1, user=staff)
 
-    assert answer.status_code == 200
-    assert answer.json()["snippets"] == ["a", "b"] and answer.json()["model"] == ""
+    assert saved.change_request is None
+    answer = api.get("/api/configurations/cfg/").json()
+    assert answer["snippets"] == ["a", "b"] and answer["model"] == ""
     configuration = Configuration.objects.get(slug="cfg")
     assert configuration.version == 3
     newest = api.get("/api/configurations/cfg/versions/").json()[0]

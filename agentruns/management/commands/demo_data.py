@@ -7,7 +7,7 @@ from typing import Any
 from django.core.management.base import BaseCommand
 from django.db import transaction
 
-from agentruns.demo import load_demo_data, load_demo_users
+from agentruns.demo import load_demo_data, load_demo_governance, load_demo_users
 from agentruns.demo_accounts import DEMO_PASSWORD, DEMO_USERS
 
 
@@ -18,5 +18,6 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         load_demo_data()
         load_demo_users()
-        names = " and ".join(username for username, _, _ in DEMO_USERS)
+        load_demo_governance()
+        names = ", ".join(username for username, _, _ in DEMO_USERS)
         self.stdout.write(f"Demo data loaded. Sign in as {names}, password {DEMO_PASSWORD}")
