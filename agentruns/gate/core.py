@@ -102,6 +102,7 @@ def compose_sources(
                 title=config.name,
                 declared=config.system_prompt_class,
                 text=config.system_prompt,
+                version=config.primary.version,
             )
         )
     listed.extend(config.snippets)

@@ -11,6 +11,7 @@ import pytest
 
 from agentruns import events as ev
 from agentruns.models import Configuration, Event, Run
+from agentruns.services.changes import catalog_save
 from playground.inspector import inspector_context
 from tests.conftest import grant
 from tests.gate.test_withheld_results import (
@@ -87,3 +88,23 @@ def test_gov2_the_api_says_which_configuration_version_a_run_started_under(appro
     body = client_for(approver).get(f"/api/runs/{run.pk}/").json()
 
     assert body["configuration_version"] == 1
+
+
+def test_gov2_a_past_turn_shows_the_source_text_it_carried_not_todays(approver, fake, staff):
+    def create():
+        return make_snippet("policy", data_class="internal", text="the words then")
+
+    snippet = catalog_save(kind="snippet", pk=None, user=staff, save=create).obj
+    run = parked(approver, fake, BUILT_IN, zone="local")
+    Configuration.objects.get(slug="lookup").configurationsnippet_set.create(snippet=snippet)
+    run = approve_and_finish(approver, run)
+
+    def edit():
+        snippet.text = "the words today"
+        snippet.save()
+        return snippet
+
+    catalog_save(kind="snippet", pk=snippet.pk, user=staff, save=edit)
+    system = "\n".join(inspector_context(Run.objects.get(pk=run.pk))["system"])
+
+    assert "the words then" in system and "the words today" not in system
