@@ -83,9 +83,7 @@ class Rows:
 
     def of(self, obj: models.Model, model: type[models.Model]) -> list[Any]:
         if self.through is None:
-            if model is McpTool:
-                return list(McpTool.objects.filter(server=obj.pk))
-            owner = "configuration"
+            owner = "server" if model is McpTool else "configuration"
             return list(model.objects.filter(**{owner: obj.pk}))  # type: ignore[attr-defined]
         return [row for row in self.through if isinstance(row, model)]
 
