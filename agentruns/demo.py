@@ -12,12 +12,15 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
 from mcp import Client
+from reversion.models import Version
 
-from agentruns.demo_accounts import DEMO_PASSWORD, DEMO_USERS
+from agentruns.demo_accounts import DEMO_PASSWORD, DEMO_USERS, EDITOR_PERMISSIONS
 from agentruns.demo_mcp import NAME as TRACKER
 from agentruns.demo_mcp import build_tracker
 from agentruns.models import (
+    ChangeRequest,
     Configuration,
     McpServer,
     McpTool,
@@ -28,6 +31,7 @@ from agentruns.models import (
     Trigger,
 )
 from agentruns.services.catalog import configuration_set_sources
+from agentruns.services.changes import catalog_save
 from agentruns.services.mcp import (
     mcp_listing_digest,
     mcp_server_accept,
@@ -378,10 +382,10 @@ def load_demo_mcp() -> None:
         },
     )
     mcp_server_review(server=server, listed=tracker_listing())
-    mcp_server_accept(server_id=server.pk, listing=mcp_listing_digest(server))
+    mcp_server_accept(server_id=server.pk, listing=mcp_listing_digest(server), user=None)
     for tool in McpTool.objects.filter(server=server, name__in=TRACKER_TOOLS):
         output_class, effect = TRACKER_TOOLS[tool.name]
-        mcp_tool_declare(tool=tool, output_class=output_class, effect=effect)
+        mcp_tool_declare(tool=tool, output_class=output_class, effect=effect, user=None)
 
 
 def tracker_listing() -> list[dict[str, Any]]:
@@ -411,6 +415,14 @@ def load_demo_users() -> None:
         if created or not user.email:
             user.email = f"{username}@example.com"
             user.save()
+        if created and username == "editor":
+            user.is_staff = True
+            user.save()
+            user.user_permissions.set(
+                Permission.objects.filter(
+                    content_type__app_label="agentruns", codename__in=EDITOR_PERMISSIONS
+                )
+            )
 
 
 # SCHED-1, SCHED-4: an example schedule, inactive so a demo never starts runs by itself,
@@ -439,4 +451,34 @@ def load_demo_schedules() -> None:
             "owner": owner,
             "secret": DEMO_TRIGGER_SECRET,
         },
+    )
+
+
+def load_demo_governance() -> None:
+    """GOV-1, GOV-3 in the demo, once: helpdesk's history holds two versions (the admin
+    made it a little more careful), and the editor's switch of its provider to the EU
+    one waits for the admin's approval in the inbox."""
+    helpdesk = Configuration.objects.get(slug="helpdesk")
+    if Version.objects.get_for_object(helpdesk).exists():
+        return
+    users = get_user_model().objects
+    admin, editor = users.get(username="admin"), users.get(username="editor")
+    catalog_save(kind="configuration", pk=None, user=admin, save=lambda: helpdesk)
+
+    def more_careful() -> Configuration:
+        helpdesk.max_tool_calls = max(helpdesk.max_tool_calls - 2, 1)
+        helpdesk.save()
+        return helpdesk
+
+    catalog_save(kind="configuration", pk=helpdesk.pk, user=admin, save=more_careful)
+
+    # As `catalog_save` holds it with AGENTRUNS_CHANGE_APPROVAL=on, whatever the setting.
+    now = helpdesk.provider.slug if helpdesk.provider else None
+    ChangeRequest.objects.create(
+        kind="configuration",
+        key=helpdesk.slug,
+        object_id=helpdesk.pk,
+        changes={"provider": [now, "eu-scripted"]},
+        base_version=Configuration.objects.get(pk=helpdesk.pk).version,
+        requested_by=editor,
     )

@@ -7,12 +7,20 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.hashers import check_password
 
 DEMO_PASSWORD = "agentruns-demo"
-# (username, what they may do, is_superuser): an admin who may do everything, and a plain
-# initiator who signs in to see their own runs and answer their own questions.
+# (username, what they may do, is_superuser): an admin who may do everything, a plain
+# initiator who signs in to see their own runs and answer their own questions, and an
+# editor of the catalog whose widening changes wait for the admin's approval (GOV-3).
 DEMO_USERS = [
     ("admin", "staff and superuser: playground, approvals, every run, the admin", True),
     ("member", "a plain user: starts runs, sees only their own, answers their questions", False),
+    ("editor", "staff who edit the catalog; a change that widens waits for approval", False),
 ]
+# The editor's permissions: change the catalog, never approve a change of it.
+EDITOR_PERMISSIONS = [
+    f"{action}_{model}"
+    for model in ("provider", "configuration", "snippet", "skill", "mcpserver", "mcptool")
+    for action in ("view", "change")
+] + ["view_changerequest", "view_configurationsnippet", "view_configurationskill"]
 
 
 def demo_credentials() -> list[dict[str, str]]:

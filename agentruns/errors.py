@@ -50,6 +50,12 @@ class NotPermitted(AgentrunsError):
     code = "not_permitted"
 
 
+class OwnChangeRequest(NotPermitted):
+    """GOV-3: a change request is approved by someone other than its requester."""
+
+    code = "self_approval"
+
+
 class ContextRefused(AgentrunsError):
     """CG-7, CG-8: the structured fields travel with the message."""
 

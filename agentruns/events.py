@@ -97,12 +97,34 @@ def _when(moment: str | None) -> str:
     return datetime.fromisoformat(moment).strftime("%Y-%m-%d %H:%M:%S %Z").strip()
 
 
+def sent_under(payload: dict[str, Any]) -> str:
+    """GOV-2: a model turn's own record of where it went and under which versions, in
+    words ("" for a turn logged before turns kept one)."""
+    sent, served = payload.get("sent") or {}, payload.get("served_by") or {}
+    if not sent:
+        return ""
+    words = (
+        f"sent to {served.get('provider') or 'no provider'} v{sent.get('provider_version')} "
+        f"({sent.get('zone')}, ceiling {sent.get('ceiling')}) under "
+        f"{served.get('configuration')} v{sent.get('link_version')}"
+    )
+    sources = sent.get("sources") or {}
+    if sources:
+        words += "; " + ", ".join(f"{name} v{version}" for name, version in sources.items())
+    withheld = sent.get("withheld") or []
+    if withheld:
+        words += "; withheld results #" + ", #".join(str(seq) for seq in withheld)
+    return words
+
+
 def summary(kind: str, payload: dict[str, Any]) -> str:
     """One line per event, the same words in the admin's timeline and on the run page."""
     if kind == ASSISTANT:
         calls = ", ".join(c["name"] for c in payload.get("tool_calls", []))
         text = (payload.get("text") or "")[:120]
-        return f"{text} [calls: {calls}]" if calls else text
+        text = f"{text} [calls: {calls}]" if calls else text
+        sent = sent_under(payload)
+        return f"{text} ({sent})" if sent else text
     if kind == TOOL_RESULT:
         content = str(payload.get("content", ""))[:120]
         return f"{payload.get('tool')} {payload.get('call_id')} {payload.get('status')}: {content}"

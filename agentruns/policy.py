@@ -337,3 +337,25 @@ def may_act_as(owner: Any) -> str | None:
     if not owner.is_active:
         return f"the owner {owner.get_username()} is deactivated"
     return None
+
+
+# GOV-3: who decides a held catalog change, and what of it they may read.
+APPROVE_CHANGE = "agentruns.approve_change"
+# A source's text is shown only to whoever may view that kind of record.
+PRIVATE_TEXT = {
+    "snippet": ("text", "agentruns.view_snippet"),
+    "skill": ("instructions", "agentruns.view_skill"),
+}
+WITHHELD_TEXT = "(text not shown: you may not view this record's text)"
+
+
+def may_decide_changes(user: Any) -> bool:
+    return bool(user.is_authenticated and user.is_staff and user.has_perm(APPROVE_CHANGE))
+
+
+def visible_changes(user: Any, kind: str, changes: dict[str, list[Any]]) -> dict[str, list[Any]]:
+    """A change request's {field: [old, new]} as `user` may read it."""
+    private = PRIVATE_TEXT.get(kind)
+    if private is None or private[0] not in changes or user.has_perm(private[1]):
+        return changes
+    return {**changes, private[0]: [WITHHELD_TEXT, WITHHELD_TEXT]}

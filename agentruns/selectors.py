@@ -3,18 +3,19 @@ what is `agentruns.policy`'s, and nothing here writes or commits."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from django.conf import settings
 from django.db.models import QuerySet
+from reversion.models import Version
 
 from agentruns import events as ev
 from agentruns.classes import Enforcement
 from agentruns.events import LogEntry
 from agentruns.gate.audit import current_enforcement
-from agentruns.gate.core import ConfigView, Source, compose_sources
+from agentruns.gate.core import SKILL, SNIPPET, SYSTEM_PROMPT, ConfigView, Source, compose_sources
 from agentruns.gate.lookups import (
     carried_for_send,
     config_view,
@@ -23,7 +24,7 @@ from agentruns.gate.lookups import (
     forced_for_resume,
 )
 from agentruns.gate.readout import GrantedTool, readout
-from agentruns.models import Configuration, Event, Run, ToolInvocation
+from agentruns.models import Configuration, Event, Run, Skill, Snippet, ToolInvocation
 from agentruns.policy import is_approver, visible_runs
 from agentruns.providers.base import Message
 from agentruns.runtime.compose import LogView, log_view, next_request
@@ -220,10 +221,13 @@ class TurnRequest:
     tools: tuple[str, ...]
 
 
-def turn_requests(run: Run, sequences: Sequence[int]) -> list[TurnRequest]:
+def turn_requests(
+    run: Run, sequences: Sequence[int], records: Sequence[Mapping[str, Any]] = ()
+) -> list[TurnRequest]:
     """For each model turn (by its event's sequence in the thread's log), the request the
-    loop composed from the log before it, with the live configuration's sources, as a
-    resumed run would use (RG-2)."""
+    loop composed from the log before it, with the configuration's sources (RG-2). A
+    turn's own record (`records`, GOV-2) says what it withheld and where it went; a turn
+    logged before turns kept one is composed against the live configuration."""
     if not sequences:
         return []
     config = build_runtime_config(run.configuration)
@@ -231,12 +235,45 @@ def turn_requests(run: Run, sequences: Sequence[int]) -> list[TurnRequest]:
     log = thread_log(run, before=max(sequences))
     enforce = current_enforcement() is Enforcement.ENFORCE  # CG-6: observing withholds nothing
     found = []
-    for sequence in sequences:
-        view = log_view([e for e in log if e.sequence < sequence], config, enforce=enforce)
-        composed = next_request(view, sources=sources)  # the loop's own recipe (FS-3)
+    for i, sequence in enumerate(sequences):
+        record = records[i] if i < len(records) and records[i].get("zone") else None
+        before = [e for e in log if e.sequence < sequence]
+        view = log_view(before, config, enforce=enforce, recorded=record)
+        carried = as_sent(sources, record) if record else sources
+        composed = next_request(view, sources=carried)  # the loop's own recipe (FS-3)
         tools = tuple(t.name for t in composed.tools)
         found.append(TurnRequest(view.mode.name, composed.system, composed.messages, tools))
     return found
+
+
+VERSIONED_TEXT = {
+    SNIPPET: (Snippet, "text"),
+    SKILL: (Skill, "instructions"),
+    SYSTEM_PROMPT: (Configuration, "system_prompt"),
+}
+
+
+def as_sent(sources: Sequence[Source], record: Mapping[str, Any]) -> list[Source]:
+    """GOV-2: the sources a past turn carried (its record names each with its version),
+    each with its text at that version (django-reversion keeps it), not today's."""
+    recorded = record.get("sources") or {}
+    found = []
+    for source in sources:
+        version = recorded.get(f"{source.kind}:{source.name}")
+        if version is None and source.version:
+            continue  # not carried by that turn: added since
+        if version is not None and version != source.version:
+            source = replace(source, text=_text_at(source, version), version=version)
+        found.append(source)
+    return found
+
+
+def _text_at(source: Source, version: int) -> str:
+    model, field = VERSIONED_TEXT[source.kind]
+    for kept in Version.objects.get_for_object_reference(model, source.id):
+        if kept.field_dict.get("version") == version:
+            return str(kept.field_dict.get(field, ""))
+    return f"(the text of {source.name} version {version} was not kept)"
 
 
 def uncertain_invocations(user: Any) -> QuerySet[ToolInvocation]:

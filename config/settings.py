@@ -73,6 +73,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "django_q",
+    "reversion",
     "agentruns",
     "playground",
 ]
@@ -329,6 +330,10 @@ AGENTRUNS_DEFAULT_CONFIGURATION = os.environ.get(
 )
 # Operating and integrating (README "Operating and integrating").
 # OPS-3: a bearer token for `GET /metrics` (Prometheus); without it only staff sessions.
+# GOV-3: "on" holds a catalog change that widens what may leave, or weakens who decides,
+# until another holder of agentruns.approve_change approves it. Off by default: one
+# operator alone would otherwise wait for a second forever.
+AGENTRUNS_CHANGE_APPROVAL = os.environ.get("AGENTRUNS_CHANGE_APPROVAL", "off").lower() == "on"
 AGENTRUNS_METRICS_TOKEN = os.environ.get("AGENTRUNS_METRICS_TOKEN", "")
 # OPS-4: webhook sends: the total deadline of one attempt (connect, send and read together,
 # SEC-8), attempts before giving up, backoff base/cap.

@@ -34,6 +34,7 @@ from agentruns.selectors import run_readout, run_readouts, uncertain_invocations
 from agentruns.services.resume import run_resume
 from agentruns.throttles import RESUME, throttle_check
 from agentruns.words import decided_sentence, field_errors, sentence, ticket_outcome
+from playground.changes import change_cards
 from playground.inbox_filters import InboxFilter, filter_choices, filtered, inbox_filter
 from playground.polls import poll, signature, unchanged
 
@@ -53,6 +54,7 @@ def inbox(request: HttpRequest) -> HttpResponse:
     context.update(
         chosen=chosen,
         choices=filter_choices(answerable_tickets(request.user), chosen, request.user),
+        change_cards=change_cards(request.user),
     )
     return render(request, "playground/inbox.html", _with_cards(request, context))
 

@@ -43,7 +43,7 @@ def inspector_context(run: Run) -> dict[str, Any]:
 
 def _compose_turns(run: Run, turns: list[timeline.Turn]) -> tuple[str, ...]:
     """Fills each turn's messages and tools; returns the last turn's system texts."""
-    requests = turn_requests(run, [turn.sequence for turn in turns])
+    requests = turn_requests(run, [turn.sequence for turn in turns], [turn.sent for turn in turns])
     for turn, request in zip(turns, requests, strict=True):
         turn.mode = request.mode
         turn.history = [message_dict(m) for m in request.messages]

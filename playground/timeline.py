@@ -110,6 +110,9 @@ class Turn:
     history: list[dict[str, Any]] = field(default_factory=list)
     tools: list[str] = field(default_factory=list)
     mode: str = ""
+    # GOV-2: what the turn was sent under, from its own record (empty for older turns).
+    sent: dict[str, Any] = field(default_factory=dict)
+    served_by: dict[str, Any] = field(default_factory=dict)
 
 
 def turns(run: Run, events: list[Event], withheld: dict[int, str] | None = None) -> list[Turn]:
@@ -128,6 +131,8 @@ def turns(run: Run, events: list[Event], withheld: dict[int, str] | None = None)
                 payload.get("text", ""),
                 event.created_at,
                 turn_usage(payload, run.configuration),
+                sent=payload.get("sent") or {},
+                served_by=payload.get("served_by") or {},
             )
             for raw in payload.get("tool_calls", []):
                 call = Call(raw["id"], raw["name"], _pretty(raw.get("arguments")))

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from playground import inbox, playground, runs, views
+from playground import changes, inbox, playground, runs, views
 
 app_name = "playground"
 
@@ -22,4 +22,9 @@ urlpatterns = [
     path("inbox/<uuid:correlation_id>/", inbox.card, name="inbox-card"),
     path("inbox/<uuid:correlation_id>/live/", inbox.card_live, name="inbox-card-live"),
     path("inbox/<uuid:correlation_id>/resume/", inbox.resume, name="inbox-resume"),
+    path(
+        "inbox/changes/<int:request_id>/decide/",
+        changes.decide,
+        name="change-request-decide",
+    ),
 ]

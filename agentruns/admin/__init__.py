@@ -19,6 +19,7 @@ from agentruns.admin import (  # noqa: F401  (MCP servers; webhooks, usage, audi
     schedules,
 )
 from agentruns.admin.decisions import RunCancelAdminMixin, TicketDecisionAdminMixin
+from agentruns.admin.governance import GovernedAdmin
 from agentruns.admin.playground import PlaygroundAdminMixin
 from agentruns.admin.record import RecordAdmin, RecordInline
 from agentruns.admin.tool_fields import ConfigurationAdminForm
@@ -46,6 +47,7 @@ from agentruns.models.runs import NoteQuerySet, RunQuerySet, ThreadQuerySet
 from agentruns.policy import of_visible_runs, of_visible_threads, visible_tickets
 from agentruns.selectors import configuration_readout, run_readout
 from agentruns.services.catalog import fallback_problem
+from agentruns.services.changes import catalog_save
 from agentruns.services.runs import run_cancel
 from agentruns.services.usage import run_usage
 from agentruns.throttles import RESUME, throttle_check
@@ -58,14 +60,15 @@ admin.site.index_title = "Operations"
 
 
 @admin.register(Provider)
-class ProviderAdmin(admin.ModelAdmin):
+class ProviderAdmin(GovernedAdmin):
+    kind = "provider"
     list_display = ["slug", "name", "kind", "trust_zone", "base_url", "api_key_env", "active"]
     list_filter = ["kind", "trust_zone", "active"]
     search_fields = ["slug", "name", "base_url"]
     prepopulated_fields = {"slug": ["name"]}
 
 
-class ClassifiedAdmin(admin.ModelAdmin):
+class ClassifiedAdmin(GovernedAdmin):
     list_display = ["slug", "name", "data_class", "active", "updated_at"]
     list_filter = ["data_class", "active"]
     search_fields = ["slug", "name"]
@@ -74,19 +77,31 @@ class ClassifiedAdmin(admin.ModelAdmin):
 
     @admin.action(description="Activate selected")
     def activate(self, request: HttpRequest, queryset: QuerySet) -> None:
-        for row in queryset:
-            row.active = True
-            row.save(update_fields=["active", "updated_at"])
+        self._set_active(request, queryset, True)
 
     @admin.action(description="Deactivate selected")
     def deactivate(self, request: HttpRequest, queryset: QuerySet) -> None:
+        self._set_active(request, queryset, False)
+
+    def _set_active(self, request: HttpRequest, queryset: QuerySet, active: bool) -> None:
         for row in queryset:
-            row.active = False
-            row.save(update_fields=["active", "updated_at"])
+
+            def save(row: Any = row) -> Any:
+                row.active = active
+                row.save(update_fields=["active", "updated_at"])
+                return row
+
+            catalog_save(kind=self.kind, pk=row.pk, user=request.user, save=save)
 
 
-admin.site.register(Snippet, ClassifiedAdmin)
-admin.site.register(Skill, ClassifiedAdmin)
+@admin.register(Snippet)
+class SnippetAdmin(ClassifiedAdmin):
+    kind = "snippet"
+
+
+@admin.register(Skill)
+class SkillAdmin(ClassifiedAdmin):
+    kind = "skill"
 
 
 class SnippetInline(admin.TabularInline):
@@ -134,7 +149,8 @@ class FallbackInline(admin.TabularInline):
 
 
 @admin.register(Configuration)
-class ConfigurationAdmin(PlaygroundAdminMixin):
+class ConfigurationAdmin(PlaygroundAdminMixin, GovernedAdmin):
+    kind = "configuration"
     form = ConfigurationAdminForm
     list_display = ["slug", "name", "provider", "model", "max_tool_calls", "active"]
     list_filter = ["active", "provider"]

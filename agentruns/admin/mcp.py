@@ -10,12 +10,12 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.db.models import Count, QuerySet
-from django.forms import BaseInlineFormSet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, redirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 
+from agentruns.admin.governance import HELD, GovernedAdmin, HeldAdmin
 from agentruns.errors import AgentrunsError
 from agentruns.models import McpServer, McpTool
 from agentruns.models.mcp import stdio_commands
@@ -70,17 +70,10 @@ class McpServerForm(forms.ModelForm):
         return slug
 
 
-class DeclaredFormSet(BaseInlineFormSet):
-    def save_existing(self, form: forms.ModelForm, obj: McpTool, commit: bool = True) -> McpTool:
-        data = form.cleaned_data
-        return mcp_tool_declare(tool=obj, output_class=data["output_class"], effect=data["effect"])
-
-
 class McpToolInline(admin.TabularInline):
     """The pinned tools; only their declared class and effect are edited here."""
 
     model = McpTool
-    formset = DeclaredFormSet
     extra = 0
     can_delete = False
     fields = ["name", "version_short", "description", "output_class", "effect"]
@@ -96,7 +89,8 @@ class McpToolInline(admin.TabularInline):
 
 
 @admin.register(McpServer)
-class McpServerAdmin(admin.ModelAdmin):
+class McpServerAdmin(GovernedAdmin):
+    kind = "mcp_server"
     form = McpServerForm
     change_form_template = "admin/agentruns/mcpserver/change_form.html"
     list_display = [
@@ -184,7 +178,7 @@ class McpServerAdmin(admin.ModelAdmin):
         try:
             if request.POST.get("action") == "accept":
                 changes = mcp_server_accept(
-                    server_id=server.pk, listing=request.POST.get("listing", "")
+                    server_id=server.pk, listing=request.POST.get("listing", ""), user=request.user
                 )
                 pinned = sum(1 for change in changes if change.kind in ("added", "changed"))
                 self.message_user(request, f"Accepted: {pinned} tool(s) pinned anew or again.")
@@ -196,7 +190,7 @@ class McpServerAdmin(admin.ModelAdmin):
 
 
 @admin.register(McpTool)
-class McpToolAdmin(admin.ModelAdmin):
+class McpToolAdmin(HeldAdmin):
     """Every pinned tool; its class and effect are declared here or on its server's page
     (through the same service); schemas and versions change only by accepting a listing."""
 
@@ -211,7 +205,11 @@ class McpToolAdmin(admin.ModelAdmin):
         return tool.version[:12]
 
     def save_model(self, request: HttpRequest, obj: McpTool, form: Any, change: bool) -> None:
-        mcp_tool_declare(tool=obj, output_class=obj.output_class, effect=obj.effect)
+        saved = mcp_tool_declare(
+            tool=obj, output_class=obj.output_class, effect=obj.effect, user=request.user
+        )
+        if saved.change_request is not None:
+            setattr(request, HELD, saved.change_request)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

@@ -12,6 +12,7 @@ from django.db import models
 from django.db.models import Max, Min, QuerySet
 from django.http import HttpRequest, StreamingHttpResponse
 
+from agentruns.admin.governance import GovernedAdmin
 from agentruns.admin.record import RecordAdmin, RecordInline
 from agentruns.models import AuditRecord, DailyUsage, Webhook, WebhookAttempt, WebhookDelivery
 from agentruns.policy import may_export_audit, of_visible_threads
@@ -48,7 +49,8 @@ class WriteOnlySecretMixin:
 
 
 @admin.register(Webhook)
-class WebhookAdmin(WriteOnlySecretMixin, admin.ModelAdmin):
+class WebhookAdmin(WriteOnlySecretMixin, GovernedAdmin):
+    kind = "webhook"
     list_display = ["url", "events", "active", "created_by", "created_at"]
     list_filter = ["active"]
     readonly_fields = ["created_by", "created_at", "updated_at"]

@@ -12,13 +12,14 @@ from drf_spectacular.utils import (
     extend_schema_field,
     extend_schema_view,
 )
-from rest_framework import serializers, viewsets
+from rest_framework import serializers
 from rest_framework.decorators import action
 from rest_framework.permissions import IsAdminUser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from agentruns.api import docs
+from agentruns.api.governance import Governed
 from agentruns.api.limits import MAX_ID
 from agentruns.models import Configuration, Provider, Skill, Snippet
 from agentruns.selectors import configuration_readout
@@ -237,7 +238,8 @@ class ConfigurationSerializer(serializers.ModelSerializer):
 
 
 @extend_schema_view(**docs.PROVIDERS)
-class ProviderViewSet(viewsets.ModelViewSet):
+class ProviderViewSet(Governed):
+    kind = "provider"
     queryset = Provider.objects.all()
     serializer_class = ProviderSerializer
     permission_classes = [IsAdminUser]
@@ -245,14 +247,16 @@ class ProviderViewSet(viewsets.ModelViewSet):
 
 
 @extend_schema_view(**docs.SNIPPETS)
-class SnippetViewSet(viewsets.ModelViewSet):
+class SnippetViewSet(Governed):
+    kind = "snippet"
     queryset = Snippet.objects.all()
     serializer_class = SnippetSerializer
     permission_classes = [IsAdminUser]
 
 
 @extend_schema_view(**docs.SKILLS)
-class SkillViewSet(viewsets.ModelViewSet):
+class SkillViewSet(Governed):
+    kind = "skill"
     queryset = Skill.objects.all()
     serializer_class = SkillSerializer
     permission_classes = [IsAdminUser]
@@ -298,7 +302,8 @@ class ForcedQuery(serializers.Serializer):
 
 
 @extend_schema_view(**docs.CONFIGURATIONS)
-class ConfigurationViewSet(viewsets.ModelViewSet):
+class ConfigurationViewSet(Governed):
+    kind = "configuration"
     queryset = Configuration.objects.select_related("provider")
     serializer_class = ConfigurationSerializer
     permission_classes = [IsAdminUser]

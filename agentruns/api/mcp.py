@@ -8,13 +8,14 @@ from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
-from rest_framework import serializers, viewsets
+from rest_framework import serializers
 from rest_framework.decorators import action
 from rest_framework.permissions import IsAdminUser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from agentruns.api import docs
+from agentruns.api.governance import Governed
 from agentruns.classes import DATA_CLASS_CHOICES
 from agentruns.errors import NotFound
 from agentruns.models import McpServer, McpTool
@@ -156,7 +157,8 @@ CHANGES = {
 
 
 @extend_schema_view(**docs.MCP_SERVERS)
-class McpServerViewSet(viewsets.ModelViewSet):
+class McpServerViewSet(Governed):
+    kind = "mcp_server"
     queryset = McpServer.objects.prefetch_related("tools__server")
     serializer_class = McpServerSerializer
     permission_classes = [IsAdminUser]
@@ -192,7 +194,9 @@ class McpServerViewSet(viewsets.ModelViewSet):
         body = ListingSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         server = self.get_object()
-        changes = mcp_server_accept(server_id=server.pk, listing=body.validated_data["listing"])
+        changes = mcp_server_accept(
+            server_id=server.pk, listing=body.validated_data["listing"], user=request.user
+        )
         return Response({"listing": "", "changes": [change_dict(c) for c in changes]})
 
     @extend_schema(
@@ -211,9 +215,13 @@ class McpServerViewSet(viewsets.ModelViewSet):
         if pinned is None:
             raise NotFound("No such pinned tool.")
         data = body.validated_data
-        declared = mcp_tool_declare(
+        saved = mcp_tool_declare(
             tool=pinned,
             output_class=data.get("output_class", pinned.output_class),
             effect=data.get("effect", pinned.effect),
+            user=request.user,
         )
-        return Response(McpToolSerializer(declared).data)
+        if saved.change_request is not None:
+            return self.held(saved.change_request)
+        pinned.refresh_from_db()
+        return Response(McpToolSerializer(pinned).data)

@@ -198,6 +198,8 @@ def run_dict(
         "thread": run.thread_id,
         "status": run.status,
         "configuration": run.configuration.slug,
+        # GOV-2: the version it was started under; each turn's own is in its event.
+        "configuration_version": run.configuration_version,
         "input": run.input,
         "final_reply": run.final_reply,
         "failure": run.failure,

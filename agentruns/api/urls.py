@@ -1,7 +1,7 @@
 from django.urls import include, path
 from rest_framework.routers import DefaultRouter
 
-from agentruns.api import audit, catalog, mcp, runs, schedules, usage, webhooks
+from agentruns.api import audit, catalog, governance, mcp, runs, schedules, usage, webhooks
 
 router = DefaultRouter()
 router.register("providers", catalog.ProviderViewSet)
@@ -16,6 +16,7 @@ router.register("webhooks", webhooks.WebhookViewSet)
 router.register("mcp-servers", mcp.McpServerViewSet)
 router.register("schedules", schedules.ScheduleViewSet)
 router.register("triggers", schedules.TriggerViewSet)
+router.register("change-requests", governance.ChangeRequestViewSet)
 
 urlpatterns = [
     path("audit/", audit.AuditExportView.as_view(), name="audit-export"),

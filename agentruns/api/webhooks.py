@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db.models import QuerySet
 from drf_spectacular.utils import extend_schema, extend_schema_view
-from rest_framework import serializers, viewsets
+from rest_framework import serializers
 from rest_framework.decorators import action
 from rest_framework.permissions import IsAdminUser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from agentruns.api import docs
+from agentruns.api.governance import Governed
 from agentruns.events import EVENT_TYPES
 from agentruns.models import Webhook, WebhookAttempt, WebhookDelivery
 from agentruns.outbound import url_problem
@@ -87,13 +90,16 @@ class DeliverySerializer(serializers.ModelSerializer):
 
 
 @extend_schema_view(**docs.WEBHOOKS)
-class WebhookViewSet(viewsets.ModelViewSet):
+class WebhookViewSet(Governed):
+    kind = "webhook"
     serializer_class = WebhookSerializer
     permission_classes = [IsAdminUser]
     queryset = Webhook.objects.select_related("created_by")
 
-    def perform_create(self, serializer: serializers.BaseSerializer) -> None:
-        serializer.save(created_by=self.request.user)
+    def saving(self, serializer: serializers.BaseSerializer) -> Any:
+        if serializer.instance is None:
+            return serializer.save(created_by=self.request.user)
+        return serializer.save()
 
     @extend_schema(
         summary="A webhook's deliveries, newest first",

@@ -28,6 +28,7 @@ class Source:
     # (the fork's own configuration writes the system context), but the copied transcript
     # may carry what the model made of it, so its class still binds.
     carried_from: int | None = None
+    version: int = field(default=0, compare=False)  # GOV-2: the record's version, as read
 
     @property
     def data_class(self) -> DataClass | None:
@@ -54,6 +55,9 @@ class Hop:
 
     slug: str
     provider_zone: str | None = None  # raw stored value; None = no provider
+    # GOV-2: the versions of the configuration and its provider this hop was read at.
+    version: int = field(default=0, compare=False)
+    provider_version: int = field(default=0, compare=False)
 
     @property
     def zone(self) -> Zone:
@@ -98,6 +102,7 @@ def compose_sources(
                 title=config.name,
                 declared=config.system_prompt_class,
                 text=config.system_prompt,
+                version=config.primary.version,
             )
         )
     listed.extend(config.snippets)

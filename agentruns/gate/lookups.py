@@ -42,6 +42,7 @@ def snippet_source(snippet: Snippet, *, forced: bool = False) -> Source:
         declared=snippet.data_class,
         text=snippet.text,
         forced=forced,
+        version=snippet.version,
     )
 
 
@@ -54,12 +55,18 @@ def skill_source(skill: Skill, *, forced: bool = False) -> Source:
         declared=skill.data_class,
         text=skill.instructions,
         forced=forced,
+        version=skill.version,
     )
 
 
 def hop_for(configuration: Configuration) -> Hop:
     provider = configuration.provider
-    return Hop(slug=configuration.slug, provider_zone=provider.trust_zone if provider else None)
+    return Hop(
+        slug=configuration.slug,
+        provider_zone=provider.trust_zone if provider else None,
+        version=configuration.version,
+        provider_version=provider.version if provider else 0,
+    )
 
 
 def config_view(

@@ -9,6 +9,7 @@ from agentruns.models.catalog import (
     Skill,
     Snippet,
 )
+from agentruns.models.governance import ChangeRequest
 from agentruns.models.mcp import McpServer, McpTool
 from agentruns.models.ops import (
     AuditRecord,
@@ -33,6 +34,7 @@ from agentruns.models.schedules import Schedule, ScheduleFiring, Trigger, Trigge
 __all__ = [
     "AuditRecord",
     "CatalogGeneration",
+    "ChangeRequest",
     "Checkpoint",
     "Configuration",
     "ConfigurationFallback",

@@ -93,6 +93,8 @@ class Provider(models.Model):
         help_text="Where this provider may take data. Empty means external global.",
     )
     active = models.BooleanField(default=True)
+    # GOV-1: the number of the version in force; the creation is 1 (services.changes).
+    version = models.PositiveIntegerField(default=1, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -123,6 +125,8 @@ class Classified(models.Model):
         help_text="How sensitive the text is. Blank means undeclared: it constrains nothing.",
     )
     active = models.BooleanField(default=True)
+    # GOV-1: the number of the version in force; the creation is 1 (services.changes).
+    version = models.PositiveIntegerField(default=1, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -244,6 +248,8 @@ class Configuration(models.Model):
         null=True, blank=True, help_text="Tokens this configuration's runs may use per UTC day."
     )
     active = models.BooleanField(default=True)
+    # GOV-1: the number of the version in force; the creation is 1 (services.changes).
+    version = models.PositiveIntegerField(default=1, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -98,6 +98,8 @@ class McpServer(models.Model):
         "tool timeout).",
     )
     active = models.BooleanField(default=True)
+    # GOV-1: the number of the version in force; the creation is 1 (services.changes).
+    version = models.PositiveIntegerField(default=1, editable=False)
     # The last tools/list, waiting for staff to accept it (MCP-2); never offered as is.
     discovered = models.JSONField(default=list, blank=True, editable=False)
     discovered_at = models.DateTimeField(null=True, blank=True, editable=False)

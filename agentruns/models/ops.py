@@ -114,6 +114,8 @@ class Webhook(models.Model):
     )
     description = models.CharField(max_length=200, blank=True)
     active = models.BooleanField(default=True)
+    # GOV-1: the number of the version in force; the creation is 1 (services.changes).
+    version = models.PositiveIntegerField(default=1, editable=False)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
     )

@@ -125,6 +125,9 @@ class Run(models.Model):
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="forks"
     )
     forked_at = models.PositiveIntegerField(null=True, blank=True)
+    # GOV-2: the configuration's version when the run was created; each model turn records
+    # the versions it was sent under in its `message.assistant` event.
+    configuration_version = models.PositiveIntegerField(null=True, blank=True)
     # OPS-7: the W3C trace context of the run's first span and of its newest model turn, so
     # a parked run's trace goes on after resume; empty while tracing is off.
     trace_context = models.JSONField(null=True, blank=True)

@@ -48,6 +48,8 @@ def link_for(configuration: Configuration) -> Link:
         max_retries=provider.max_retries if provider else 0,
         script=configuration.script or None,
         dispatchable=bool(configuration.active and provider and provider.active),
+        version=configuration.version,
+        provider_version=provider.version if provider else 0,
     )
 
 

@@ -10,12 +10,12 @@ each withheld result replaced by a note. Pure functions over plain values."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from agentruns import events as ev
-from agentruns.classes import DataClass, Zone
+from agentruns.classes import DataClass, Zone, parse_zone
 from agentruns.events import LogEntry
 from agentruns.gate.core import (
     SUMMARY,
@@ -44,6 +44,7 @@ class Composed:
     tools: tuple[Tool, ...]
     specs: tuple[ToolSpec, ...]
     messages: tuple[Message, ...]
+    sources: tuple[Source, ...] = ()  # GOV-2: what the system texts came from
 
 
 def compose_request(
@@ -68,6 +69,7 @@ def compose_request(
         tools=tools,
         specs=tuple(ToolSpec(t.wire_name, t.description, t.parameters) for t in tools),
         messages=tuple(project(events)) if messages is None else tuple(messages),
+        sources=tuple(sources),
     )
 
 
@@ -161,14 +163,28 @@ class LogView:
         return self.zone.ceiling
 
 
-def log_view(log: Sequence[LogEntry], config: RuntimeConfig, *, enforce: bool = True) -> LogView:
+def log_view(
+    log: Sequence[LogEntry],
+    config: RuntimeConfig,
+    *,
+    enforce: bool = True,
+    recorded: Mapping[str, Any] | None = None,
+) -> LogView:
+    """`recorded`: a past turn's own record (GOV-2, `message.assistant`'s `sent`): the
+    zone it was sent to and the results it withheld, whatever the catalog says today."""
     effective = tuple(effective_events(log))
     mode = config.mode(thread_mode(log))
     active = active_deferred(effective, mode.deferred) if mode.deferred else set()
     results = tuple(result_sources(effective))
-    over = withheld(results, config.zone.ceiling)
-    sent = withhold(effective, over, config.zone) if enforce else effective
-    return LogView(sent, mode, frozenset(active), over, config.zone, results)
+    zone = config.zone
+    if recorded is None:
+        over = withheld(results, zone.ceiling)
+    else:
+        zone, kept = parse_zone(recorded.get("zone")), set(recorded.get("withheld", ()))
+        over = tuple(result for result in results if result.sequence in kept)
+        enforce = True  # what it withheld is what it withheld, observing or not
+    sent = withhold(effective, over, zone) if enforce else effective
+    return LogView(sent, mode, frozenset(active), over, zone, results)
 
 
 def extend_view(

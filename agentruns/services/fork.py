@@ -88,6 +88,7 @@ def run_fork(*, user: User, run_id: int, request: ForkRequest) -> Run:
         run = Run.objects.create(
             thread=thread,
             configuration=configuration,
+            configuration_version=configuration.version,
             input=text,
             created_by=owner,
             forced_snippet_ids=list(original.forced_snippet_ids or ()),

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db import transaction
 from django.utils import timezone
 
 from agentruns.classes import DATA_CLASS_CHOICES
 from agentruns.errors import Conflict, InvalidRequest, McpUnavailable
 from agentruns.models import CatalogGeneration, McpServer, McpTool
 from agentruns.models.mcp import EFFECT_CHOICES
+from agentruns.services.changes import Saved, catalog_save
 from agentruns.tools.mcp.client import Endpoint, Unavailable, list_tools
 from agentruns.tools.mcp.listing import (
     ADDED,
@@ -69,12 +69,22 @@ def mcp_listing_digest(server: McpServer) -> str:
     return listing_digest(server.discovered)
 
 
-@transaction.atomic
-def mcp_server_accept(*, server_id: int, listing: str) -> list[Change]:
+def mcp_server_accept(*, server_id: int, listing: str, user: Any) -> list[Change]:
     """Pin the listing staff reviewed (`listing`: its digest): tools added or changed get
     the listed schema and a new version (approvals of the old one are then refused by
     HITL-10), removed or no longer pinnable ones are unpinned; declared classes and
-    effects of the tools that stay are kept."""
+    effects of the tools that stay are kept. The server's new version (GOV-1) holds them."""
+    found: list[Change] = []
+
+    def save() -> McpServer:
+        found.extend(_accept(server_id, listing))
+        return McpServer.objects.get(pk=server_id)
+
+    catalog_save(kind="mcp_server", pk=server_id, user=user, save=save)
+    return found
+
+
+def _accept(server_id: int, listing: str) -> list[Change]:
     server = McpServer.objects.select_for_update().get(pk=server_id)
     if server.discovered_at is None:
         raise InvalidRequest("Refresh the server's tools first; there is no listing to accept.")
@@ -99,13 +109,18 @@ def mcp_server_accept(*, server_id: int, listing: str) -> list[Change]:
     return changes
 
 
-def mcp_tool_declare(*, tool: McpTool, output_class: str, effect: str) -> McpTool:
+def mcp_tool_declare(*, tool: McpTool, output_class: str, effect: str, user: Any) -> Saved:
     """MCP-2's per-tool overrides ("" keeps the server's). A class raised here withholds
-    the tool's earlier results from every later send that may not take it (MCP-4)."""
+    the tool's earlier results from every later send that may not take it (MCP-4); one
+    lowered is held for approval when change approval is on (GOV-3)."""
     if output_class and output_class not in {label for label, _ in DATA_CLASS_CHOICES}:
         raise InvalidRequest("Unknown data class.", fields={"output_class": ["Unknown class."]})
     if effect and effect not in {word for word, _ in EFFECT_CHOICES}:
         raise InvalidRequest("Unknown effect.", fields={"effect": ["Unknown effect."]})
-    tool.output_class, tool.effect = output_class, effect
-    tool.save(update_fields=["output_class", "effect"])
-    return tool
+
+    def save() -> McpServer:
+        tool.output_class, tool.effect = output_class, effect
+        tool.save(update_fields=["output_class", "effect"])
+        return tool.server
+
+    return catalog_save(kind="mcp_server", pk=tool.server_id, user=user, save=save)

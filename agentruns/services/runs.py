@@ -246,6 +246,7 @@ def _create(
     run = Run.objects.create(
         thread=thread,
         configuration=configuration,
+        configuration_version=configuration.version,
         input=text,
         created_by=owner,
         forced_snippet_ids=list(dict.fromkeys(submission.forced_snippets)),

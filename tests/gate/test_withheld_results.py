@@ -116,7 +116,10 @@ def tracker(settings):
         declared = {"customer_lookup": ("restricted", "read_only"), "add_comment": ("internal", "")}
         for tool in McpTool.objects.filter(server=server, name__in=declared):
             mcp_tool_declare(
-                tool=tool, output_class=declared[tool.name][0], effect=declared[tool.name][1]
+                tool=tool,
+                output_class=declared[tool.name][0],
+                effect=declared[tool.name][1],
+                user=None,
             )
         yield live
 
@@ -210,14 +213,14 @@ def test_mcp4_a_result_is_withheld_when_its_tools_class_is_raised_while_the_run_
     class is raised to restricted while the run waits for the write's approval."""
     if case is MCP:
         tool = McpTool.objects.get(server__slug="tracker", name="customer_lookup")
-        mcp_tool_declare(tool=tool, output_class="internal", effect="read_only")
+        mcp_tool_declare(tool=tool, output_class="internal", effect="read_only", user=None)
     else:
         lowered = dataclasses.replace(REGISTRY.get(case.read), output_class=DataClass.INTERNAL)
         monkeypatch.setitem(REGISTRY._tools, case.read, lowered)
     run = parked(approver, fake, case, zone="external_eu")
     assert case.needle in sent_result(fake, "call_r")["content"]
     if case is MCP:
-        mcp_tool_declare(tool=tool, output_class="restricted", effect="read_only")
+        mcp_tool_declare(tool=tool, output_class="restricted", effect="read_only", user=None)
     else:  # a class is code: a deploy raises it
         raised = dataclasses.replace(lowered, output_class=DataClass.RESTRICTED)
         monkeypatch.setitem(REGISTRY._tools, case.read, raised)

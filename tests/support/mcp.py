@@ -121,5 +121,5 @@ def register(slug: str, url: str = "", **fields: Any) -> McpServer:
 def pin(server: McpServer) -> McpServer:
     """Refresh and accept the listing, as staff would after reviewing it."""
     mcp_server_refresh(server=server)
-    mcp_server_accept(server_id=server.pk, listing=mcp_listing_digest(server))
+    mcp_server_accept(server_id=server.pk, listing=mcp_listing_digest(server), user=None)
     return server

@@ -87,7 +87,7 @@ def test_mcp3_a_server_that_is_down_gives_the_model_an_error_result(loopback, st
     server = register("gone", "http://127.0.0.1:9/mcp")
     schema = {"type": "object", "properties": {"ticket_id": {"type": "string"}}}
     mcp_server_review(server=server, listed=[{"name": "get_ticket", "input_schema": schema}])
-    mcp_server_accept(server_id=server.pk, listing=mcp_listing_digest(server))
+    mcp_server_accept(server_id=server.pk, listing=mcp_listing_digest(server), user=None)
     McpTool.objects.filter(server=server).update(effect="read_only")
     server.save()
     scripted_configuration(

@@ -127,7 +127,7 @@ def test_mcp2_discovery_shows_the_difference_and_pins_only_on_accept(loopback, l
     assert {c.name: c.kind for c in changes} == dict.fromkeys(TRACKER_TOOLS, "added")
     sync_pinned()
     assert REGISTRY.get("tracker.get_ticket") is None  # nothing offered before accepting
-    mcp_server_accept(server_id=server.pk, listing=mcp_listing_digest(server))
+    mcp_server_accept(server_id=server.pk, listing=mcp_listing_digest(server), user=None)
     sync_pinned()
     tool = REGISTRY.get("tracker.get_ticket")
     assert tool is not None
@@ -180,7 +180,7 @@ def test_mcp2_accepting_is_bound_to_the_listing_that_was_reviewed(loopback, live
     live.server.remove_tool("fail")
     mcp_server_refresh(server=server)  # someone listed again meanwhile
     with pytest.raises(Conflict):
-        mcp_server_accept(server_id=server.pk, listing=reviewed)
+        mcp_server_accept(server_id=server.pk, listing=reviewed, user=None)
     assert not McpTool.objects.filter(server=server).exists()
 
 
@@ -189,7 +189,7 @@ def test_mcp2_a_removed_tool_is_unpinned(loopback, live):
     live.server.remove_tool("fail")
     changes = {c.name: c.kind for c in mcp_server_refresh(server=server)}
     assert changes["fail"] == "removed"
-    mcp_server_accept(server_id=server.pk, listing=mcp_listing_digest(server))
+    mcp_server_accept(server_id=server.pk, listing=mcp_listing_digest(server), user=None)
     assert not McpTool.objects.filter(server=server, name="fail").exists()
 
 
@@ -248,7 +248,7 @@ def test_mcp2_a_pinned_schema_runs_its_patterns_on_re2(loopback):
         "required": ["q"],
     }
     mcp_server_review(server=server, listed=[{"name": "find", "input_schema": schema}])
-    mcp_server_accept(server_id=server.pk, listing=mcp_listing_digest(server))
+    mcp_server_accept(server_id=server.pk, listing=mcp_listing_digest(server), user=None)
     sync_pinned()
     tool = REGISTRY.get("regex.find")
     assert tool.argument_errors({"q": "a" * 5000 + "b"})  # answers at once, and says no
@@ -374,7 +374,7 @@ def test_mcp2_hitl10_an_upstream_schema_change_refuses_the_old_approval(loopback
     changes = {c.name: c for c in mcp_server_refresh(server=server)}
     assert changes["add_comment"].kind == "changed"
     assert changes["add_comment"].pinned_version == old != changes["add_comment"].listed.version
-    mcp_server_accept(server_id=server.pk, listing=mcp_listing_digest(server))
+    mcp_server_accept(server_id=server.pk, listing=mcp_listing_digest(server), user=None)
 
     response = resume(client_for(approver), run.pk, allow(ticket))
     assert response.status_code == 200, response.json()

@@ -7,7 +7,12 @@ from typing import Any
 from django.core.management.base import BaseCommand
 from django.db import transaction
 
-from agentruns.demo import load_demo_data, load_demo_schedules, load_demo_users
+from agentruns.demo import (
+    load_demo_data,
+    load_demo_governance,
+    load_demo_schedules,
+    load_demo_users,
+)
 from agentruns.demo_accounts import DEMO_PASSWORD, DEMO_USERS
 
 
@@ -22,5 +27,6 @@ class Command(BaseCommand):
         load_demo_data()
         load_demo_users()
         load_demo_schedules()
-        names = " and ".join(username for username, _, _ in DEMO_USERS)
+        load_demo_governance()
+        names = ", ".join(username for username, _, _ in DEMO_USERS)
         self.stdout.write(f"Demo data loaded. Sign in as {names}, password {DEMO_PASSWORD}")

@@ -5,6 +5,7 @@ reply and judge each proposed call before any runs."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,8 +13,9 @@ from django.conf import settings
 
 from agentruns import events as ev
 from agentruns.answers import schema_problems
+from agentruns.gate.core import ResultSource
 from agentruns.models import Checkpoint, Run, ToolInvocation
-from agentruns.providers.base import ProviderRequest, Reply
+from agentruns.providers.base import Link, ProviderRequest, Reply
 from agentruns.runtime.actions.base import Outcome, RunContext, redaction_items
 from agentruns.runtime.actions.compact import compact_if_needed
 from agentruns.runtime.actions.endings import finish, finish_failed
@@ -102,7 +104,8 @@ def model_turn(ctx: RunContext, turn_index: int) -> Outcome | None:
     )
     trace = ctx.trace
     span = trace.turn(ctx, turn_index, composed) if trace else None  # OPS-7
-    sent = send(ctx, request, composed_on=composed_on, withheld=ctx.view().withheld)
+    withheld = ctx.view().withheld
+    sent = send(ctx, request, composed_on=composed_on, withheld=withheld)
     if not isinstance(sent, Sent):
         if trace:
             trace.turn_done(ctx, span, None, None)
@@ -117,7 +120,27 @@ def model_turn(ctx: RunContext, turn_index: int) -> Outcome | None:
         "model": reply.model,
     }
     offered = {t.name for t in composed.tools}
-    return _record_turn(ctx, turn_index, reply, offered, continuation, served_by)
+    sent_under = sent_record(ctx, link, composed, withheld)
+    return _record_turn(ctx, turn_index, reply, offered, continuation, served_by, sent_under)
+
+
+def sent_record(
+    ctx: RunContext, link: Link, composed: Composed, withheld: Sequence[ResultSource]
+) -> dict[str, Any]:
+    """GOV-2: what this turn was sent under, kept in its `message.assistant` so pages show
+    it as it was, never recomposed from today's catalog: the versions of the configuration,
+    the provider that answered and each source carried, the zone and ceiling the gate
+    judged, and the results it withheld."""
+    view = ctx.config.view
+    return {
+        "configuration_version": view.primary.version,
+        "link_version": link.version,
+        "provider_version": link.provider_version,
+        "zone": link.zone.label,
+        "ceiling": ctx.config.ceiling.label,
+        "sources": {f"{s.kind}:{s.name}": s.version for s in composed.sources if s.version},
+        "withheld": [result.sequence for result in withheld],
+    }
 
 
 def _composed(ctx: RunContext) -> Composed:
@@ -131,6 +154,7 @@ def _record_turn(
     offered: set[str],
     continuation: Any = None,
     served_by: dict[str, Any] | None = None,
+    sent_under: dict[str, Any] | None = None,
 ) -> Outcome | None:
     reply, unstorable = storable_reply(reply)  # SEC-7: before any of it is stored
     text, redacted = redact(reply.text)
@@ -150,6 +174,7 @@ def _record_turn(
         "tool_calls_before": ctx.state.tool_calls_used,
         "served_by": served_by or {},  # LOOP-3: which link of the chain answered (TZ-5)
         "usage": reply.token_usage,  # OPS-1
+        "sent": sent_under or {},  # GOV-2
     }
     redaction = redaction_items("model_reply", redacted)
     if not calls:

@@ -1,0 +1,161 @@
+"""The admin's door to change governance (GOV-1, GOV-3): a save, with its inlines, is one
+change through `catalog_save` (a held one says so instead of "changed"); the history page
+lists the versions with their diffs and rolls back to one by making a new version."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import get_object_or_404, redirect
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+
+from agentruns.admin.record import RecordAdmin
+from agentruns.errors import AgentrunsError
+from agentruns.models import ChangeRequest
+from agentruns.services.changes import (
+    Saved,
+    catalog_history,
+    catalog_rollback,
+    catalog_save,
+    change_request_approve,
+    change_request_reject,
+)
+from agentruns.words import sentence
+
+HELD = "agentruns_change_request"
+
+
+def held_message(request: ChangeRequest) -> str:
+    fields = ", ".join(request.changes)
+    return (
+        f"Held for approval as change request #{request.pk} ({fields}): it widens what "
+        "may leave or who decides, so it is not in force until another holder of "
+        "approve_change approves it in the inbox."
+    )
+
+
+class HeldAdmin(admin.ModelAdmin):
+    """A save whose change was held answers with why, not with "changed successfully"."""
+
+    def response_change(self, request: HttpRequest, obj: Any) -> HttpResponse:
+        held = getattr(request, HELD, None)
+        if held is None:
+            return super().response_change(request, obj)
+        self.message_user(request, held_message(held), messages.WARNING)
+        return HttpResponseRedirect(request.path)
+
+
+class GovernedAdmin(HeldAdmin):
+    """Subclasses write in `persist_model`, never `save_model`, so the record and its
+    inlines are compared and kept (or held) together."""
+
+    kind = ""
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        """Deferred to `save_related`: the inlines belong to the same change."""
+
+    def persist_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        super().save_model(request, obj, form, change)
+
+    def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
+        obj = form.instance
+
+        def save() -> Any:
+            self.persist_model(request, obj, form, change)
+            super(GovernedAdmin, self).save_related(request, form, formsets, change)
+            return obj
+
+        saved = catalog_save(
+            kind=self.kind, pk=obj.pk if change else None, user=request.user, save=save
+        )
+        setattr(request, HELD, saved.change_request)
+
+    def tell(self, request: HttpRequest, saved: Saved, done: str) -> None:
+        if saved.change_request is not None:
+            self.message_user(request, held_message(saved.change_request), messages.WARNING)
+        else:
+            self.message_user(request, done)
+
+    def get_urls(self) -> list[URLPattern]:
+        info = self.model._meta.app_label, self.model._meta.model_name
+        rollback = path(
+            "<int:object_id>/history/rollback/",
+            self.admin_site.admin_view(self.rollback_view),
+            name="{}_{}_rollback".format(*info),
+        )
+        return [rollback, *super().get_urls()]
+
+    def history_view(
+        self, request: HttpRequest, object_id: str, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        """GOV-1: the versions, newest first, each with what changed and its diffs."""
+        obj = get_object_or_404(self.model, pk=object_id)
+        if not self.has_view_or_change_permission(request, obj):
+            raise PermissionDenied
+        opts = self.model._meta
+        context = {
+            **self.admin_site.each_context(request),
+            "title": f"History: {obj}",
+            "subtitle": None,
+            "object": obj,
+            "opts": opts,
+            "versions": catalog_history(obj),
+            "may_roll_back": self.has_change_permission(request, obj),
+            "rollback_url": reverse(
+                f"admin:{opts.app_label}_{opts.model_name}_rollback", args=[obj.pk]
+            ),
+            **(extra_context or {}),
+        }
+        return TemplateResponse(request, "admin/agentruns/history.html", context)
+
+    def rollback_view(self, request: HttpRequest, object_id: int) -> HttpResponse:
+        obj = get_object_or_404(self.model, pk=object_id)
+        if request.method != "POST" or not self.has_change_permission(request, obj):
+            raise PermissionDenied
+        try:
+            number = int(request.POST.get("version", ""))
+            saved = catalog_rollback(obj=obj, number=number, user=request.user)
+        except ValueError:
+            self.message_user(request, "Choose a version to roll back to.", messages.ERROR)
+        except AgentrunsError as exc:
+            self.message_user(request, sentence(exc), messages.ERROR)
+        else:
+            self.tell(request, saved, f"Rolled back to version {number}, as a new version.")
+        opts = self.model._meta
+        return redirect(reverse(f"admin:{opts.app_label}_{opts.model_name}_history", args=[obj.pk]))
+
+
+@admin.register(ChangeRequest)
+class ChangeRequestAdmin(RecordAdmin):
+    """GOV-3: held changes. They are decided in the inbox or here, through the same
+    service as the API (never by editing the row)."""
+
+    list_display = ["id", "kind", "key", "changed_fields", "requested_by", "status", "created_at"]
+    list_filter = ["status", "kind"]
+    search_fields = ["key"]
+    actions = ["approve", "reject"]
+
+    @admin.display(description="changes")
+    def changed_fields(self, request: ChangeRequest) -> str:
+        return ", ".join(request.changes)
+
+    @admin.action(description="Approve selected change requests")
+    def approve(self, request: HttpRequest, queryset: Any) -> None:
+        self._decide(request, queryset, change_request_approve, "approved")
+
+    @admin.action(description="Reject selected change requests")
+    def reject(self, request: HttpRequest, queryset: Any) -> None:
+        self._decide(request, queryset, change_request_reject, "rejected")
+
+    def _decide(self, request: HttpRequest, queryset: Any, decide: Any, done: str) -> None:
+        for row in queryset:
+            try:
+                decide(request_id=row.pk, user=request.user)
+            except AgentrunsError as exc:
+                self.message_user(request, f"#{row.pk}: {sentence(exc)}", messages.ERROR)
+            else:
+                self.message_user(request, f"Change request #{row.pk} {done}.")
