@@ -6,11 +6,11 @@ from django.db.models import QuerySet
 from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import serializers, viewsets
 from rest_framework.decorators import action
-from rest_framework.permissions import IsAdminUser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from agentruns.api import docs
+from agentruns.api.permissions import ModelPermission
 from agentruns.events import EVENT_TYPES
 from agentruns.models import Webhook, WebhookAttempt, WebhookDelivery
 from agentruns.outbound import url_problem
@@ -89,7 +89,7 @@ class DeliverySerializer(serializers.ModelSerializer):
 @extend_schema_view(**docs.WEBHOOKS)
 class WebhookViewSet(viewsets.ModelViewSet):
     serializer_class = WebhookSerializer
-    permission_classes = [IsAdminUser]
+    permission_classes = [ModelPermission]
     queryset = Webhook.objects.select_related("created_by")
 
     def perform_create(self, serializer: serializers.BaseSerializer) -> None:
