@@ -18,7 +18,8 @@ class ModelPermission(DjangoModelPermissions):
     since an action's HTTP method says nothing of it: a POST `refresh` changes a server,
     it adds none."""
 
-    perms_map = {**DjangoModelPermissions.perms_map, "GET": VIEW, "HEAD": VIEW}
+    # OPTIONS describes the fields: a read like any other.
+    perms_map = {**DjangoModelPermissions.perms_map, "GET": VIEW, "HEAD": VIEW, "OPTIONS": VIEW}
 
     def has_permission(self, request: Request, view: Any) -> bool:
         user = request.user
