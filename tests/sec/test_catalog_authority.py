@@ -3,13 +3,25 @@ needs its model permission and reading needs `view_`; `is_staff` alone grants no
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from django.contrib.auth.models import Group
 from rest_framework.test import APIClient
 
-from agentruns.models import Configuration, McpServer, McpTool, Provider, Webhook
+from agentruns.models import (
+    Configuration,
+    McpServer,
+    McpTool,
+    Provider,
+    Webhook,
+    WebhookDelivery,
+)
+from agentruns.services.webhooks import webhook_deliver_due
 from tests.conftest import grant
 from tests.support.catalog import make_configuration, make_snippet
+from tests.support.ops import Receiver
+from tests.support.runs import submit
 
 pytestmark = pytest.mark.django_db
 
@@ -106,3 +118,53 @@ def test_each_write_takes_the_permission_the_admin_takes(bare_staff):
     assert declared.status_code == 200, declared.content
     tool.refresh_from_db()
     assert tool.effect == "read_only"
+
+
+def test_a_webhook_delivers_only_events_of_runs_its_owner_may_see(django_user_model, settings):
+    """SEC-15: a colleague who gets 404 on another's run registers a webhook for every
+    event type; that run's events are recorded `withheld`, never sent, her own are sent."""
+    settings.AGENTRUNS_WEBHOOK_ALLOWED_HOSTS = ["127.0.0.1"]
+    colleague = django_user_model.objects.create_user("colleague", is_staff=True)
+    grant(colleague, "add_webhook")
+    make_configuration("c")
+    receiver = Receiver(statuses=[200])
+    try:
+        created = client_of(colleague).post(
+            "/api/webhooks/", {"url": receiver.url, "secret": "s" * 16}, format="json"
+        )
+        assert created.status_code == 201, created.content
+        assert Webhook.objects.get().created_by == colleague
+        initiator = django_user_model.objects.create_user("initiator")
+        theirs = submit(initiator, "c", "the acquisition target is Acme")
+        assert client_of(colleague).get(f"/api/runs/{theirs.pk}/").status_code == 404
+        mine = submit(colleague, "c", "my own run")
+        webhook_deliver_due()
+        rows = WebhookDelivery.objects.filter(event_type="message.user")
+        assert rows.get(run_id=theirs.pk).status == "withheld"
+        assert rows.get(run_id=mine.pk).status == "delivered"
+        bodies = [json.loads(seen.body) for seen in receiver.received]
+        assert {body["run"] for body in bodies} == {mine.pk}
+        assert "Acme" not in "".join(seen.body.decode() for seen in receiver.received)
+    finally:
+        receiver.close()
+
+
+def test_a_webhook_whose_owner_is_gone_or_deactivated_sends_nothing(
+    bare_staff, django_user_model, settings
+):
+    """SEC-15: a deactivated owner's webhook (or one whose owner was deleted) withholds."""
+    settings.AGENTRUNS_WEBHOOK_ALLOWED_HOSTS = ["127.0.0.1"]
+    make_configuration("c")
+    receiver = Receiver(statuses=[200])
+    try:
+        Webhook.objects.create(url=receiver.url, secret="s" * 16, created_by=bare_staff)
+        Webhook.objects.create(url=receiver.url, secret="s" * 16, created_by=None)
+        bare_staff.is_active = False
+        bare_staff.save()
+        submit(bare_staff, "c", "before she left")
+        webhook_deliver_due()
+        statuses = set(WebhookDelivery.objects.values_list("status", flat=True))
+        assert statuses == {"withheld"}
+        assert receiver.received == []
+    finally:
+        receiver.close()
