@@ -65,10 +65,15 @@ def edit_schema(ticket: Ticket) -> dict[str, Any] | None:
 
 
 def approval_refusal(ticket: Ticket, user: Any, edit: Edit | None, shown: str | None) -> None:
-    """HITL-13: an allow approves the arguments its approver was shown (`shown`, their
-    digest, when the host sends it), and the same person never counts twice for them."""
-    if shown and shown != ticket.pending_digest:
-        raise ArgumentsChanged("The arguments were edited since they were shown to you.")
+    """HITL-13, SEC-16: an allow approves the arguments its approver was shown (`shown`,
+    their digest), and the same person never counts twice for them. Once the arguments
+    were edited the digest is required: without it nothing says which version the
+    approver read, and an allow sent as if for the model's arguments would run the edit."""
+    if (shown or ticket.edited_digest) and shown != ticket.pending_digest:
+        raise ArgumentsChanged(
+            "The arguments were edited since they were shown to you; read the ticket "
+            "again and send its arguments_digest."
+        )
     approving = edit.digest if edit else ticket.pending_digest
     if TicketApproval.objects.filter(ticket=ticket, user=user, arguments_digest=approving).exists():
         raise AlreadyApproved("You already approved this call with these arguments.")
