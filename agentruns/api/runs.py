@@ -180,11 +180,12 @@ def approvals_dict(ticket: Ticket) -> dict[str, Any]:
     """HITL-12, HITL-13: what an allow now approves and who has allowed it so far."""
     required = ticket.run.configuration.approvals_required
     # With one approval needed the first allow answers the ticket: nobody to list.
-    approvers = approval_count(ticket.run, ticket).approvers if required > 1 else []
+    count = approval_count(ticket.run, ticket) if required > 1 else None
     editor = ticket.edited_by if ticket.edited_by_id else None
     return {
         "required": required,
-        "approvers": approvers,
+        "approvers": count.approvers if count else [],
+        "dropped": count.dropped if count else [],  # SEC-17: allows that no longer count
         "arguments": ticket.pending_arguments,
         "arguments_digest": ticket.pending_digest,
         "edited_by": editor.get_username() if editor else None,

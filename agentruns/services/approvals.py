@@ -8,12 +8,13 @@ quorum answers the ticket; the others either add their count or find the ticket 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from agentruns.answers import field_errors
 from agentruns.errors import AlreadyApproved, ArgumentsChanged, InvalidArguments
 from agentruns.models import Run, Ticket, TicketApproval, ToolInvocation
+from agentruns.policy import may_decide
 from agentruns.runtime.actions.model_turn import idempotency_key
 from agentruns.runtime.redaction import redact_value
 from agentruns.runtime.state import ProposedCall
@@ -81,10 +82,12 @@ def approval_refusal(ticket: Ticket, user: Any, edit: Edit | None, shown: str | 
 
 @dataclass(frozen=True)
 class Count:
-    """Where the quorum stands after this allow."""
+    """Where the quorum stands after this allow; `dropped` are those whose allow no longer
+    counts (SEC-17)."""
 
     approvers: list[str]
     required: int
+    dropped: list[str] = field(default_factory=list)
 
     @property
     def reached(self) -> bool:
@@ -111,15 +114,22 @@ def approval_record(run: Run, ticket: Ticket, user: Any, edit: Edit | None) -> C
 
 def approval_count(run: Run, ticket: Ticket) -> Count:
     """The distinct people who allowed the pending arguments; under four-eyes the
-    initiator never counts (HITL-8), even had they allowed before it was switched on."""
+    initiator never counts (HITL-8), even had they allowed before it was switched on.
+    SEC-17: an allow counts only while its giver may still decide the ticket, asked now:
+    an account deactivated, or one that lost `approve_run` or left the routing groups
+    since, is dropped from the count (and named, so the card can say so)."""
     required = run.configuration.approvals_required
     if ticket.status != Ticket.Status.ACTIVE:
         return Count([], required)
     rows = TicketApproval.objects.filter(ticket=ticket, arguments_digest=ticket.pending_digest)
     if run.configuration.require_second_approver and run.created_by_id:
         rows = rows.exclude(user_id=run.created_by_id)
-    names = [row.user.get_username() for row in rows.select_related("user")]
-    return Count(names, required)
+    counted: list[str] = []
+    dropped: list[str] = []
+    for row in rows.select_related("user"):
+        live = row.user.is_active and may_decide(row.user, ticket)
+        (counted if live else dropped).append(row.user.get_username())
+    return Count(counted, required, dropped)
 
 
 def edited_invocation(run: Run, ticket: Ticket) -> dict[str, Any]:
