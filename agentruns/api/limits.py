@@ -12,6 +12,7 @@ from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.parsers import JSONParser
 from rest_framework.throttling import BaseThrottle
 
+from agentruns.answers import bounds_problem
 from agentruns.selectors import bounded_count
 from agentruns.throttles import ScopeThrottle
 
@@ -20,16 +21,22 @@ MAX_ID = 2**63 - 1
 MAX_OFFSET = 2**31 - 1
 
 
+# SEC-18: deeper than any body the API takes; well within what the recursive code that
+# reads a body (redaction, validation, serializers) can walk.
+MAX_BODY_DEPTH = 128
+
+
 class BoundedJSONParser(JSONParser):
-    """A body nested deeper than Python's recursion limit, or holding a string PostgreSQL
-    cannot store, is malformed (400), not a 500."""
+    """A body nested deeper than MAX_BODY_DEPTH (or than Python's parser can), or holding
+    a string PostgreSQL cannot store, is malformed (400), not a 500."""
 
     def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> Any:
         try:
             data = super().parse(stream, media_type, parser_context)
         except RecursionError as exc:
             raise ParseError("JSON parse error - nested too deeply.") from exc
-        problem = unstorable(data)
+        # The body's size is bounded already (AGENTRUNS_MAX_BODY_BYTES): depth only.
+        problem = bounds_problem(data, depth=MAX_BODY_DEPTH, items=None) or unstorable(data)
         if problem:
             raise ParseError(f"JSON parse error - {problem}.")
         return data

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentruns.answers import field_errors
+from agentruns.answers import bounds_problem, field_errors
 from agentruns.errors import AlreadyApproved, ArgumentsChanged, InvalidArguments
 from agentruns.models import Run, Ticket, TicketApproval, ToolInvocation
 from agentruns.policy import may_decide
@@ -46,6 +46,9 @@ def edit_checked(
         raise InvalidArguments("Only an allow may carry edited arguments.")
     if not isinstance(arguments, dict):
         raise InvalidArguments("The arguments are an object.", fields={"": ["Give an object."]})
+    too_big = bounds_problem(arguments)  # SEC-18: before redaction and validation walk it
+    if too_big:
+        raise InvalidArguments(f"The arguments are refused: {too_big}.", fields={"": [too_big]})
     registered = REGISTRY.get(ticket.tool)
     if registered is None:
         raise InvalidArguments(f"{ticket.tool!r} is no longer registered; it cannot be edited.")

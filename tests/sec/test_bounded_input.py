@@ -4,9 +4,24 @@ is a 500."""
 
 from __future__ import annotations
 
+import pytest
+
 from agentruns.classes import DataClass
 from agentruns.tools.mcp.listing import listed_tools
 from agentruns.tools.registry import Effect, Tool, ToolOutput
+from tests.conftest import grant
+from tests.support.catalog import scripted_configuration
+from tests.support.hitl import (
+    active_ticket,
+    allow,
+    answer,
+    client_for,
+    picture,
+    resume,
+    write_call,
+)
+from tests.support.routing import ASK_TURNS
+from tests.support.runs import park
 
 SELF = {"$defs": {"node": {"$ref": "#/$defs/node"}}}
 LOOPS = {
@@ -62,3 +77,52 @@ def test_a_looping_schema_pinned_before_gives_the_model_an_error_not_a_dead_work
     errors = tool.argument_errors({"x": 1})
     assert errors and "refers to itself" in errors[0]
 
+
+def nested(levels: int) -> dict:
+    value: dict = {"leaf": "x"}
+    for _ in range(levels - 1):
+        value = {"n": value}
+    return value
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("levels", [130, 600])
+def test_a_deeply_nested_answer_or_edit_over_the_api_is_a_4xx_and_changes_nothing(
+    levels, django_user_model
+):
+    """SEC-18: ~600 levels parsed, then redaction recursed out (500). The API refuses a
+    body deeper than 128 levels as malformed."""
+    approver = grant(django_user_model.objects.create_user("ada"), "approve_run")
+    scripted_configuration("pay", [{"tool_calls": [write_call("t")]}, {"text": "ok"}])
+    run = park(django_user_model.objects.create_user("initiator"), "pay")
+    before = picture(run.pk)
+    body = allow(active_ticket(run.pk))
+    body["result"]["arguments"] = nested(levels)
+    response = resume(client_for(approver), run.pk, body)
+    assert response.status_code == 400, response.content
+    assert response.json()["code"] == "malformed"
+    assert picture(run.pk) == before
+
+
+@pytest.mark.django_db
+def test_an_answer_or_edit_beyond_the_services_bounds_is_refused_on_every_path(
+    django_user_model,
+):
+    """SEC-18: within the API's depth, the service still bounds what redaction and
+    validation walk (64 levels, 10 000 values), for the pages and the admin alike."""
+    approver = grant(django_user_model.objects.create_user("ada"), "approve_run")
+    scripted_configuration("pay", [{"tool_calls": [write_call("t")]}, {"text": "ok"}])
+    initiator = django_user_model.objects.create_user("initiator")
+    run = park(initiator, "pay")
+    before = picture(run.pk)
+    for arguments in (nested(100), {"title": "t", "body": "b", "many": list(range(20_000))}):
+        body = allow(active_ticket(run.pk))
+        body["result"]["arguments"] = arguments
+        response = resume(client_for(approver), run.pk, body)
+        assert response.status_code == 422, response.content
+        assert response.json()["code"] == "invalid_arguments"
+    assert picture(run.pk) == before
+    scripted_configuration("ask", ASK_TURNS)
+    asked = park(initiator, "ask")
+    refused = resume(client_for(initiator), asked.pk, answer(active_ticket(asked.pk), nested(100)))
+    assert refused.status_code == 422 and refused.json()["code"] == "invalid_input"
