@@ -7,6 +7,7 @@ from typing import Any
 
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
+from django.http.multipartparser import MultiPartParserError
 from rest_framework.exceptions import ParseError
 from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.parsers import JSONParser
@@ -64,21 +65,36 @@ def unstorable(value: Any) -> str:
 
 
 class StorableRequestMiddleware:
-    """The same rule for the path and the query string of every request (API and pages):
-    a NUL there would reach a lookup and make the database fail (SEC-3)."""
+    """The same rule for the path and the query string of every request (API and pages),
+    and for every field of a page's form: a NUL there would reach a lookup or a row and
+    make the database fail (SEC-3, SEC-18: an inbox note, an edited argument, a typed
+    answer, a task, a fork's input). The API's bodies are JSON, checked by its parser."""
 
     def __init__(self, get_response: Any) -> None:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         values = [request.path, *(v for _, vs in request.GET.lists() for v in vs)]
+        where = "path or query"
         problem = unstorable(values)
+        if not problem and request.method == "POST" and not request.path.startswith("/api/"):
+            where, problem = "form", unstorable(_form_fields(request))
         if not problem:
             return self.get_response(request)
-        detail = f"The request's path or query is malformed: {problem}."
+        detail = f"The request's {where} is malformed: {problem}."
         if request.path.startswith("/api/"):
             return JsonResponse({"code": "malformed", "detail": detail}, status=400)
         return HttpResponseBadRequest(detail)
+
+
+def _form_fields(request: HttpRequest) -> list[str]:
+    """A form's names and values; none for a body that is no form (or cannot be parsed:
+    the view answers that as before)."""
+    try:
+        form = request.POST
+    except MultiPartParserError:
+        return []
+    return [text for name, values in form.lists() for text in (name, *values)]
 
 
 class Pagination(LimitOffsetPagination):

@@ -5,8 +5,10 @@ is a 500."""
 from __future__ import annotations
 
 import pytest
+from django.test import Client
 
 from agentruns.classes import DataClass
+from agentruns.models import Run
 from agentruns.tools.mcp.listing import listed_tools
 from agentruns.tools.registry import Effect, Tool, ToolOutput
 from tests.conftest import grant
@@ -16,6 +18,7 @@ from tests.support.hitl import (
     allow,
     answer,
     client_for,
+    identity,
     picture,
     resume,
     write_call,
@@ -126,3 +129,30 @@ def test_an_answer_or_edit_beyond_the_services_bounds_is_refused_on_every_path(
     asked = park(initiator, "ask")
     refused = resume(client_for(initiator), asked.pk, answer(active_ticket(asked.pk), nested(100)))
     assert refused.status_code == 422 and refused.json()["code"] == "invalid_input"
+
+
+@pytest.mark.django_db
+def test_a_nul_in_any_page_form_is_a_400_and_changes_nothing(django_user_model):
+    """SEC-18: a NUL in a form field reached PostgreSQL (DataError, 500): the run start's
+    task, an inbox note (the card's Approve), a fork's input."""
+    approver = grant(django_user_model.objects.create_user("ada"), "approve_run")
+    scripted_configuration("pay", [{"tool_calls": [write_call("t")]}, {"text": "ok"}])
+    run = park(approver, "pay")
+    ticket = active_ticket(run.pk)
+    browser = Client()
+    browser.force_login(approver)
+    before = (Run.objects.count(), picture(run.pk))
+    posts = [
+        ("/runs/start/", {"configuration": "pay", "task": "hello\x00"}),
+        (
+            f"/inbox/{ticket.correlation_id}/resume/",
+            {**identity(ticket), "kind": "permission", "decision": "allow", "note": "ok\x00"},
+        ),
+        (f"/runs/{run.pk}/fork/", {"at": "", "input": "again\x00"}),
+        ("/runs/start/", {"configuration": "pay", "task\x00": "hello"}),
+    ]
+    for url, data in posts:
+        response = browser.post(url, data)
+        assert response.status_code == 400, (url, response.status_code)
+        assert b"NUL" in response.content
+    assert (Run.objects.count(), picture(run.pk)) == before
