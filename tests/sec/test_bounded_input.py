@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import pytest
 from django.test import Client
+from mcp.server.mcpserver import MCPServer
 
 from agentruns.classes import DataClass
-from agentruns.models import Run
+from agentruns.models import McpServer, Run
+from agentruns.tools.mcp.client import MAX_ANSWER_BYTES, Endpoint, call_tool
 from agentruns.tools.mcp.listing import listed_tools
 from agentruns.tools.registry import Effect, Tool, ToolOutput
 from tests.conftest import grant
@@ -23,6 +25,7 @@ from tests.support.hitl import (
     resume,
     write_call,
 )
+from tests.support.mcp import serve_http
 from tests.support.routing import ASK_TURNS
 from tests.support.runs import park
 
@@ -156,3 +159,41 @@ def test_a_nul_in_any_page_form_is_a_400_and_changes_nothing(django_user_model):
         assert response.status_code == 400, (url, response.status_code)
         assert b"NUL" in response.content
     assert (Run.objects.count(), picture(run.pk)) == before
+
+
+def big_server() -> MCPServer:
+    server = MCPServer("big")
+
+    @server.tool()
+    def dump(megabytes: int) -> str:
+        return "x" * (megabytes << 20)
+
+    @server.tool()
+    def small() -> str:
+        return "fine"
+
+    return server
+
+
+def test_an_mcp_answer_is_read_as_it_arrives_and_refused_past_one_mebibyte(settings):
+    """SEC-18, MCP-3: a result was read whole before its 64 k cut (80 MB cost 160 MB of
+    memory); an answer over 1 MiB is refused while it arrives and the model is told."""
+    settings.AGENTRUNS_MCP_ALLOWED_HOSTS = ["127.0.0.1"]
+    with serve_http(big_server()) as url:
+        endpoint = Endpoint("big", McpServer.Transport.STREAMABLE_HTTP, url)
+        output = call_tool(endpoint, "dump", {"megabytes": 3}, timeout=30)
+        assert not output.ok
+        assert output.content == (
+            f"Error: the MCP server big sent an answer over {MAX_ANSWER_BYTES} bytes; "
+            "nothing of it was kept."
+        )
+        assert call_tool(endpoint, "small", {}, timeout=30).content == "fine"
+
+
+def test_mcp_error_texts_name_no_address_or_reachability_detail(settings):
+    """Settled (issue 48, item 8): what refused a connection (SEC-9's private addresses)
+    goes to the log, not into the model's context."""
+    settings.AGENTRUNS_MCP_ALLOWED_HOSTS = []
+    endpoint = Endpoint("inside", McpServer.Transport.STREAMABLE_HTTP, "http://10.0.0.5/mcp")
+    output = call_tool(endpoint, "anything", {}, timeout=5)
+    assert output.content == "Error: the MCP server inside could not be reached."
