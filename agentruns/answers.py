@@ -169,6 +169,32 @@ def schema_problems(schema: Any) -> list[str]:
     return problems
 
 
+# SEC-18: what a person, a host or a server may send as one JSON value (an answer, edited
+# arguments), checked before anything recursive (redaction, validation) walks it.
+MAX_VALUE_DEPTH = 64
+MAX_VALUE_ITEMS = 10_000
+
+
+def bounds_problem(
+    value: Any, *, depth: int = MAX_VALUE_DEPTH, items: int | None = MAX_VALUE_ITEMS
+) -> str:
+    """Why `value` is out of bounds ('' when it is not): objects and arrays nested deeper
+    than `depth`, or more than `items` values in all. Walked without recursion."""
+    pending: list[tuple[Any, int]] = [(value, 0)]
+    seen = 0
+    while pending:
+        node, level = pending.pop()
+        seen += 1
+        if items is not None and seen > items:
+            return f"it holds more than {items} values"
+        if isinstance(node, dict | list):
+            if level >= depth:
+                return f"it is nested deeper than {depth} levels"
+            children = node.values() if isinstance(node, dict) else node
+            pending.extend((child, level + 1) for child in children)
+    return ""
+
+
 def answer_errors(schema: dict[str, Any], value: Any) -> dict[str, list[str]]:
     """Per-field errors ("" for the whole value); empty when the answer is valid. A schema
     outside the subset (a ticket written before SEC-7) is never run: every answer to it

@@ -116,11 +116,20 @@ def may_steer(user: Any, thread: Thread) -> bool:
     return bool(user.is_authenticated and thread.created_by_id == user.pk)
 
 
-# HITL-11: the initiator, or an approver, may cancel a run.
+# HITL-11: the initiator, or an approver, may cancel a run. While it waits on a ticket,
+# only an approver who may decide that ticket (HITL-14's routing): cancelling voids the
+# ticket, a decision by another name, which an approver outside its groups may not make.
 
 
 def may_cancel(user: Any, run: Run) -> bool:
-    return bool(user.is_authenticated and (run.created_by_id == user.pk or is_approver(user)))
+    if not user.is_authenticated:
+        return False
+    if run.created_by_id == user.pk:
+        return True
+    if not is_approver(user):
+        return False
+    ticket = Ticket.objects.filter(run=run, status=Ticket.Status.ACTIVE).first()
+    return ticket is None or may_decide(user, ticket)
 
 
 # HITL-9: deciding a tool call needs `approve_run`; answering a question needs it or being

@@ -6,13 +6,29 @@ from rest_framework.test import APIClient
 
 from tests.support import leaks
 
+# SEC-15: what an operator who keeps the catalog holds, in the admin and over the API.
+CATALOG_MODELS = (
+    "provider",
+    "configuration",
+    "snippet",
+    "skill",
+    "mcpserver",
+    "mcptool",
+    "webhook",
+)
+CATALOG_PERMISSIONS = [
+    f"{action}_{model}"
+    for model in CATALOG_MODELS
+    for action in ("add", "change", "delete", "view")
+]
+
 
 @pytest.fixture
 def staff(django_user_model):
-    """An operator: staff with the playground permission, so may force sources and dry-run
-    (FS-5); approving still needs `approve_run`."""
+    """An operator: staff keeping the catalog (SEC-15), with the playground permission, so
+    may force sources and dry-run (FS-5); approving still needs `approve_run`."""
     user = django_user_model.objects.create_user("staff", password="pw", is_staff=True)
-    return grant(user, "use_playground")
+    return grant(user, "use_playground", *CATALOG_PERMISSIONS)
 
 
 @pytest.fixture

@@ -14,13 +14,13 @@ from drf_spectacular.utils import (
 )
 from rest_framework import serializers
 from rest_framework.decorators import action
-from rest_framework.permissions import IsAdminUser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from agentruns.api import docs
 from agentruns.api.governance import Governed
 from agentruns.api.limits import MAX_ID
+from agentruns.api.permissions import ModelPermission
 from agentruns.models import Configuration, Provider, Skill, Snippet
 from agentruns.selectors import configuration_readout
 from agentruns.services.catalog import configuration_set_sources
@@ -242,7 +242,7 @@ class ProviderViewSet(Governed):
     kind = "provider"
     queryset = Provider.objects.all()
     serializer_class = ProviderSerializer
-    permission_classes = [IsAdminUser]
+    permission_classes = [ModelPermission]
     lookup_field = "slug"
 
 
@@ -251,7 +251,7 @@ class SnippetViewSet(Governed):
     kind = "snippet"
     queryset = Snippet.objects.all()
     serializer_class = SnippetSerializer
-    permission_classes = [IsAdminUser]
+    permission_classes = [ModelPermission]
 
 
 @extend_schema_view(**docs.SKILLS)
@@ -259,7 +259,7 @@ class SkillViewSet(Governed):
     kind = "skill"
     queryset = Skill.objects.all()
     serializer_class = SkillSerializer
-    permission_classes = [IsAdminUser]
+    permission_classes = [ModelPermission]
 
 
 def id_list_field() -> serializers.ListField:
@@ -306,7 +306,9 @@ class ConfigurationViewSet(Governed):
     kind = "configuration"
     queryset = Configuration.objects.select_related("provider")
     serializer_class = ConfigurationSerializer
-    permission_classes = [IsAdminUser]
+    permission_classes = [ModelPermission]
+    # The readout reads, by GET or by POST (a forced set in the body).
+    action_permissions = {"readout": ["agentruns.view_configuration"]}
     lookup_field = "slug"
 
     @extend_schema(

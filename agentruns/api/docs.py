@@ -100,8 +100,17 @@ IDENTITY = {
 }
 RESUME_EXAMPLES = [
     example(
-        "Approve a tool call (copy the identity fields from the ticket)",
-        {**IDENTITY, "result": {"kind": "permission", "decision": "allow", "note": "Looks right."}},
+        "Approve a tool call (copy the identity fields and target.arguments_digest from the "
+        "ticket: SEC-16)",
+        {
+            **IDENTITY,
+            "result": {
+                "kind": "permission",
+                "decision": "allow",
+                "note": "Looks right.",
+                "arguments_digest": "<from GET /api/tickets/>",
+            },
+        },
     ),
     example(
         "Approve with edited arguments (HITL-12: same tool, checked against its schema)",

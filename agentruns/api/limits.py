@@ -7,11 +7,13 @@ from typing import Any
 
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
+from django.http.multipartparser import MultiPartParserError
 from rest_framework.exceptions import ParseError
 from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.parsers import JSONParser
 from rest_framework.throttling import BaseThrottle
 
+from agentruns.answers import bounds_problem
 from agentruns.selectors import bounded_count
 from agentruns.throttles import ScopeThrottle
 
@@ -20,16 +22,22 @@ MAX_ID = 2**63 - 1
 MAX_OFFSET = 2**31 - 1
 
 
+# SEC-18: deeper than any body the API takes; well within what the recursive code that
+# reads a body (redaction, validation, serializers) can walk.
+MAX_BODY_DEPTH = 128
+
+
 class BoundedJSONParser(JSONParser):
-    """A body nested deeper than Python's recursion limit, or holding a string PostgreSQL
-    cannot store, is malformed (400), not a 500."""
+    """A body nested deeper than MAX_BODY_DEPTH (or than Python's parser can), or holding
+    a string PostgreSQL cannot store, is malformed (400), not a 500."""
 
     def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> Any:
         try:
             data = super().parse(stream, media_type, parser_context)
         except RecursionError as exc:
             raise ParseError("JSON parse error - nested too deeply.") from exc
-        problem = unstorable(data)
+        # The body's size is bounded already (AGENTRUNS_MAX_BODY_BYTES): depth only.
+        problem = bounds_problem(data, depth=MAX_BODY_DEPTH, items=None) or unstorable(data)
         if problem:
             raise ParseError(f"JSON parse error - {problem}.")
         return data
@@ -57,21 +65,36 @@ def unstorable(value: Any) -> str:
 
 
 class StorableRequestMiddleware:
-    """The same rule for the path and the query string of every request (API and pages):
-    a NUL there would reach a lookup and make the database fail (SEC-3)."""
+    """The same rule for the path and the query string of every request (API and pages),
+    and for every field of a page's form: a NUL there would reach a lookup or a row and
+    make the database fail (SEC-3, SEC-18: an inbox note, an edited argument, a typed
+    answer, a task, a fork's input). The API's bodies are JSON, checked by its parser."""
 
     def __init__(self, get_response: Any) -> None:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         values = [request.path, *(v for _, vs in request.GET.lists() for v in vs)]
+        where = "path or query"
         problem = unstorable(values)
+        if not problem and request.method == "POST" and not request.path.startswith("/api/"):
+            where, problem = "form", unstorable(_form_fields(request))
         if not problem:
             return self.get_response(request)
-        detail = f"The request's path or query is malformed: {problem}."
+        detail = f"The request's {where} is malformed: {problem}."
         if request.path.startswith("/api/"):
             return JsonResponse({"code": "malformed", "detail": detail}, status=400)
         return HttpResponseBadRequest(detail)
+
+
+def _form_fields(request: HttpRequest) -> list[str]:
+    """A form's names and values; none for a body that is no form (or cannot be parsed:
+    the view answers that as before)."""
+    try:
+        form = request.POST
+    except MultiPartParserError:
+        return []
+    return [text for name, values in form.lists() for text in (name, *values)]
 
 
 class Pagination(LimitOffsetPagination):

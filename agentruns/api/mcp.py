@@ -10,12 +10,12 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import serializers
 from rest_framework.decorators import action
-from rest_framework.permissions import IsAdminUser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from agentruns.api import docs
 from agentruns.api.governance import Governed
+from agentruns.api.permissions import ModelPermission
 from agentruns.classes import DATA_CLASS_CHOICES
 from agentruns.errors import NotFound
 from agentruns.models import McpServer, McpTool
@@ -161,7 +161,13 @@ class McpServerViewSet(Governed):
     kind = "mcp_server"
     queryset = McpServer.objects.prefetch_related("tools__server")
     serializer_class = McpServerSerializer
-    permission_classes = [IsAdminUser]
+    permission_classes = [ModelPermission]
+    # As in the admin: listing and pinning change the server; a declaration, the tool.
+    action_permissions = {
+        "refresh": ["agentruns.change_mcpserver"],
+        "accept": ["agentruns.change_mcpserver"],
+        "declare": ["agentruns.change_mcptool"],
+    }
     lookup_field = "slug"
 
     @extend_schema(

@@ -121,7 +121,8 @@ class ResultSerializer(serializers.Serializer):
     # HITL-12: an allow with the arguments the approver edited; the tool never changes.
     arguments = serializers.JSONField(required=False, allow_null=True)
     tool = serializers.CharField(required=False, max_length=100)
-    # HITL-13: the digest of the arguments the approver saw, refused if they changed since.
+    # HITL-13, SEC-16: the digest of the arguments the approver saw (the ticket's
+    # `target.arguments_digest`), refused if they changed since; required once edited.
     arguments_digest = serializers.CharField(required=False, max_length=64)
 
     def validate(self, data: dict) -> dict:
@@ -162,8 +163,10 @@ def ticket_dict(ticket: Ticket | None) -> dict[str, Any] | None:
             "kind": ticket.kind,
             "call_id": ticket.call_id,
             "tool": ticket.tool,
-            "arguments": ticket.arguments,
-            "arguments_digest": ticket.arguments_digest,
+            # SEC-16: the arguments an allow now approves (an approver's edit, else the
+            # model's), and the digest an allow must carry once they were edited.
+            "arguments": ticket.pending_arguments,
+            "arguments_digest": ticket.pending_digest,
             "question": ticket.question,
             "schema": ticket.schema,
             # SCHED-3: a timer's deadline is when the run goes on by itself.
@@ -177,11 +180,12 @@ def approvals_dict(ticket: Ticket) -> dict[str, Any]:
     """HITL-12, HITL-13: what an allow now approves and who has allowed it so far."""
     required = ticket.run.configuration.approvals_required
     # With one approval needed the first allow answers the ticket: nobody to list.
-    approvers = approval_count(ticket.run, ticket).approvers if required > 1 else []
+    count = approval_count(ticket.run, ticket) if required > 1 else None
     editor = ticket.edited_by if ticket.edited_by_id else None
     return {
         "required": required,
-        "approvers": approvers,
+        "approvers": count.approvers if count else [],
+        "dropped": count.dropped if count else [],  # SEC-17: allows that no longer count
         "arguments": ticket.pending_arguments,
         "arguments_digest": ticket.pending_digest,
         "edited_by": editor.get_username() if editor else None,

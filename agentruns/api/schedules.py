@@ -10,26 +10,17 @@ from django.contrib.auth import get_user_model
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import serializers, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.permissions import AllowAny, DjangoModelPermissions
+from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from agentruns.api import docs
+from agentruns.api.permissions import ModelPermission
 from agentruns.models import Configuration, Schedule, ScheduleFiring, Trigger
 from agentruns.models.schedules import MIN_INTERVAL_SECONDS, cron_problem, zone_problem
 from agentruns.services.schedules import schedule_skips
 from agentruns.services.triggers import trigger_fire
 from agentruns.throttles import SUBMIT, throttle_check_owner
-
-
-class ModelPermissions(DjangoModelPermissions):
-    """SEC-15: `view_` to read as well as `add_`/`change_`/`delete_` to write."""
-
-    perms_map = {
-        **DjangoModelPermissions.perms_map,
-        "GET": ["%(app_label)s.view_%(model_name)s"],
-        "HEAD": ["%(app_label)s.view_%(model_name)s"],
-    }
 
 
 class OwnedSerializer(serializers.ModelSerializer):
@@ -128,7 +119,7 @@ class TriggerSerializer(OwnedSerializer):
 @extend_schema_view(**docs.SCHEDULES)
 class ScheduleViewSet(viewsets.ModelViewSet):
     serializer_class = ScheduleSerializer
-    permission_classes = [ModelPermissions]
+    permission_classes = [ModelPermission]
     queryset = Schedule.objects.select_related("configuration", "owner")
 
 
@@ -158,7 +149,7 @@ SIGNATURE_HEADERS = [
 @extend_schema_view(**docs.TRIGGERS)
 class TriggerViewSet(viewsets.ModelViewSet):
     serializer_class = TriggerSerializer
-    permission_classes = [ModelPermissions]
+    permission_classes = [ModelPermission]
     queryset = Trigger.objects.select_related("configuration", "owner")
     lookup_field = "slug"
 

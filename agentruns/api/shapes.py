@@ -28,6 +28,8 @@ class ApprovalsOut(serializers.Serializer):
     # DRF takes declared fields off the class; mypy only sees the name Field also uses.
     required = serializers.IntegerField()  # type: ignore[assignment]
     approvers = serializers.ListField(child=serializers.CharField())
+    # SEC-17: who allowed but no longer counts (deactivated, or may no longer decide).
+    dropped = serializers.ListField(child=serializers.CharField())
     arguments = serializers.JSONField(allow_null=True)
     arguments_digest = serializers.CharField()
     edited_by = serializers.CharField(allow_null=True)

@@ -8,12 +8,12 @@ from django.db.models import QuerySet
 from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import serializers
 from rest_framework.decorators import action
-from rest_framework.permissions import IsAdminUser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from agentruns.api import docs
 from agentruns.api.governance import Governed
+from agentruns.api.permissions import ModelPermission
 from agentruns.events import EVENT_TYPES
 from agentruns.models import Webhook, WebhookAttempt, WebhookDelivery
 from agentruns.outbound import url_problem
@@ -93,7 +93,7 @@ class DeliverySerializer(serializers.ModelSerializer):
 class WebhookViewSet(Governed):
     kind = "webhook"
     serializer_class = WebhookSerializer
-    permission_classes = [IsAdminUser]
+    permission_classes = [ModelPermission]
     queryset = Webhook.objects.select_related("created_by")
 
     def saving(self, serializer: serializers.BaseSerializer) -> Any:

@@ -116,8 +116,15 @@ class Webhook(models.Model):
     active = models.BooleanField(default=True)
     # GOV-1: the number of the version in force; the creation is 1 (services.changes).
     version = models.PositiveIntegerField(default=1, editable=False)
+    # SEC-15: the owner. A webhook delivers only events of runs its owner may see; one
+    # whose owner is gone or deactivated delivers nothing.
     created_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        verbose_name="owner",
+        help_text="Only events of runs this user may see are delivered.",
     )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -146,6 +153,9 @@ class WebhookDelivery(models.Model):
         PENDING = "pending"
         DELIVERED = "delivered"
         FAILED = "failed"  # gave up after AGENTRUNS_WEBHOOK_MAX_ATTEMPTS
+        # SEC-15: of a run the webhook's owner may not see (or of a webhook without an
+        # active owner): recorded, never sent.
+        WITHHELD = "withheld"
 
     webhook = models.ForeignKey(Webhook, on_delete=models.CASCADE, related_name="deliveries")
     delivery_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)

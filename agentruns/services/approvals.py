@@ -8,12 +8,13 @@ quorum answers the ticket; the others either add their count or find the ticket 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from agentruns.answers import field_errors
+from agentruns.answers import bounds_problem, field_errors
 from agentruns.errors import AlreadyApproved, ArgumentsChanged, InvalidArguments
 from agentruns.models import Run, Ticket, TicketApproval, ToolInvocation
+from agentruns.policy import may_decide
 from agentruns.runtime.actions.model_turn import idempotency_key
 from agentruns.runtime.redaction import redact_value
 from agentruns.runtime.state import ProposedCall
@@ -45,6 +46,9 @@ def edit_checked(
         raise InvalidArguments("Only an allow may carry edited arguments.")
     if not isinstance(arguments, dict):
         raise InvalidArguments("The arguments are an object.", fields={"": ["Give an object."]})
+    too_big = bounds_problem(arguments)  # SEC-18: before redaction and validation walk it
+    if too_big:
+        raise InvalidArguments(f"The arguments are refused: {too_big}.", fields={"": [too_big]})
     registered = REGISTRY.get(ticket.tool)
     if registered is None:
         raise InvalidArguments(f"{ticket.tool!r} is no longer registered; it cannot be edited.")
@@ -65,10 +69,15 @@ def edit_schema(ticket: Ticket) -> dict[str, Any] | None:
 
 
 def approval_refusal(ticket: Ticket, user: Any, edit: Edit | None, shown: str | None) -> None:
-    """HITL-13: an allow approves the arguments its approver was shown (`shown`, their
-    digest, when the host sends it), and the same person never counts twice for them."""
-    if shown and shown != ticket.pending_digest:
-        raise ArgumentsChanged("The arguments were edited since they were shown to you.")
+    """HITL-13, SEC-16: an allow approves the arguments its approver was shown (`shown`,
+    their digest), and the same person never counts twice for them. Once the arguments
+    were edited the digest is required: without it nothing says which version the
+    approver read, and an allow sent as if for the model's arguments would run the edit."""
+    if (shown or ticket.edited_digest) and shown != ticket.pending_digest:
+        raise ArgumentsChanged(
+            "The arguments were edited since they were shown to you; read the ticket "
+            "again and send its arguments_digest."
+        )
     approving = edit.digest if edit else ticket.pending_digest
     if TicketApproval.objects.filter(ticket=ticket, user=user, arguments_digest=approving).exists():
         raise AlreadyApproved("You already approved this call with these arguments.")
@@ -76,10 +85,12 @@ def approval_refusal(ticket: Ticket, user: Any, edit: Edit | None, shown: str | 
 
 @dataclass(frozen=True)
 class Count:
-    """Where the quorum stands after this allow."""
+    """Where the quorum stands after this allow; `dropped` are those whose allow no longer
+    counts (SEC-17)."""
 
     approvers: list[str]
     required: int
+    dropped: list[str] = field(default_factory=list)
 
     @property
     def reached(self) -> bool:
@@ -106,15 +117,22 @@ def approval_record(run: Run, ticket: Ticket, user: Any, edit: Edit | None) -> C
 
 def approval_count(run: Run, ticket: Ticket) -> Count:
     """The distinct people who allowed the pending arguments; under four-eyes the
-    initiator never counts (HITL-8), even had they allowed before it was switched on."""
+    initiator never counts (HITL-8), even had they allowed before it was switched on.
+    SEC-17: an allow counts only while its giver may still decide the ticket, asked now:
+    an account deactivated, or one that lost `approve_run` or left the routing groups
+    since, is dropped from the count (and named, so the card can say so)."""
     required = run.configuration.approvals_required
     if ticket.status != Ticket.Status.ACTIVE:
         return Count([], required)
     rows = TicketApproval.objects.filter(ticket=ticket, arguments_digest=ticket.pending_digest)
     if run.configuration.require_second_approver and run.created_by_id:
         rows = rows.exclude(user_id=run.created_by_id)
-    names = [row.user.get_username() for row in rows.select_related("user")]
-    return Count(names, required)
+    counted: list[str] = []
+    dropped: list[str] = []
+    for row in rows.select_related("user"):
+        live = row.user.is_active and may_decide(row.user, ticket)
+        (counted if live else dropped).append(row.user.get_username())
+    return Count(counted, required, dropped)
 
 
 def edited_invocation(run: Run, ticket: Ticket) -> dict[str, Any]:

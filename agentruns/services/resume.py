@@ -18,7 +18,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from agentruns import events as ev
-from agentruns.answers import answer_errors
+from agentruns.answers import answer_errors, bounds_problem
 from agentruns.errors import (
     CallMismatch,
     CatalogMismatch,
@@ -137,6 +137,9 @@ def _checked(
     if expected.call_id != given.call_id:
         raise CallMismatch("This answer is for another call.")
     if command.answer == INPUT:
+        too_big = bounds_problem(command.value)  # SEC-18: before redaction walks it
+        if too_big:
+            raise InvalidInput(f"The answer is refused: {too_big}.", fields={"": [too_big]})
         # SEC-4: what is stored and sent is the redacted value, so that is what must fit.
         errors = answer_errors(ticket.schema or {}, redact_value(command.value)[0])
         if errors:

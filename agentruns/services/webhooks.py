@@ -14,6 +14,11 @@ transaction within one total deadline per attempt (AGENTRUNS_WEBHOOK_TIMEOUT for
 connecting, sending and reading together), and records every attempt. Failures back off
 exponentially with jitter until the attempt budget is spent. Delivery is at least once: a
 receiver deduplicates by `X-Agentruns-Delivery`.
+
+Whose events (SEC-15): a webhook sends only events of runs (threads, for events between
+runs) its owner may see, asked when it is sent, so that a right lost meanwhile counts; the
+rest are recorded `withheld` and never sent. The check is here, not in the step statement
+that queues the rows, which runs on every model turn.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from agentruns.models import WebhookAttempt, WebhookDelivery
+from agentruns.models import Run, Thread, WebhookAttempt, WebhookDelivery
 from agentruns.outbound import PinnedTransport, TargetRefused
 
 logger = logging.getLogger(__name__)
@@ -167,7 +172,8 @@ def webhook_deliver_due(*, limit: int = 100, budget_seconds: float = 20.0) -> in
     seconds = float(settings.AGENTRUNS_WEBHOOK_TIMEOUT)
     timeout = httpx.Timeout(seconds)
     sent = 0
-    rows = WebhookDelivery.objects.select_related("webhook").filter(pk__in=ids)
+    rows = WebhookDelivery.objects.select_related("webhook__created_by").filter(pk__in=ids)
+    sees = OwnerSees()
     # SEC-9: each connection goes to an address checked after DNS; redirects are not
     # followed (a 3xx is recorded as a failed attempt). SEC-8: the deadline is per attempt.
     transport = PinnedTransport(deadline_seconds=seconds)
@@ -183,9 +189,38 @@ def webhook_deliver_due(*, limit: int = 100, budget_seconds: float = 20.0) -> in
                     status=WebhookDelivery.Status.FAILED, last_error="webhook inactive"
                 )
                 continue
+            if not sees(delivery):
+                WebhookDelivery.objects.filter(pk=delivery.pk).update(
+                    status=WebhookDelivery.Status.WITHHELD, last_error=WITHHELD
+                )
+                continue
             _record(delivery, _send(client, delivery))
             sent += 1
     return sent
+
+
+WITHHELD = "withheld: the webhook's owner may not see this run"
+
+
+class OwnerSees:
+    """SEC-15: whether a delivery's owner may see its run (or its thread, for an event
+    between runs), asked once per owner and run in a batch."""
+
+    def __init__(self) -> None:
+        self.known: dict[tuple[int, int | None, int], bool] = {}
+
+    def __call__(self, delivery: WebhookDelivery) -> bool:
+        owner = delivery.webhook.created_by
+        if owner is None or not owner.is_active:
+            return False
+        key = (owner.pk, delivery.run_id, delivery.thread_id)
+        if key not in self.known:
+            if delivery.run_id is not None:
+                seen = Run.objects.visible_to(owner).filter(pk=delivery.run_id).exists()
+            else:
+                seen = Thread.objects.visible_to(owner).filter(pk=delivery.thread_id).exists()
+            self.known[key] = seen
+        return self.known[key]
 
 
 def _in_order(rows: Iterable[WebhookDelivery], ids: list[int]) -> list[WebhookDelivery]:

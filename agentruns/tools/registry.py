@@ -93,10 +93,15 @@ class Tool:
     def argument_errors(self, arguments: dict[str, Any]) -> list[str]:
         if quickly_valid(self.quick_validator, arguments):
             return []
-        return sorted(
-            f"{'/'.join(str(p) for p in error.absolute_path) or '(root)'}: {error.message}"
-            for error in self.validator.iter_errors(arguments)
-        )
+        try:
+            return sorted(
+                f"{'/'.join(str(p) for p in error.absolute_path) or '(root)'}: {error.message}"
+                for error in self.validator.iter_errors(arguments)
+            )
+        except RecursionError:
+            # SEC-18: review refuses such schemas now (mcp.listing); one pinned before
+            # gives the model an error result, never a worker that dies on every attempt.
+            return ["(root): the tool's schema refers to itself endlessly; it cannot be checked"]
 
     def one_line(self, limit: int = 120) -> str:
         text = " ".join(self.description.split())

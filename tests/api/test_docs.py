@@ -90,6 +90,8 @@ def a_ticket(body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         key: (ticket.identity.as_dict()[key] if value == PLACEHOLDER or key == "run" else value)
         for key, value in body.items()
     }
+    if filled["result"].get("arguments_digest") == PLACEHOLDER:  # SEC-16: target's digest
+        filled["result"] = {**filled["result"], "arguments_digest": ticket.pending_digest}
     return str(run.pk), filled
 
 

@@ -134,8 +134,10 @@ def test_hitl13_hitl12_an_edited_allow_restarts_the_count_for_the_new_arguments(
     assert approvals["approvers"] == ["bob"]  # ada allowed the model's arguments only
     assert approvals["arguments_digest"] == digest(edited)
     assert approvals["edited_by"] == "bob"
-    # ada may allow again: she never allowed these arguments, and completes the quorum.
-    assert allowed_by(ada, run).json()["status"] == Run.Status.QUEUED
+    # ada may allow again: she never allowed these arguments, and completes the quorum
+    # (SEC-16: naming the edit she was shown).
+    again = allowed_by(ada, run, arguments_digest=digest(edited))
+    assert again.json()["status"] == Run.Status.QUEUED
     decided = Event.objects.get(run=run, type="ticket.decided").payload
     assert decided["approvers"] == ["bob", "ada"] and decided["edited_by"] == "bob"
     assert execute_run(run.pk) == Run.Status.COMPLETED

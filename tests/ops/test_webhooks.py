@@ -24,7 +24,7 @@ from agentruns.store import store
 from agentruns.store.records import Lease, Step
 from agentruns.store.steps import Subscribers
 from tests.support.catalog import make_configuration, make_provider
-from tests.support.ops import Receiver, client_for, refused_port
+from tests.support.ops import Receiver, client_for, hook_owner, refused_port
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -39,6 +39,7 @@ def _loopback_receivers(settings):
 
 
 def hook(url: str, events: list[str] | None = None, **kw) -> Webhook:
+    kw.setdefault("created_by", hook_owner())
     return Webhook.objects.create(url=url, events=events or [], secret=SECRET, **kw)
 
 

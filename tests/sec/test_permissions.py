@@ -32,8 +32,9 @@ ROLES = [
 ]
 # Status per role, in ROLES order. 401: not signed in; 403: signed in, not allowed;
 # 404: the object is invisible to the caller (SEC-2: no existence oracle).
-CATALOG_READ = (401, 403, 200, 200, 200, 403, 403, 200)
-CATALOG_WRITE = (401, 403, 201, 201, 201, 403, 403, 201)
+# SEC-15: the catalog takes the model permissions the admin takes, which none of these
+# roles hold (is_staff alone grants nothing; tests/sec/test_catalog_authority.py grants them).
+CATALOG = (401, 403, 403, 403, 403, 403, 403, 403)
 STAFF_ONLY = (401, 403, 200, 200, 200, 403, 403, 200)
 NOBODY_HERE = (401, 403, 403, 403, 403, 403, 403, 403)  # needs view_audit, which none holds
 SEE_RUN = (401, 404, 404, 200, 200, 200, 200, 404)
@@ -59,16 +60,16 @@ RESUME_BODY = {
 
 # (method, path, body, statuses)
 API_ROWS: list[tuple[str, str, Any, tuple[int, ...]]] = [
-    ("get", "/api/providers/", None, CATALOG_READ),
-    ("post", "/api/providers/", {"slug": "new", "name": "New", "kind": "scripted"}, CATALOG_WRITE),
-    ("get", "/api/providers/{provider}/", None, CATALOG_READ),
-    ("get", "/api/configurations/", None, CATALOG_READ),
-    ("get", "/api/configurations/c/", None, CATALOG_READ),
-    ("get", "/api/configurations/c/readout/", None, CATALOG_READ),
-    ("get", "/api/snippets/", None, CATALOG_READ),
-    ("post", "/api/snippets/", {"slug": "n", "name": "N", "text": "t"}, CATALOG_WRITE),
-    ("get", "/api/skills/", None, CATALOG_READ),
-    ("post", "/api/skills/", {"slug": "n", "name": "N", "instructions": "i"}, CATALOG_WRITE),
+    ("get", "/api/providers/", None, CATALOG),
+    ("post", "/api/providers/", {"slug": "new", "name": "New", "kind": "scripted"}, CATALOG),
+    ("get", "/api/providers/{provider}/", None, CATALOG),
+    ("get", "/api/configurations/", None, CATALOG),
+    ("get", "/api/configurations/c/", None, CATALOG),
+    ("get", "/api/configurations/c/readout/", None, CATALOG),
+    ("get", "/api/snippets/", None, CATALOG),
+    ("post", "/api/snippets/", {"slug": "n", "name": "N", "text": "t"}, CATALOG),
+    ("get", "/api/skills/", None, CATALOG),
+    ("post", "/api/skills/", {"slug": "n", "name": "N", "instructions": "i"}, CATALOG),
     ("get", "/api/runs/", None, ANY_USER),
     ("post", "/api/runs/", SUBMIT, (401, 201, 201, 201, 201, 201, 201, 201)),
     ("get", "/api/runs/{run}/", None, SEE_RUN),
@@ -80,7 +81,7 @@ API_ROWS: list[tuple[str, str, Any, tuple[int, ...]]] = [
     ("get", "/api/tickets/", None, ANY_USER),
     ("get", "/api/notes/", None, ANY_USER),
     ("get", "/api/notes/{note}/", None, SEE_RUN),
-    ("get", "/api/webhooks/", None, STAFF_ONLY),
+    ("get", "/api/webhooks/", None, CATALOG),
     ("get", "/api/usage/", None, STAFF_ONLY),
     ("get", "/api/audit/", None, NOBODY_HERE),
     ("post", "/api/runs/", {**SUBMIT, "dry_run": True}, (401, 403, 403, 403, 403, 403, 403, 200)),

@@ -20,7 +20,7 @@ from tests.support.clusters import (
     running_clusters,
     wait_statuses,
 )
-from tests.support.ops import TRICKLED_HTTP, TRICKLED_SMTP, SlowServer, parked_run
+from tests.support.ops import TRICKLED_HTTP, TRICKLED_SMTP, SlowServer, hook_owner, parked_run
 from tests.support.runs import submit_batch
 
 DEADLINE = 2.0
@@ -58,7 +58,10 @@ def test_sec8_a_receiver_trickling_its_answer_is_cut_off_at_the_attempts_deadlin
     receiver = SlowServer(TRICKLED_HTTP, interval=0.5)  # 200 s of status line
     try:
         Webhook.objects.create(
-            url=f"http://127.0.0.1:{receiver.port}/hook", events=["ticket.opened"], secret="s" * 20
+            url=f"http://127.0.0.1:{receiver.port}/hook",
+            events=["ticket.opened"],
+            secret="s" * 20,
+            created_by=hook_owner(),
         )
         parked_run(approver)
         started = time.monotonic()
@@ -125,7 +128,10 @@ def test_sec8_fifty_runs_finish_first_time_beside_a_trickling_receiver_and_silen
     try:
         grant(django_user_model.objects.create_user("ann", email="ann@example.com"), "approve_run")
         Webhook.objects.create(
-            url=f"http://127.0.0.1:{receiver.port}/hook", events=["ticket.opened"], secret="s" * 20
+            url=f"http://127.0.0.1:{receiver.port}/hook",
+            events=["ticket.opened"],
+            secret="s" * 20,
+            created_by=hook_owner(),
         )
         asking = submit_batch(configuration("sec8-ask", ASK), 6)  # six tickets, six mails
         work = submit_batch(configuration("sec8-work", WORK, latency_ms=700), 50)

@@ -23,7 +23,7 @@ from agentruns.models import Webhook, WebhookAttempt, WebhookDelivery
 from agentruns.services.webhooks import NO_RESPONSE, webhook_deliver_due
 from tests.conftest import grant
 from tests.support.catalog import make_configuration, make_provider
-from tests.support.ops import Receiver, client_for, loopback, refused_port
+from tests.support.ops import Receiver, client_for, hook_owner, loopback, refused_port
 from tests.support.runs import submit
 
 pytestmark = pytest.mark.django_db
@@ -108,7 +108,9 @@ def test_sec9_an_allow_listed_host_may_be_inside(staff, settings):
 def queue_one_delivery(staff, url: str) -> Webhook:
     """A webhook row written around the save check (before the rule, or by SQL), and one
     event for it to deliver."""
-    hook = Webhook.objects.create(url=url, events=["message.user"], secret=SECRET)
+    hook = Webhook.objects.create(
+        url=url, events=["message.user"], secret=SECRET, created_by=hook_owner()
+    )
     make_configuration(
         "wh", provider=make_provider("wh-p", zone="local"), script={"turns": [{"text": "hi"}]}
     )
@@ -274,7 +276,10 @@ def test_sec9_the_deliveries_list_does_not_tell_open_ports_from_closed(staff, se
         ports = {"closed": refused_port(), "banner": banner, "silent": silent}
         hooks = {
             name: Webhook.objects.create(
-                url=f"http://127.0.0.1:{port}/", events=["message.user"], secret=SECRET
+                url=f"http://127.0.0.1:{port}/",
+                events=["message.user"],
+                secret=SECRET,
+                created_by=hook_owner(),
             )
             for name, port in ports.items()
         }
@@ -323,7 +328,9 @@ def test_sec9_the_secret_is_never_shown_again_by_the_api(staff):
 
 def test_sec9_the_secret_is_never_shown_by_the_admin_even_read_only(django_user_model):
     """A staff user who may only view webhooks gets every field as text — but the secret."""
-    hook = Webhook.objects.create(url="https://93.184.215.14/", secret=SECRET)
+    hook = Webhook.objects.create(
+        url="https://93.184.215.14/", secret=SECRET, created_by=hook_owner()
+    )
     viewer = django_user_model.objects.create_user("viewer", password="pw", is_staff=True)
     from django.contrib.auth.models import Permission
 

@@ -200,3 +200,14 @@ class SlowServer:
 TRICKLED_HTTP = b"HTTP/1.1 200 " + b"O" * 400 + b"K\r\n\r\n"
 # A greeting that never ends.
 TRICKLED_SMTP = b"220 " + b"x" * 400 + b"\r\n"
+
+
+def hook_owner():
+    """A webhook's owner who sees every run (SEC-15: a webhook delivers only what its owner
+    may see; tests/sec/test_catalog_authority.py narrows it)."""
+    from django.contrib.auth import get_user_model
+
+    owner, _ = get_user_model().objects.get_or_create(
+        username="hook-owner", defaults={"is_staff": True, "is_superuser": True}
+    )
+    return owner

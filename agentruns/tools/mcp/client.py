@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -35,6 +36,7 @@ from agentruns.outbound import SCHEMES, TargetRefused, checked_address, mcp_exem
 from agentruns.tools.registry import ToolContext, ToolOutput
 
 T = TypeVar("T")
+logger = logging.getLogger(__name__)
 MAX_RESULT_CHARS = 64_000
 MAX_PAGES = 20
 MAX_LISTED = 200
@@ -57,6 +59,34 @@ class Endpoint:
     @classmethod
     def of(cls, server: McpServer) -> Endpoint:
         return cls(server.slug, server.transport, server.url, server.command, server.auth_env)
+
+
+# SEC-18: the most of one HTTP answer a server may send; a tool result is cut to
+# MAX_RESULT_CHARS anyway, and an answer is never held whole beyond this.
+MAX_ANSWER_BYTES = 1 << 20
+
+
+class AnswerTooLarge(httpx2.ReadError):
+    pass
+
+
+class CappedStream(httpx2.AsyncByteStream):
+    """An answer's body, read as it arrives and refused once over MAX_ANSWER_BYTES (an
+    80 MB result cost 160 MB of memory before its cut)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        seen = 0
+        async for chunk in self.inner:
+            seen += len(chunk)
+            if seen > MAX_ANSWER_BYTES:
+                raise AnswerTooLarge(f"its answer is over {MAX_ANSWER_BYTES} bytes")
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
 
 
 class PinnedAsyncTransport(httpx2.AsyncBaseTransport):
@@ -82,7 +112,9 @@ class PinnedAsyncTransport(httpx2.AsyncBaseTransport):
             if url.scheme == "https":
                 request.extensions = {**request.extensions, "sni_hostname": url.host}
             request.url = url.copy_with(host=str(address))
-        return await self._inner.handle_async_request(request)
+        response = await self._inner.handle_async_request(request)
+        response.stream = CappedStream(response.stream)
+        return response
 
     async def aclose(self) -> None:
         await self._inner.aclose()
@@ -141,8 +173,16 @@ def failure_words(endpoint: Endpoint, exc: BaseException, timeout: float) -> str
         return f"{who} did not answer within {timeout:g} s"
     if isinstance(exc, Unavailable):
         return f"{who} cannot be used: {exc}"
+    if isinstance(exc, AnswerTooLarge):
+        return f"{who} sent an answer over {MAX_ANSWER_BYTES} bytes; nothing of it was kept"
     if isinstance(exc, httpx2.TransportError | OSError):
-        return f"{who} could not be reached ({type(exc).__name__}: {exc})"
+        # What was refused or unreachable, and where a redirect pointed, is for the log:
+        # these words go to a model, and through it to a provider (SEC-9's addresses).
+        logger.info("%s could not be reached: %s: %s", who, type(exc).__name__, exc)
+        return f"{who} could not be reached"
+    if isinstance(exc, httpx2.HTTPStatusError):
+        logger.info("%s answered: %s", who, exc)
+        return f"{who} answered HTTP {exc.response.status_code}"
     if isinstance(exc, MCPError):
         return f"{who} answered with an error: {exc}"
     return f"{who} failed ({type(exc).__name__}: {exc})"

@@ -15,6 +15,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
@@ -147,6 +148,9 @@ def schema_problem(schema: Any) -> str:
         return f"its input schema is over {MAX_SCHEMA_CHARS} characters"
     for problem in _node_problems(schema, 0):
         return f"its input schema {problem}"
+    problem = _reference_problem(schema)
+    if problem:
+        return f"its input schema {problem}"
     try:
         Draft202012Validator.check_schema(schema)
     except SchemaError as exc:
@@ -174,6 +178,86 @@ def _node_problems(node: Any, depth: int) -> Iterator[str]:
         elif key == "pattern" and isinstance(value, str) and not _linear(value):
             yield f"has a pattern RE2 cannot run: {value[:80]!r}"
         yield from _node_problems(value, depth + 1)
+
+
+# Keywords whose subschemas apply to the same instance: following only these, a validator
+# never moves into the arguments, so a cycle of them is a loop without end (SEC-18).
+IN_PLACE_ONE = ("$ref", "$dynamicRef", "not", "if", "then", "else")
+IN_PLACE_MANY = ("allOf", "anyOf", "oneOf")
+
+
+def _reference_problem(schema: dict[str, Any]) -> str:
+    """SEC-18, MCP-2: every reference must name a part of the schema by JSON pointer, and
+    no chain of references and in-place keywords may lead back to where it started
+    (`{"$defs": {"node": {"$ref": "#/$defs/node"}}}` made every call recurse out). A
+    reference inside a property or an item is fine: each step descends into the value,
+    which is bounded."""
+    nodes: dict[int, dict[str, Any]] = {}
+    pending: list[Any] = [schema]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, dict):
+            nodes[id(node)] = node
+            pending.extend(node.values())
+        elif isinstance(node, list):
+            pending.extend(node)
+    edges: dict[int, list[int]] = {}
+    for key, node in nodes.items():
+        targets: list[Any] = [node.get(name) for name in IN_PLACE_ONE[2:]]
+        targets += [item for name in IN_PLACE_MANY for item in _as_list(node.get(name))]
+        for name in IN_PLACE_ONE[:2]:
+            if name in node:
+                target = _pointer(schema, node[name])
+                if target is None:
+                    return f"has a reference it cannot resolve: {str(node[name])[:80]!r}"
+                targets.append(target)
+        edges[key] = [id(target) for target in targets if isinstance(target, dict)]
+    if _has_cycle(edges):
+        return "refers to itself without descending into the arguments (a reference cycle)"
+    return ""
+
+
+def _as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _pointer(schema: dict[str, Any], ref: Any) -> Any:
+    """The part of `schema` a local reference ("#", "#/$defs/a") names; None if none."""
+    if not isinstance(ref, str) or not (ref == "#" or ref.startswith("#/")):
+        return None
+    node: Any = schema
+    for raw in ref[2:].split("/") if ref != "#" else []:
+        part = unquote(raw).replace("~1", "/").replace("~0", "~")
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return None
+    return node
+
+
+def _has_cycle(edges: dict[int, list[int]]) -> bool:
+    """Depth-first, without recursion: a node met again while still on the path."""
+    done: set[int] = set()
+    for start in edges:
+        if start in done:
+            continue
+        path: set[int] = {start}
+        stack: list[tuple[int, Iterator[int]]] = [(start, iter(edges[start]))]
+        while stack:
+            node, children = stack[-1]
+            child = next(children, None)
+            if child is None:
+                stack.pop()
+                path.discard(node)
+                done.add(node)
+            elif child in path:
+                return True
+            elif child not in done:
+                path.add(child)
+                stack.append((child, iter(edges.get(child, []))))
+    return False
 
 
 def _linear(pattern: str) -> bool:
