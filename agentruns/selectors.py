@@ -78,6 +78,23 @@ def run_sources(run: Run) -> tuple[ConfigView, list[Source]]:
     return view, _sources(view, run, _carried([run]).get(run.thread_id, ()))
 
 
+def copied_sources(runs: Sequence[Run]) -> list[dict[str, Any]]:
+    """CG-13, FORK-1: what a fork carries from the runs whose turns it copies — each one's
+    sources (its configuration's, its forced set, what it carried itself), once each,
+    named by the run they came from ({kind, id, from})."""
+    views = config_views(run.configuration for run in runs)
+    carried = _carried(runs)
+    found: dict[tuple[str, int], dict[str, Any]] = {}
+    for run in runs:
+        view = views[run.configuration_id]
+        for source in _sources(view, run, carried.get(run.thread_id, ())):
+            origin = source.carried_from or run.pk
+            found.setdefault(
+                source.identity, {"kind": source.kind, "id": source.id, "from": origin}
+            )
+    return list(found.values())
+
+
 def _sources(view: ConfigView, run: Run, carried: Sequence[dict]) -> list[Source]:
     snippets, skills = forced_for_resume(run.forced_snippet_ids, run.forced_skill_ids)
     return list(compose_sources(view, snippets, skills, carried_for_send(carried)))
