@@ -95,9 +95,11 @@ def copied_sources(runs: Sequence[Run]) -> list[dict[str, Any]]:
     return list(found.values())
 
 
-def _sources(view: ConfigView, run: Run, carried: Sequence[dict]) -> list[Source]:
+def _sources(
+    view: ConfigView, run: Run, carried: Sequence[dict], replies: Sequence[Source] = ()
+) -> list[Source]:
     snippets, skills = forced_for_resume(run.forced_snippet_ids, run.forced_skill_ids)
-    return list(compose_sources(view, snippets, skills, carried_for_send(carried)))
+    return list(compose_sources(view, snippets, skills, carried_for_send(carried), replies))
 
 
 def _carried(runs: Sequence[Run]) -> dict[int, tuple[dict, ...]]:
@@ -139,8 +141,9 @@ def run_next_sends(runs: Sequence[Run], generation: int | None = None) -> dict[i
 
 
 def run_readout(run: Run) -> dict[str, Any]:
-    """CG-10 for a run: the live configuration plus the run's forced set (RG-2), its
-    granted tools and the results its next send would withhold (MCP-4)."""
+    """CG-10 for a run: the live configuration plus the run's forced set (RG-2), the
+    labelled replies its next send carries (CG-12), its granted tools and the results
+    that send would withhold (MCP-4)."""
     return run_readouts([run])[run.pk]
 
 
@@ -161,7 +164,7 @@ def run_readouts(runs: Iterable[Run]) -> dict[int, dict[str, Any]]:
         next_send = next_sends[run.pk]
         out[run.pk] = readout(
             view,
-            _sources(view, run, carried.get(run.thread_id, ())),
+            _sources(view, run, carried.get(run.thread_id, ()), next_send.replies),
             enforcement,
             tools=tools[run.configuration_id],
             withheld=next_send.withheld,

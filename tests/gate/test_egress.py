@@ -10,9 +10,15 @@ from typing import Any
 
 import pytest
 
-from agentruns.models import Run
+from agentruns import events as ev
+from agentruns.models import Configuration, Event, Run
 from agentruns.runtime.loop import execute_run
-from tests.support.catalog import make_openai_configuration, make_snippet, scripted_configuration
+from tests.support.catalog import (
+    make_openai_configuration,
+    make_provider,
+    make_snippet,
+    scripted_configuration,
+)
 from tests.support.fake_provider import FakeProvider
 from tests.support.runs import submit
 
@@ -43,6 +49,16 @@ def secret_thread(staff: Any) -> tuple[Run, Run]:
     return first, second
 
 
+def repoint(fake: FakeProvider, slug: str) -> None:
+    """Staff point the configuration at an external provider (the fake, over the wire)."""
+    configuration = Configuration.objects.get(slug=slug)
+    configuration.provider = make_provider(
+        f"{slug}-abroad", zone="external_global", kind="openai", base_url=fake.openai_base_url
+    )
+    configuration.model = "gpt-test"
+    configuration.save()
+
+
 def test_cg13_fork1_a_fork_of_a_follow_up_is_gated_by_the_earlier_runs_it_copies(fake, staff, api):
     """Break 1: forking run 2 (which forced nothing) copies run 1's reply too."""
     _, second = secret_thread(staff)
@@ -58,3 +74,46 @@ def test_cg13_fork1_a_fork_of_a_follow_up_is_gated_by_the_earlier_runs_it_copies
     assert failure["data_class"] == "secret" and failure["zone"] == "external_global"
     assert fake.requests == []
     assert MARKER not in str(failure)
+
+
+def test_cg12_a_reply_carries_the_class_of_its_send_and_binds_a_later_send(fake, staff):
+    """Break 2: drop the snippet, re-point the configuration at an external provider and
+    send a follow-up: the reply that repeated the secret is refused, never passed."""
+    first, second = secret_thread(staff)
+    origin = {"kind": "snippet", "name": "merger-plans"}
+    for run in (first, second):  # the second forced nothing: it read the first's reply
+        reply = Event.objects.get(run=run, type=ev.ASSISTANT)
+        assert reply.payload["label"] == {"class": "secret", "origin": origin}
+    repoint(fake, "vault")
+    fake.queue({"text": "sent abroad"})
+
+    third = submit(staff, "vault", "and now?", thread=first.thread_id)
+    assert execute_run(third.pk) == Run.Status.FAILED
+
+    failure = Run.objects.get(pk=third.pk).failure
+    assert failure["code"] == "context_refused"
+    assert (failure["source_kind"], failure["source_name"]) == ("reply", "turn 2")
+    assert failure["origin"] == origin and failure["data_class"] == "secret"
+    assert 'reply of turn 2 (set by snippet "merger-plans", secret)' in failure["detail"]
+    assert fake.requests == []
+    assert MARKER not in str(failure)
+
+
+def test_cg10_cg12_the_readout_lists_carried_replies_with_their_origin(staff, api):
+    first, second = secret_thread(staff)
+    readout = api.get(f"/api/runs/{second.pk}/").json()["readout"]
+    replies = [row for row in readout["sources"] if row["kind"] == "reply"]
+    origin = {"kind": "snippet", "name": "merger-plans"}
+    assert [(r["name"], r["data_class"], r["origin"]) for r in replies] == [
+        ("turn 1", "secret", origin),
+        ("turn 2", "secret", origin),
+    ]
+    assert readout["effective_class"] == "secret"
+    assert readout["effective_source"]["origin"] == origin
+
+    body = {"configuration": "vault", "input": "again", "thread": first.thread_id, "dry_run": True}
+    dry = api.post("/api/runs/", body, format="json").json()
+    assert [r["name"] for r in dry["readout"]["sources"] if r["kind"] == "reply"] == [
+        "turn 1",
+        "turn 2",
+    ]

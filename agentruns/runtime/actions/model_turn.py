@@ -12,6 +12,7 @@ from django.conf import settings
 
 from agentruns import events as ev
 from agentruns.answers import schema_problems
+from agentruns.gate.core import parse_label
 from agentruns.models import Checkpoint, Run, ToolInvocation
 from agentruns.providers.base import ProviderRequest, Reply
 from agentruns.runtime.actions.base import Outcome, RunContext, redaction_items
@@ -109,7 +110,7 @@ def model_turn(ctx: RunContext, turn_index: int) -> Outcome | None:
         return sent  # the run's end, or None: compose the turn again
     reply, link = sent.reply, sent.link
     if trace:
-        trace.turn_done(ctx, span, reply, link)
+        trace.turn_done(ctx, span, reply, link, parse_label(sent.label))
     continuation = {"link": link.slug, "data": reply.continuation} if reply.continuation else None
     served_by = {
         "configuration": link.slug,
@@ -117,7 +118,7 @@ def model_turn(ctx: RunContext, turn_index: int) -> Outcome | None:
         "model": reply.model,
     }
     offered = {t.name for t in composed.tools}
-    return _record_turn(ctx, turn_index, reply, offered, continuation, served_by)
+    return _record_turn(ctx, turn_index, reply, offered, continuation, served_by, sent.label)
 
 
 def _composed(ctx: RunContext) -> Composed:
@@ -131,6 +132,7 @@ def _record_turn(
     offered: set[str],
     continuation: Any = None,
     served_by: dict[str, Any] | None = None,
+    label: dict[str, Any] | None = None,
 ) -> Outcome | None:
     reply, unstorable = storable_reply(reply)  # SEC-7: before any of it is stored
     text, redacted = redact(reply.text)
@@ -151,6 +153,8 @@ def _record_turn(
         "served_by": served_by or {},  # LOOP-3: which link of the chain answered (TZ-5)
         "usage": reply.token_usage,  # OPS-1
     }
+    if label:  # CG-12: its text and its calls' arguments carry the class of what it read
+        payload["label"] = label
     redaction = redaction_items("model_reply", redacted)
     if not calls:
         payload["granted"] = []
