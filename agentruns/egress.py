@@ -14,18 +14,33 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from agentruns.classes import DataClass, may_leave
+from django.conf import settings
+
+from agentruns.classes import DataClass, may_leave, parse_class
 
 __all__ = ["WayOut", "may_leave", "withheld_marker"]
 
 
 class WayOut(StrEnum):
-    PROVIDER = "provider"
-    TRACE = "trace"
-    WEBHOOK = "webhook"
-    MAIL = "mail"
+    """Each way out and where its ceiling comes from."""
+
+    PROVIDER = "provider"  # the reachable zone of the configuration (CG-3, TZ-4)
+    TOOL = "tool"  # a call's target: the same zone, checked before any call (TOOL-2)
+    TRACE = "trace"  # AGENTRUNS_OTEL_CONTENT_CLASS (OPS-7)
+    WEBHOOK = "webhook"  # the webhook's trust_zone
+    MAIL = "mail"  # AGENTRUNS_MAIL_CONTENT_CLASS
+
+
+# A withholding's audit row (`GateAudit.verdict`); the audit export names it
+# `egress.withheld`.
+EGRESS_WITHHELD_VERDICT = "withheld"
 
 
 def withheld_marker(label: DataClass | None) -> str:
     """What a field holds in place of content that may not leave (CG-14)."""
     return f"withheld: {label.label if label else 'unknown'}"
+
+
+def mail_ceiling() -> DataClass | None:
+    """The mail's ceiling (`AGENTRUNS_MAIL_CONTENT_CLASS`, default internal; unknown: none)."""
+    return parse_class(getattr(settings, "AGENTRUNS_MAIL_CONTENT_CLASS", "internal"))

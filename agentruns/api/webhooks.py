@@ -36,6 +36,7 @@ class WebhookSerializer(serializers.ModelSerializer):
             "secret",
             "description",
             "active",
+            "trust_zone",
             "created_by",
             "created_at",
             "updated_at",
@@ -82,6 +83,7 @@ class DeliverySerializer(serializers.ModelSerializer):
             "last_error",
             "delivered_at",
             "created_at",
+            "withheld",
             "attempt_log",
         ]
 

@@ -6,13 +6,16 @@ external fake never receives the marker text."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
 from agentruns import events as ev
-from agentruns.models import Configuration, Event, Run
+from agentruns.models import Configuration, Event, GateAudit, Run, Webhook, WebhookDelivery
 from agentruns.runtime.loop import execute_run
+from agentruns.services.webhooks import webhook_deliver_due
+from tests.conftest import grant
 from tests.support.catalog import (
     make_openai_configuration,
     make_provider,
@@ -20,6 +23,8 @@ from tests.support.catalog import (
     scripted_configuration,
 )
 from tests.support.fake_provider import FakeProvider
+from tests.support.hitl import client_for
+from tests.support.ops import Receiver
 from tests.support.runs import submit
 
 pytestmark = pytest.mark.django_db
@@ -117,3 +122,53 @@ def test_cg10_cg12_the_readout_lists_carried_replies_with_their_origin(staff, ap
         "turn 1",
         "turn 2",
     ]
+
+
+@pytest.fixture
+def receivers(settings):
+    settings.AGENTRUNS_WEBHOOK_ALLOWED_HOSTS = ["127.0.0.1"]
+    listening = (Receiver(statuses=[200]), Receiver(statuses=[200]))
+    yield listening
+    for receiver in listening:
+        receiver.close()
+
+
+def bodies(receiver: Receiver) -> list[dict[str, Any]]:
+    return [json.loads(got.body) for got in receiver.received]
+
+
+def test_cg14_a_webhook_receives_no_content_above_its_trust_zones_ceiling(staff, api, receivers):
+    """Break 4: a `message.assistant` with a secret-derived reply was delivered whole to
+    any receiver. Withheld now, marked in its field, recorded on the delivery (API) and
+    audited as `egress.withheld`; a local receiver gets it whole."""
+    far, near = receivers
+    abroad = Webhook.objects.create(url=far.url, events=[ev.ASSISTANT], secret="s" * 20)
+    assert abroad.trust_zone == "external_global"  # the default
+    inside = Webhook.objects.create(
+        url=near.url, events=[ev.ASSISTANT], secret="s" * 20, trust_zone="local"
+    )
+    first, _ = secret_thread(staff)
+    while webhook_deliver_due():
+        pass
+
+    sent_abroad = bodies(far)
+    assert len(sent_abroad) == 2 and MARKER not in str(sent_abroad)
+    assert all(b["payload"]["text"] == "withheld: secret" for b in sent_abroad)
+    assert any(MARKER in b["payload"]["text"] for b in bodies(near))
+
+    delivery = WebhookDelivery.objects.filter(webhook=abroad, run_id=first.pk).get()
+    assert delivery.withheld == [{"field": "text", "class": "secret"}]
+    assert not WebhookDelivery.objects.filter(webhook=inside).exclude(withheld=[]).exists()
+    listed = api.get(f"/api/webhooks/{abroad.pk}/deliveries/").json()
+    rows = listed["results"] if isinstance(listed, dict) else listed
+    assert {"field": "text", "class": "secret"} in [w for r in rows for w in r["withheld"]]
+    audit = GateAudit.objects.filter(verdict="withheld", run_id=first.pk).get()
+    assert (audit.source_kind, audit.zone, audit.data_class) == (
+        "webhook",
+        "external_global",
+        "secret",
+    )
+    auditor = client_for(grant(staff, "view_audit"))
+    exported = b"".join(auditor.get("/api/audit/?kind=egress.withheld").streaming_content)
+    exported = exported.decode()
+    assert "egress.withheld" in exported and MARKER not in exported
