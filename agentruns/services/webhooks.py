@@ -83,6 +83,7 @@ CONTENT_FIELDS = {
     ev.ASSISTANT: ("text",),
     ev.TOOL_RESULT: ("content",),
     ev.COMPACTION: ("summary",),
+    ev.RUN_COMPLETED: ("final_reply",),
 }
 CALL_FIELDS = ("arguments", "raw_arguments")
 

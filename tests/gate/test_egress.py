@@ -142,27 +142,29 @@ def test_cg14_a_webhook_receives_no_content_above_its_trust_zones_ceiling(staff,
     any receiver. Withheld now, marked in its field, recorded on the delivery (API) and
     audited as `egress.withheld`; a local receiver gets it whole."""
     far, near = receivers
-    abroad = Webhook.objects.create(url=far.url, events=[ev.ASSISTANT], secret="s" * 20)
+    events = [ev.ASSISTANT, ev.RUN_COMPLETED]
+    abroad = Webhook.objects.create(url=far.url, events=events, secret="s" * 20)
     assert abroad.trust_zone == "external_global"  # the default
     inside = Webhook.objects.create(
-        url=near.url, events=[ev.ASSISTANT], secret="s" * 20, trust_zone="local"
+        url=near.url, events=events, secret="s" * 20, trust_zone="local"
     )
     first, _ = secret_thread(staff)
     while webhook_deliver_due():
         pass
 
     sent_abroad = bodies(far)
-    assert len(sent_abroad) == 2 and MARKER not in str(sent_abroad)
-    assert all(b["payload"]["text"] == "withheld: secret" for b in sent_abroad)
-    assert any(MARKER in b["payload"]["text"] for b in bodies(near))
+    assert len(sent_abroad) == 4 and MARKER not in str(sent_abroad)
+    texts = [b["payload"].get("text") or b["payload"]["final_reply"] for b in sent_abroad]
+    assert texts == ["withheld: secret"] * 4
+    assert any(MARKER in str(b["payload"]) for b in bodies(near))
 
-    delivery = WebhookDelivery.objects.filter(webhook=abroad, run_id=first.pk).get()
+    delivery = WebhookDelivery.objects.get(webhook=abroad, run_id=first.pk, event_type=ev.ASSISTANT)
     assert delivery.withheld == [{"field": "text", "class": "secret"}]
     assert not WebhookDelivery.objects.filter(webhook=inside).exclude(withheld=[]).exists()
     listed = api.get(f"/api/webhooks/{abroad.pk}/deliveries/").json()
     rows = listed["results"] if isinstance(listed, dict) else listed
     assert {"field": "text", "class": "secret"} in [w for r in rows for w in r["withheld"]]
-    audit = GateAudit.objects.filter(verdict="withheld", run_id=first.pk).get()
+    (audit, _) = GateAudit.objects.filter(verdict="withheld", run_id=first.pk)
     assert (audit.source_kind, audit.zone, audit.data_class) == (
         "webhook",
         "external_global",
