@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('agentruns', '0022_invocation_completions_are_hot'),
+        ('agentruns', '0024_schedules_triggers_timers'),
     ]
 
     operations = [
