@@ -40,7 +40,7 @@ class Zone(IntEnum):
         return CEILINGS[self]
 
     def permits(self, data_class: DataClass) -> bool:
-        return data_class <= self.ceiling
+        return may_leave(data_class, self.ceiling)
 
 
 CEILINGS = {
@@ -49,6 +49,14 @@ CEILINGS = {
     Zone.EXTERNAL_EU: DataClass.CONFIDENTIAL,
     Zone.EXTERNAL_GLOBAL: DataClass.INTERNAL,
 }
+
+
+def may_leave(label: DataClass | None, ceiling: DataClass | None) -> bool:
+    """CG-14, the one rule of every way out (`agentruns.egress`): content labelled `label`
+    (None: nothing it carries was declared, TZ-1) may go where the ceiling is `ceiling`
+    (None: that way carries no content at all)."""
+    return ceiling is not None and (label is None or label <= ceiling)
+
 
 STRICTEST_ZONE = Zone.EXTERNAL_GLOBAL
 DATA_CLASS_CHOICES = [(c.label, c.label) for c in DataClass]

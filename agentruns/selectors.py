@@ -79,9 +79,28 @@ def run_sources(run: Run) -> tuple[ConfigView, list[Source]]:
     return view, _sources(view, run, _carried([run]).get(run.thread_id, ()))
 
 
-def _sources(view: ConfigView, run: Run, carried: Sequence[dict]) -> list[Source]:
+def copied_sources(runs: Sequence[Run]) -> list[dict[str, Any]]:
+    """CG-13, FORK-1: what a fork carries from the runs whose turns it copies — each one's
+    sources (its configuration's, its forced set, what it carried itself), once each,
+    named by the run they came from ({kind, id, from})."""
+    views = config_views(run.configuration for run in runs)
+    carried = _carried(runs)
+    found: dict[tuple[str, int], dict[str, Any]] = {}
+    for run in runs:
+        view = views[run.configuration_id]
+        for source in _sources(view, run, carried.get(run.thread_id, ())):
+            origin = source.carried_from or run.pk
+            found.setdefault(
+                source.identity, {"kind": source.kind, "id": source.id, "from": origin}
+            )
+    return list(found.values())
+
+
+def _sources(
+    view: ConfigView, run: Run, carried: Sequence[dict], replies: Sequence[Source] = ()
+) -> list[Source]:
     snippets, skills = forced_for_resume(run.forced_snippet_ids, run.forced_skill_ids)
-    return list(compose_sources(view, snippets, skills, carried_for_send(carried)))
+    return list(compose_sources(view, snippets, skills, carried_for_send(carried), replies))
 
 
 def _carried(runs: Sequence[Run]) -> dict[int, tuple[dict, ...]]:
@@ -123,8 +142,9 @@ def run_next_sends(runs: Sequence[Run], generation: int | None = None) -> dict[i
 
 
 def run_readout(run: Run) -> dict[str, Any]:
-    """CG-10 for a run: the live configuration plus the run's forced set (RG-2), its
-    granted tools and the results its next send would withhold (MCP-4)."""
+    """CG-10 for a run: the live configuration plus the run's forced set (RG-2), the
+    labelled replies its next send carries (CG-12), its granted tools and the results
+    that send would withhold (MCP-4)."""
     return run_readouts([run])[run.pk]
 
 
@@ -145,7 +165,7 @@ def run_readouts(runs: Iterable[Run]) -> dict[int, dict[str, Any]]:
         next_send = next_sends[run.pk]
         out[run.pk] = readout(
             view,
-            _sources(view, run, carried.get(run.thread_id, ())),
+            _sources(view, run, carried.get(run.thread_id, ()), next_send.replies),
             enforcement,
             tools=tools[run.configuration_id],
             withheld=next_send.withheld,

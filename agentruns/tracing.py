@@ -17,7 +17,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from agentruns.classes import DataClass, parse_class
+from agentruns.classes import DataClass, may_leave, parse_class
+from agentruns.egress import withheld_marker
 
 SERVICE_NAME = "agentruns"
 
@@ -65,9 +66,30 @@ def configure(endpoint: str | None = None, *, instrument_django: bool = True) ->
     if instrument_django:
         from opentelemetry.instrumentation.django import DjangoInstrumentor
 
-        DjangoInstrumentor().instrument(tracer_provider=provider)
+        DjangoInstrumentor().instrument(tracer_provider=provider, request_hook=_request_hook)
         _state.django = True
     return True
+
+
+# The attributes the Django instrumentation puts a request's URL (or its query) in, by the
+# semantic conventions old and new.
+URL_ATTRIBUTES = ("http.url", "url.full", "http.target")
+QUERY_ATTRIBUTE = "url.query"
+
+
+def _request_hook(span: Any, request: Any) -> None:
+    """CG-14: a query string is content nobody labelled — it can hold anything a client
+    put there — so it leaves with a trace only under a ceiling that takes every class."""
+    if may_leave(DataClass.SECRET, content_class()) or not span.is_recording():
+        return
+    marker = withheld_marker(DataClass.SECRET)
+    attributes = getattr(span, "attributes", None) or {}
+    for key in URL_ATTRIBUTES:
+        value = attributes.get(key)
+        if isinstance(value, str) and "?" in value:
+            span.set_attribute(key, f"{value.split('?', 1)[0]}?{marker}")
+    if attributes.get(QUERY_ATTRIBUTE):
+        span.set_attribute(QUERY_ATTRIBUTE, marker)
 
 
 def flush() -> None:

@@ -51,8 +51,8 @@ class WriteOnlySecretMixin:
 @admin.register(Webhook)
 class WebhookAdmin(WriteOnlySecretMixin, GovernedAdmin):
     kind = "webhook"
-    list_display = ["url", "events", "active", "created_by", "created_at"]
-    list_filter = ["active"]
+    list_display = ["url", "events", "trust_zone", "active", "created_by", "created_at"]
+    list_filter = ["active", "trust_zone"]
     readonly_fields = ["created_by", "created_at", "updated_at"]
     formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
 
@@ -77,6 +77,7 @@ class WebhookDeliveryAdmin(RecordAdmin):
         "attempts",
         "last_status_code",
         "next_attempt_at",
+        "withheld",
     ]
     list_filter = ["status", "event_type"]
     inlines = [AttemptInline]

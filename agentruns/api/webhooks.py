@@ -39,6 +39,7 @@ class WebhookSerializer(serializers.ModelSerializer):
             "secret",
             "description",
             "active",
+            "trust_zone",
             "created_by",
             "created_at",
             "updated_at",
@@ -85,6 +86,7 @@ class DeliverySerializer(serializers.ModelSerializer):
             "last_error",
             "delivered_at",
             "created_at",
+            "withheld",
             "attempt_log",
         ]
 

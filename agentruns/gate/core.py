@@ -5,12 +5,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
 from agentruns.classes import DataClass, Zone, least_trusted, parse_class, parse_zone
 
 SYSTEM_PROMPT = "system_prompt"
 SNIPPET = "snippet"
 SKILL = "skill"
+REPLY = "reply"  # CG-12: what the model wrote, labelled with the class of what it read
 
 
 @dataclass(frozen=True)
@@ -29,6 +31,9 @@ class Source:
     # may carry what the model made of it, so its class still binds.
     carried_from: int | None = None
     version: int = field(default=0, compare=False)  # GOV-2: the record's version, as read
+    # CG-12: what set a reply's class ({kind, name} of the source or result its send's
+    # high-water mark came from); None for every other kind.
+    origin: tuple[str, str] | None = None
 
     @property
     def data_class(self) -> DataClass | None:
@@ -43,7 +48,16 @@ class Source:
     def identity(self) -> tuple[str, int]:
         return (self.kind, self.id)
 
+    @property
+    def set_by(self) -> tuple[str, str]:
+        """CG-12: the origin a label made from this source names."""
+        return self.origin or (self.kind, self.name)
+
     def describe(self) -> str:
+        if self.kind == REPLY:
+            kind, name = self.set_by
+            origin = f'{kind.replace("_", " ")} "{name}"'
+            return f"reply of {self.name} (set by {origin}, {self.declared})"
         carried = f" (carried from run #{self.carried_from})" if self.carried_from else ""
         return f'{self.kind.replace("_", " ")} "{self.name}"{carried}'
 
@@ -89,10 +103,13 @@ def compose_sources(
     forced_snippets: Sequence[Source] | None = None,
     forced_skills: Sequence[Source] | None = None,
     carried: Sequence[Source] | None = None,
+    replies: Sequence[Source] = (),
 ) -> tuple[Source, ...]:
     """CG-1: the fixed order; a forced source the configuration carries is listed once, and
-    so is a source a fork carried from its original (FORK-1), which comes last."""
-    listed: list[Source] = []
+    so is a source a fork carried from its original (FORK-1), which comes last. The
+    replies the send carries (CG-12) come first, in thread order: on a tie (CG-3) a live
+    source is named, which a remedy can act on, and a reply only when it is stricter."""
+    listed: list[Source] = list(replies)
     if config.system_prompt.strip():
         listed.append(
             Source(
@@ -172,6 +189,7 @@ def decide(config: ConfigView, sources: Sequence[Source]) -> Decision:
 def refusal_fields(decision: Decision) -> dict:
     """CG-7's structured fields, as a refused run's failure carries them (CG-8)."""
     assert decision.source and decision.zone and decision.data_class
+    origin = decision.source.origin
     return {
         "configuration": decision.configuration,
         "zone": decision.zone.label,
@@ -181,6 +199,7 @@ def refusal_fields(decision: Decision) -> dict:
         "data_class": decision.data_class.label,
         "forced": decision.source.forced,
         **decision.source.carried,
+        **({"origin": {"kind": origin[0], "name": origin[1]}} if origin else {}),
     }
 
 
@@ -235,3 +254,46 @@ def withheld_note(result: ResultSource, zone: Zone) -> str:
         f"{result.data_class.label}, above the ceiling {zone.ceiling.label} of this "
         f"configuration's reachable zone ({zone.label}). It stays in the run's log."
     )
+
+
+@dataclass(frozen=True)
+class Label:
+    """CG-12: the class a model reply (or a compaction's summary) carries — the high-water
+    mark of the send that produced it — and the source or result that set it. Stored as
+    one field of the event the step writes anyway (`as_dict`)."""
+
+    data_class: DataClass
+    kind: str
+    name: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"class": self.data_class.label, "origin": {"kind": self.kind, "name": self.name}}
+
+
+def parse_label(raw: object) -> Label | None:
+    """A stored label; anything unreadable is no label (the content counts as unlabelled)."""
+    if not isinstance(raw, dict):
+        return None
+    data_class = parse_class(raw.get("class"))
+    origin = raw.get("origin")
+    if not isinstance(origin, dict):
+        origin = {}
+    if data_class is None:
+        return None
+    return Label(data_class, str(origin.get("kind", "")), str(origin.get("name", "")))
+
+
+def high_water(source: Source | None, carried: Sequence[ResultSource]) -> Label | None:
+    """CG-12: the strictest class a send carried — its deciding source (a carried reply
+    hands on its own origin) or a carried result, whichever is stricter; None when
+    nothing it carried was declared."""
+    best = Label(source.data_class, *source.set_by) if source and source.data_class else None
+    for result in carried:
+        if result.data_class and (best is None or result.data_class > best.data_class):
+            best = Label(result.data_class, result.kind, result.tool)
+    return best
+
+
+def reply_source(sequence: int, name: str, label: Label) -> Source:
+    """CG-12: a carried reply as a source of a later send ("turn N": "reply of turn N")."""
+    return Source(REPLY, sequence, name, label.data_class.label, origin=(label.kind, label.name))

@@ -28,7 +28,15 @@ def _source_row(source: Source) -> dict:
         "data_class": declared.label if declared else UNDECLARED,
         "forced": source.forced,
         **source.carried,
+        **_origin(source),
     }
+
+
+def _origin(source: Source) -> dict:
+    """CG-12: a reply's row names what set its class."""
+    if source.origin is None:
+        return {}
+    return {"origin": {"kind": source.origin[0], "name": source.origin[1]}}
 
 
 def verdict_label(verdict: Verdict, mode: Enforcement) -> str:
@@ -58,7 +66,13 @@ def _effective(source: Source | None, carried: Sequence[ResultSource]) -> dict:
     return {
         "effective_class": declared.label if declared else UNDECLARED,
         "effective_source": (
-            {"kind": source.kind, "name": source.name, "forced": source.forced, **source.carried}
+            {
+                "kind": source.kind,
+                "name": source.name,
+                "forced": source.forced,
+                **source.carried,
+                **_origin(source),
+            }
             if source
             else None
         ),

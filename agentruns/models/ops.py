@@ -14,6 +14,7 @@ from django.db import models
 from django.utils import timezone
 
 from agentruns import events as ev
+from agentruns.classes import ZONE_CHOICES, Zone
 from agentruns.models.catalog import Configuration, GateAudit
 from agentruns.outbound import url_problem
 
@@ -116,6 +117,16 @@ class Webhook(models.Model):
     active = models.BooleanField(default=True)
     # GOV-1: the number of the version in force; the creation is 1 (services.changes).
     version = models.PositiveIntegerField(default=1, editable=False)
+    # CG-14: where the receiver sits, as a provider's zone; its ceiling bounds the content
+    # a delivery carries (above it, a field holds "withheld: <class>").
+    trust_zone = models.CharField(
+        max_length=32,
+        choices=ZONE_CHOICES,
+        default=Zone.EXTERNAL_GLOBAL.label,
+        blank=True,
+        help_text="Where the receiver sits (empty: external global); content above this "
+        "zone's ceiling is withheld.",
+    )
     # SEC-15: the owner. A webhook delivers only events of runs its owner may see; one
     # whose owner is gone or deactivated delivers nothing.
     created_by = models.ForeignKey(
@@ -172,6 +183,9 @@ class WebhookDelivery(models.Model):
     last_error = models.TextField(blank=True)
     delivered_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
+    # CG-14: what the sender held back of the payload ({field, class}), written with the
+    # first attempt; the payload itself stays whole here, like the event it copies.
+    withheld = models.JSONField(default=list, blank=True)
 
     class Meta:
         ordering = ["-id"]

@@ -22,6 +22,8 @@ from agentruns.gate.core import (
     TOOL_RESULT,
     ResultSource,
     Source,
+    parse_label,
+    reply_source,
     withheld,
     withheld_note,
 )
@@ -145,6 +147,27 @@ def withhold(
     return tuple(replaced)
 
 
+def reply_sources(
+    log: Sequence[LogEntry], effective: Sequence[LogEntry], turns: int = 0
+) -> tuple[tuple[Source, ...], int]:
+    """CG-12: the labelled replies `effective` carries (and the compaction summary standing
+    for earlier ones), as sources named by the thread's model turns counted from 1, and
+    the count of turns after `log` (`turns`: those before it)."""
+    numbers = {}
+    for event in log:
+        if event.type == ev.ASSISTANT:
+            turns += 1
+            numbers[event.sequence] = f"turn {turns}"
+        elif event.type == ev.COMPACTION:
+            numbers[event.sequence] = f"turns 1-{turns}"
+    found = []
+    for event in effective:
+        label = parse_label(event.payload.get("label")) if event.sequence in numbers else None
+        if label is not None:
+            found.append(reply_source(event.sequence, numbers[event.sequence], label))
+    return tuple(found), turns
+
+
 @dataclass(frozen=True)
 class LogView:
     """What a thread's log says its next send carries, besides the sources: `effective`
@@ -157,6 +180,8 @@ class LogView:
     withheld: tuple[ResultSource, ...] = ()
     zone: Zone = Zone.EXTERNAL_GLOBAL
     results: tuple[ResultSource, ...] = ()
+    replies: tuple[Source, ...] = ()  # CG-12: the labelled replies it carries
+    turns: int = 0  # the thread's model turns so far (how replies are named)
 
     @property
     def ceiling(self) -> DataClass:
@@ -184,7 +209,8 @@ def log_view(
         over = tuple(result for result in results if result.sequence in kept)
         enforce = True  # what it withheld is what it withheld, observing or not
     sent = withhold(effective, over, zone) if enforce else effective
-    return LogView(sent, mode, frozenset(active), over, zone, results)
+    replies, turns = reply_sources(log, effective)
+    return LogView(sent, mode, frozenset(active), over, zone, results, replies, turns)
 
 
 def extend_view(
@@ -201,6 +227,7 @@ def extend_view(
     sent = withhold(added, over, config.zone) if enforce else tuple(added)
     deferred = view.mode.deferred
     active = view.active | active_deferred(added, deferred) if deferred else view.active
+    replies, turns = reply_sources(added, added, view.turns)
     return LogView(
         view.effective + sent,
         view.mode,
@@ -208,6 +235,8 @@ def extend_view(
         view.withheld + over,
         config.zone,
         view.results + results,
+        view.replies + replies,
+        turns,
     )
 
 

@@ -23,9 +23,11 @@ from django.http import StreamingHttpResponse
 from django.utils import timezone
 
 from agentruns import events as ev
+from agentruns.egress import EGRESS_WITHHELD_VERDICT
 from agentruns.models import Event, GateAudit
 
 GATE_PREFIX = "gate."
+EGRESS_WITHHELD = "egress.withheld"  # CG-14
 EVENT_KINDS = ev.AUDITED
 COLUMNS = ("time", "kind", "run", "configuration", "actor", "decision", "reason")
 # Small enough that the first lines go out at once, large enough that a year's export is
@@ -58,7 +60,9 @@ class AuditFilter:
         return not self.kinds or kind in self.kinds
 
     def wants_gate(self) -> bool:
-        return not self.kinds or any(k.startswith(GATE_PREFIX) for k in self.kinds)
+        return not self.kinds or any(
+            k.startswith(GATE_PREFIX) or k == EGRESS_WITHHELD for k in self.kinds
+        )
 
 
 def _window(field: str, flt: AuditFilter) -> Q:
@@ -89,12 +93,20 @@ def in_time_order(rows: QuerySet, key: Callable[[Any], tuple[datetime, int]]) ->
         last = key(chunk[-1])
 
 
+def _gate_kind(verdict: str) -> str:
+    """A gate row's kind; a withholding at a way out other than a provider's is CG-14's."""
+    return EGRESS_WITHHELD if verdict == EGRESS_WITHHELD_VERDICT else GATE_PREFIX + verdict
+
+
 def _gate_records(flt: AuditFilter) -> Iterator[dict[str, Any]]:
     rows = GateAudit.objects.filter(_window("created_at", flt))
     if flt.configuration:
         rows = rows.filter(configuration=flt.configuration)
     if flt.kinds:
-        rows = rows.filter(verdict__in=[k.removeprefix(GATE_PREFIX) for k in flt.kinds])
+        verdicts = [k.removeprefix(GATE_PREFIX) for k in flt.kinds]
+        if EGRESS_WITHHELD in flt.kinds:
+            verdicts.append(EGRESS_WITHHELD_VERDICT)
+        rows = rows.filter(verdict__in=verdicts)
     values = rows.values(*GATE_FIELDS)  # dicts: a third of a model instance's cost
     for row in in_time_order(values, key=lambda row: (row["created_at"], row["id"])):
         what = f"{row['source_kind']} {row['source_name']}".strip() or "system prompt"
@@ -106,7 +118,7 @@ def _gate_records(flt: AuditFilter) -> Iterator[dict[str, Any]]:
         reason += f", {row['enforcement']}{', forced' if row['forced'] else ''}"
         yield {
             "time": row["created_at"],
-            "kind": GATE_PREFIX + row["verdict"],
+            "kind": _gate_kind(row["verdict"]),
             "run": row["run_id"],
             "configuration": row["configuration"],
             "actor": None,

@@ -5,8 +5,9 @@ the run the fork is, on the configuration it names (active, under its daily limi
 A fork keeps its original's forced sources — the copied transcript is what the model made
 of them — so forking a run that forced sources is forcing them, which is the playground's
 (FS-5: `use_playground`, else 403). The fork's sends are gated like any send (CG-9): its
-own configuration's sources, the forced set and every source its original carried, by
-class; a refusal ends the fork `failed` with `context_refused`, naming the source (CG-7).
+own configuration's sources, the forced set and every source carried by each run whose
+turns the copy holds (the original and the earlier runs of its thread, CG-13), by class;
+a refusal ends the fork `failed` with `context_refused`, naming the source (CG-7).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from agentruns.models import Event, Run, Thread
 from agentruns.policy import may_see_run
 from agentruns.runtime.fork import BadForkPoint, plan_fork
 from agentruns.runtime.redaction import redact
-from agentruns.selectors import run_sources
+from agentruns.selectors import copied_sources
 from agentruns.services.log import append_attributed
 from agentruns.services.runs import (
     MAX_INPUT_CHARS,
@@ -68,9 +69,13 @@ def run_fork(*, user: User, run_id: int, request: ForkRequest) -> Run:
     )
     configuration = startable_configuration(slug)
     check_daily_limit(configuration)
-    _, sources = run_sources(original)
-    carried = [{"kind": s.kind, "id": s.id, "from": s.carried_from or original.pk} for s in sources]
     log = log_entries(Event.objects.filter(thread=original.thread_id))
+    # CG-13: the copy is the thread's prefix up to the fork point, so it carries the text
+    # of every run with an event there, not only the original's.
+    upto = request.at or max((e.sequence for e in log if e.run_id == original.pk), default=0)
+    copied = {e.run_id for e in log if e.run_id is not None and e.sequence <= upto}
+    runs = Run.objects.select_related("configuration").filter(pk__in={*copied, original.pk})
+    carried = copied_sources(sorted(runs, key=lambda run: run.pk))
     try:
         plan = plan_fork(
             log,

@@ -307,14 +307,17 @@ def run_dry(*, user: User, submission: Submission) -> dict[str, Any]:
         submission.forced_snippets, submission.forced_skills
     )
     logged = log_entries(Event.objects.filter(thread=thread)) if thread is not None else []
-    # FORK-1: a fork's thread carries its original's sources; the readout folds them too.
-    sources = compose_sources(config.view, snippets, skills, carried_for_send(carried_of(logged)))
     text, kinds = redact(submission.input)
     # The run's first send: the thread's log with the events this submission would append.
     opening = _opening(submission, thread, text, kinds)
     after = logged[-1].sequence if logged else 0
     log = [*logged, *(LogEntry(after + i, kind, data) for i, (kind, data) in enumerate(opening, 1))]
-    composed = next_request(log_view(log, config), sources=sources)
+    view = log_view(log, config)
+    # FORK-1: a fork's thread carries its original's sources, and a thread the labelled
+    # replies of its earlier runs (CG-12, CG-13); the readout folds them too.
+    carried = carried_for_send(carried_of(logged))
+    sources = compose_sources(config.view, snippets, skills, carried, view.replies)
+    composed = next_request(view, sources=sources)
     shown = readout(config.view, sources, current_enforcement())
     refused = bool(shown["message"])
     return {

@@ -39,8 +39,13 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from agentruns.models import Run, Thread, WebhookAttempt, WebhookDelivery
+from agentruns import events as ev
+from agentruns.classes import DataClass, Enforcement, may_leave, parse_zone
+from agentruns.egress import EGRESS_WITHHELD_VERDICT, WayOut, withheld_marker
+from agentruns.gate.core import parse_label
+from agentruns.models import GateAudit, Run, Thread, Webhook, WebhookAttempt, WebhookDelivery
 from agentruns.outbound import PinnedTransport, TargetRefused
+from agentruns.tools.policy import result_class
 
 logger = logging.getLogger(__name__)
 
@@ -53,16 +58,86 @@ EVENT_HEADER = "X-Agentruns-Event"
 
 
 def delivery_body(delivery: WebhookDelivery) -> bytes:
-    """The JSON a receiver gets; the same bytes on every retry of one delivery."""
+    """The JSON a receiver gets; the same bytes on every retry of one delivery. Content
+    above the webhook's ceiling is withheld (CG-14, `bounded_payload`)."""
+    payload, _ = bounded_payload(delivery.event_type, delivery.payload, delivery.webhook)
     body = {
         "type": delivery.event_type,
         "run": delivery.run_id,
         "thread": delivery.thread_id,
         "sequence": delivery.sequence,
-        "payload": delivery.payload,
+        "payload": payload,
         "created_at": delivery.event_created_at.isoformat(),
     }
     return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+
+
+def _content_class(event_type: str, payload: dict[str, Any]) -> DataClass | None:
+    """CG-12, CG-14: the class of what an event's content fields hold — a reply's (or a
+    summary's) label, a result's tool class. None: nothing it carries was declared (the
+    send that wrote it had no declared source), so it leaves like undeclared content."""
+    if event_type == ev.TOOL_RESULT:
+        return result_class(str(payload.get("tool", "")), str(payload.get("class", "")))
+    label = parse_label(payload.get("label"))
+    return label.data_class if label else None
+
+
+# The fields of an event that hold content (CG-14): what the model wrote, what a tool
+# returned, a summary of both. Everything else in a payload is names, ids and counts.
+CONTENT_FIELDS = {
+    ev.ASSISTANT: ("text",),
+    ev.TOOL_RESULT: ("content",),
+    ev.COMPACTION: ("summary",),
+    ev.RUN_COMPLETED: ("final_reply",),
+}
+CALL_FIELDS = ("arguments", "raw_arguments")
+
+
+def bounded_payload(
+    event_type: str, payload: dict[str, Any], webhook: Webhook
+) -> tuple[dict[str, Any], list[dict[str, str]]]:
+    """The payload as the webhook may receive it, and what was withheld ({field, class}):
+    each content field above the ceiling of the webhook's `trust_zone` holds
+    "withheld: <class>" instead (CG-14), calls keep their ids and names."""
+    label = _content_class(event_type, payload)
+    ceiling = parse_zone(webhook.trust_zone).ceiling
+    if may_leave(label, ceiling):
+        return payload, []
+    assert label is not None
+    marker = withheld_marker(label)
+    bounded, withheld = dict(payload), []
+    for field in CONTENT_FIELDS.get(event_type, ()):
+        if bounded.get(field):
+            bounded[field] = marker
+            withheld.append({"field": field, "class": label.label})
+    calls = []
+    for index, call in enumerate(bounded.get("tool_calls") or []):
+        call = dict(call)
+        for field in CALL_FIELDS:
+            if call.get(field):
+                call[field] = marker
+                withheld.append({"field": f"tool_calls.{index}.{field}", "class": label.label})
+        calls.append(call)
+    if calls:
+        bounded["tool_calls"] = calls
+    return bounded, withheld
+
+
+def _audit_withheld(delivery: WebhookDelivery, withheld: list[dict[str, str]]) -> None:
+    """CG-14: one `egress.withheld` row per delivery that held something back, naming the
+    destination (the webhook), its zone and ceiling, and the class withheld."""
+    zone = parse_zone(delivery.webhook.trust_zone)
+    GateAudit.objects.create(
+        verdict=EGRESS_WITHHELD_VERDICT,
+        enforcement=Enforcement.ENFORCE.recorded,
+        configuration="",
+        run_id=delivery.run_id,
+        zone=zone.label,
+        ceiling=zone.ceiling.label,
+        source_kind=WayOut.WEBHOOK.value,
+        source_name=f"#{delivery.webhook_id} {delivery.webhook.url}"[:200],
+        data_class=withheld[0]["class"],
+    )
 
 
 def signature(secret: str, body: bytes) -> str:
@@ -143,6 +218,11 @@ def _record(delivery: WebhookDelivery, result: AttemptResult) -> None:
         "last_status_code": result.status_code,
         "last_error": result.error,
     }
+    withheld: list[dict[str, str]] = []
+    if delivery.attempts == 0:  # CG-14: recorded and audited once, with the first attempt
+        _, withheld = bounded_payload(delivery.event_type, delivery.payload, delivery.webhook)
+        if withheld:
+            changes["withheld"] = withheld
     if result.ok:
         changes.update(status=WebhookDelivery.Status.DELIVERED, delivered_at=now)
     elif attempts >= int(settings.AGENTRUNS_WEBHOOK_MAX_ATTEMPTS):
@@ -150,6 +230,8 @@ def _record(delivery: WebhookDelivery, result: AttemptResult) -> None:
     else:
         changes.update(next_attempt_at=now + timedelta(seconds=backoff_seconds(attempts)))
     with transaction.atomic():
+        if withheld:
+            _audit_withheld(delivery, withheld)
         WebhookAttempt.objects.create(
             delivery=delivery,
             at=result.at,

@@ -53,8 +53,8 @@ def delivery_insert(source: str) -> str:
     return (
         f"INSERT INTO {WebhookDelivery._meta.db_table} (webhook_id, delivery_id, event_type, "
         "run_id, thread_id, sequence, payload, event_created_at, status, attempts, "
-        "next_attempt_at, last_error, created_at) "
+        "next_attempt_at, last_error, created_at, withheld) "
         "SELECT w.id, gen_random_uuid(), e.event_type, e.run_id, e.thread_id, e.sequence, "
         f"e.payload, e.created_at, '{WebhookDelivery.Status.PENDING.value}', 0, now(), '', "
-        f"now() FROM {source} JOIN {Webhook._meta.db_table} w ON {WEBHOOK_MATCH}"
+        f"now(), '[]'::jsonb FROM {source} JOIN {Webhook._meta.db_table} w ON {WEBHOOK_MATCH}"
     )

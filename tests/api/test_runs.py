@@ -265,7 +265,14 @@ def test_a_run_reads_back_with_readout_counters_and_no_ticket_or_failure(api, no
     assert data["failure"] is None
     assert data["configuration"] == "notes"
     assert data["created_by"] == "staff"
-    assert data["readout"]["sources"] == []
+    # The configuration declares nothing; the final reply read the note tool's result and
+    # carries its class (CG-12), so it is the one source listed.
+    (reply,) = data["readout"]["sources"]
+    assert (reply["kind"], reply["name"], reply["origin"]["kind"]) == (
+        "reply",
+        "turn 2",
+        "tool_result",
+    )
     counters = data["counters"]
     assert counters["model_turns"] == 2
     assert counters["tool_results"] == 1

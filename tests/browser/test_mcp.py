@@ -3,9 +3,10 @@ tracker (its code, served on loopback as `manage.py serve` runs it) is registere
 demo data; a real cluster runs `mcp-demo`: the playground's readout lists the tracker's
 tools with their classes, the run reads a ticket and a restricted customer record and
 waits for approval of a comment; the approver allows it from the inbox after the
-configuration was re-pointed at a global provider, and the inspector shows the restricted
-result withheld by the context gate. `mcp-demo-global` is refused the lookup (TOOL-2), and
-the admin's "Refresh tools" shows the listing against what is pinned (MCP-2)."""
+configuration was re-pointed at a global provider, and the inspector shows the run refused
+by the context gate, naming the reply that read the restricted record (CG-12).
+`mcp-demo-global` is refused the lookup (TOOL-2), and the admin's "Refresh tools" shows the
+listing against what is pinned (MCP-2)."""
 
 from __future__ import annotations
 
@@ -65,7 +66,7 @@ def run_in_playground(page: Page, configuration: str) -> int:
     return int(page.url.rstrip("/").rsplit("/", 1)[1])
 
 
-def test_mcp5_the_demo_calls_an_mcp_tool_asks_approval_refuses_and_withholds(
+def test_mcp5_the_demo_calls_an_mcp_tool_asks_approval_and_refuses_what_read_the_record(
     mcp_cluster, page_as, screenshot
 ):
     page = page_as(admin_user())
@@ -94,19 +95,15 @@ def test_mcp5_the_demo_calls_an_mcp_tool_asks_approval_refuses_and_withholds(
     card.get_by_role("button", name="Approve").click()
     expect(inbox.get_by_role("status").first).to_contain_text("Approved: tracker.add_comment")
 
-    expect(page.locator("#final-reply")).to_contain_text("Triage of T-1 done", timeout=LIVE)
-    expect(lookup.locator(".tag-withheld")).to_contain_text(
-        "withheld by the context gate from the next send: restricted"
+    # CG-12: the reply that proposed the comment read the customer record, so it carries
+    # that class and the send after the re-point is refused, naming it (not only withheld).
+    expect(page.locator("#failure")).to_contain_text(
+        'reply of turn 2 (set by tool result "tracker.customer_lookup", restricted)',
+        timeout=LIVE,
     )
-    last = page.locator("[data-turn]").last
-    last.locator("summary").first.click()  # what the last turn was sent
-    expect(last).to_contain_text(
-        "Withheld by the context gate: the result of tracker.customer_lookup is classed "
-        "restricted, above the ceiling internal"
-    )
-    expect(last).not_to_contain_text("J. Doe")
-    screenshot(page, "mcp-withheld")
-    assert Run.objects.get(pk=run_id).status == Run.Status.COMPLETED
+    expect(page.locator("#failure")).not_to_contain_text("J. Doe")
+    screenshot(page, "mcp-refused-reply")
+    assert Run.objects.get(pk=run_id).status == Run.Status.FAILED
 
     refused_run = run_in_playground(page, "mcp-demo-global")
     refused = page.locator("[data-call]").filter(has_text="tracker.customer_lookup")

@@ -106,9 +106,10 @@ def test_cg1_no_forced_set_is_just_the_configuration():
 
 def test_cg2_task_input_is_not_a_source():
     """There is no way to hand the task input to composition; what is composed comes only
-    from the configuration, the forced set and what a fork carried (FORK-1)."""
+    from the configuration, the forced set, what a fork carried (FORK-1) and the labelled
+    replies a send carries (CG-12)."""
     params = list(inspect.signature(compose_sources).parameters)
-    assert params == ["config", "forced_snippets", "forced_skills", "carried"]
+    assert params == ["config", "forced_snippets", "forced_skills", "carried", "replies"]
     config = view(system_prompt="sp", snippets=[source("a")], skills=[skill("b")])
     forced = [source("f", forced=True)]
     composed = compose_sources(config, forced, None)

@@ -139,6 +139,16 @@ def assert_refused_naming(run, fake, kind, name):
     assert len(fake.requests) == 1
 
 
+def assert_refused_by_the_reply(run, fake):
+    """CG-12: the parked turn's reply was written while the forced snippet was restricted;
+    it keeps that class whatever happens to the snippet since, and binds the next send."""
+    run.refresh_from_db()
+    assert (run.failure["code"], run.failure["source_kind"]) == ("context_refused", "reply")
+    assert run.failure["origin"] == {"kind": "snippet", "name": FORCED}
+    assert run.failure["data_class"] == "restricted"
+    assert len(fake.requests) == 1  # nothing was sent after the resume
+
+
 def assert_completed(run, fake):
     run.refresh_from_db()
     assert run.status == Run.Status.COMPLETED, run.failure
@@ -263,12 +273,22 @@ def test_rg2_a_forced_snippet_deleted_while_parked_contributes_nothing(
 ):
     run = parked_with_forced(approver, fake, forced)
     forced.delete()
-    repoint(config, fake)
     assert allow_and_run(approver, run) == "completed"
     assert_completed(run, fake)
-    # Every forced source gone: the configuration-only answer (its own snippet decides).
+    # Every forced source gone: the configuration's own snippet (internal) and the parked
+    # turn's reply (CG-12, restricted still) are what is left, and the reply decides.
     last = GateAudit.objects.filter(run_id=run.pk).order_by("-id").first()
-    assert (last.verdict, last.source_name, last.forced) == ("permitted", "handbook", False)
+    assert (last.verdict, last.source_kind, last.data_class) == ("permitted", "reply", "restricted")
+
+
+def test_rg2_cg12_a_forced_snippet_deleted_while_parked_still_binds_through_the_reply(
+    approver, fake, config, forced
+):
+    run = parked_with_forced(approver, fake, forced)
+    forced.delete()
+    repoint(config, fake)
+    assert allow_and_run(approver, run) == "failed"
+    assert_refused_by_the_reply(run, fake)
 
 
 def test_rg1_a_class_raised_while_parked_takes_effect(approver, fake, config, forced):
@@ -285,8 +305,8 @@ def test_rg1_a_class_lowered_while_parked_takes_effect(approver, fake, config, f
     repoint(config, fake)  # would refuse the restricted snippet …
     forced.data_class = "confidential"  # … but it is confidential now
     forced.save()
-    assert allow_and_run(approver, run) == "completed"
-    assert_completed(run, fake)
+    assert allow_and_run(approver, run) == "failed"
+    assert_refused_by_the_reply(run, fake)  # the snippet no longer decides; the reply does
 
 
 # --- RG-3: rows written before the forced fields existed ----------------------------------
@@ -296,8 +316,8 @@ def test_rg3_a_run_stored_without_forced_fields_resumes_with_none(approver, fake
     run = parked_with_forced(approver, fake, forced)
     Run.objects.filter(pk=run.pk).update(forced_snippet_ids=None, forced_skill_ids=None)
     repoint(config, fake)
-    assert allow_and_run(approver, run) == "completed"
-    assert_completed(run, fake)
+    assert allow_and_run(approver, run) == "failed"
+    assert_refused_by_the_reply(run, fake)  # no forced set; what it made of it still binds
 
 
 def test_rg3_an_old_row_without_forced_fields_or_composition_mark_resumes(
@@ -308,8 +328,8 @@ def test_rg3_an_old_row_without_forced_fields_or_composition_mark_resumes(
         forced_snippet_ids=None, forced_skill_ids=None, composed_at=None
     )
     repoint(config, fake)
-    assert allow_and_run(approver, run) == "completed"
-    assert_completed(run, fake)
+    assert allow_and_run(approver, run) == "failed"
+    assert_refused_by_the_reply(run, fake)
     assert not Event.objects.filter(run=run, type="sources.dropped").exists()
 
 

@@ -17,7 +17,7 @@ from agentruns import events as ev
 from agentruns.classes import DataClass
 from agentruns.events import LogEntry
 from agentruns.gate.core import SUMMARY, TOOL_RESULT, withheld
-from agentruns.models import Configuration, GateAudit, McpTool, Run
+from agentruns.models import Configuration, Event, GateAudit, McpTool, Run
 from agentruns.runtime.compose import log_view, result_sources, withhold
 from agentruns.runtime.context import pairing_problems, project
 from agentruns.runtime.loop import execute_run
@@ -190,20 +190,23 @@ def assert_withheld(fake, run: Run, case: Case, *, data_class: str, ceiling: str
     ]
 
 
-def test_mcp4_a_result_is_withheld_when_the_parked_runs_configuration_is_repointed(
+def test_mcp4_cg12_a_reply_that_read_the_result_is_refused_when_the_configuration_is_repointed(
     approver, fake, case
 ):
+    """The write was proposed by a reply that read the restricted result: that reply
+    carries the result's class (CG-12), so the send after the repoint is refused, naming
+    it, where the result alone would only have been withheld."""
     run = parked(approver, fake, case, zone="local")
     # While local, the result went out as it is.
     assert case.needle in sent_result(fake, "call_r")["content"]
+    sent = len(fake.requests)
     repoint(fake, "external_global")
-    run = approve_and_finish(approver, run)
-    assert run.final_reply == "done"
-    assert_withheld(
-        fake, run, case, data_class="restricted", ceiling="internal", zone="external_global"
-    )
-    # The write the approver allowed still ran: only the result was held back.
-    assert results_by_call(run.pk)["call_w"]["status"] == ev.OK
+    assert resume(client_for(approver), run.pk, allow(active_ticket(run.pk))).status_code == 200
+    assert execute_run(run.pk) == Run.Status.FAILED
+    failure = run_failure(run)
+    assert (failure["source_kind"], failure["source_name"]) == ("reply", "turn 2")
+    assert failure["origin"] == {"kind": TOOL_RESULT, "name": case.read}
+    assert len(fake.requests) == sent  # nothing went out after the repoint
 
 
 def test_mcp4_a_result_is_withheld_when_its_tools_class_is_raised_while_the_run_waits(
@@ -255,20 +258,24 @@ def test_mcp4_cg10_a_carried_result_sets_the_runs_effective_class_when_it_is_the
 ):
     """A parked run on a local provider carries its restricted read to the next send: the
     readout's effective class says restricted, set by that tool's result — not undeclared
-    (the run's configuration declares no sources). Withheld, it no longer sets it."""
+    (the run's configuration declares no sources) — through the reply that read it (CG-12,
+    on a tie the reply is named). Withheld, the result no longer sets it; the reply still
+    does, and the next send is refused."""
     run = parked(approver, fake, case, zone="local")
     readout = run_readout(Run.objects.get(pk=run.pk))
     assert readout["effective_class"] == "restricted"
     assert readout["effective_source"] == {
-        "kind": "tool result",
-        "name": case.read,
+        "kind": "reply",
+        "name": "turn 2",
         "forced": False,
+        "origin": {"kind": TOOL_RESULT, "name": case.read},
     }
     assert readout["withheld"] == []
     repoint(fake, "external_global")
     readout = run_readout(Run.objects.get(pk=run.pk))
-    assert readout["effective_class"] != "restricted"
     assert [w["tool"] for w in readout["withheld"]] == [case.read]
+    assert (readout["effective_class"], readout["verdict"]) == ("restricted", "refused")
+    assert 'reply of turn 2 (set by tool result "' in readout["message"]
 
 
 def test_mcp4_cg6_an_observing_gate_withholds_nothing_and_audits_it_observed(
@@ -422,9 +429,11 @@ def test_mcp4_fork1_a_fork_onto_a_less_trusted_configuration_withholds_the_copie
     run = submit(approver, "lookup")
     assert execute_run(run.pk) == Run.Status.COMPLETED, run_failure(run)
     assert case.needle in sent_result(fake, "call_r")["content"]
+    # At the turn that asked for the read: the copy holds no reply that read it (CG-12).
+    at = Event.objects.filter(run=run, type=ev.ASSISTANT).order_by("sequence")[0].sequence
     response = client_for(approver).post(
         f"/api/runs/{run.pk}/fork/",
-        {"configuration": "lookup-abroad", "input": "and once more"},
+        {"configuration": "lookup-abroad", "at": at},
         format="json",
     )
     assert response.status_code == 201, response.content

@@ -155,9 +155,10 @@ def test_ops7_content_only_at_or_below_the_class_named(fake, staff, otlp, monkey
     (mixed_chat,) = named(by_run[mixed.pk], "chat")
     instructions = json.loads(mixed_chat.attributes["gen_ai.system_instructions"])
     assert [part["content"] for part in instructions] == ["OPEN-TEXT"]  # not CLOSED-TEXT
-    # The send's class is confidential: its conversation could repeat it, so none of it.
-    assert "gen_ai.input.messages" not in mixed_chat.attributes
-    assert "gen_ai.output.messages" not in mixed_chat.attributes
+    # The send's class is confidential: its conversation could repeat it, so none of it
+    # (CG-14: the field holds the marker).
+    assert mixed_chat.attributes["gen_ai.input.messages"] == "withheld: confidential"
+    assert mixed_chat.attributes["gen_ai.output.messages"] == "withheld: confidential"
     assert "CLOSED-TEXT" not in str(spans) and "MIXED-PROMPT" not in str(spans)
 
     first, second = named(by_run[plain.pk], "chat")
@@ -199,6 +200,40 @@ def test_ops7_a_parked_runs_trace_goes_on_after_resume(fake, staff, otlp):
     assert resumed.attributes["agentruns.resumed"] is True
     assert tool.parent_id == asked.span_id and tool.attributes["gen_ai.tool.name"] == "notes.write"
     assert answer.parent_id == resumed.span_id
+
+
+def test_ops7_cg14_a_calls_arguments_leave_in_no_span_the_tool_span_keeps_them_from(
+    fake, staff, otlp, monkeypatch
+):
+    """Break 3: under `public`, notes.write's arguments (its class is internal) were left
+    out of the tool span but carried by the chat spans that quote the call."""
+    monkeypatch.setenv("AGENTRUNS_OTEL_CONTENT_CLASS", "public")
+    tracing.configure(otlp.url, instrument_django=False)
+    make_openai_configuration(
+        "noted", fake, allowed_tools=["notes"], approval_exempt_tools=["notes.write"]
+    )
+    fake.queue({"tool_calls": [write_call("plan", "NOTE-BODY-7Q")]}, {"text": "written"})
+    run = submit(staff, "noted", "write the plan")
+    assert execute_run(run.pk) == Run.Status.COMPLETED
+    assert "NOTE-BODY-7Q" in str(fake.requests[-1].body)  # the provider had it
+
+    spans = received(otlp)
+    assert "NOTE-BODY-7Q" not in str([s.attributes for s in spans])
+    first, second = named(spans, "chat")
+    (call,) = json.loads(first.attributes["gen_ai.output.messages"])[0]["parts"]
+    assert (call["name"], call["arguments"]) == ("notes.write", "withheld: internal")
+    quoted = json.loads(second.attributes["gen_ai.input.messages"])[1]["parts"][1]
+    assert quoted["arguments"] == "withheld: internal"
+
+
+def test_ops7_cg14_a_requests_query_string_is_not_exported(staff, otlp, client, monkeypatch):
+    monkeypatch.setenv("AGENTRUNS_OTEL_CONTENT_CLASS", "internal")
+    tracing.configure(otlp.url)
+    client.force_login(staff)
+    assert client.get("/api/runs/?q=SEARCH-SECRET-91").status_code == 200
+    server = [s for s in received(otlp) if s.kind == 2]  # SPAN_KIND_SERVER
+    assert server and "SEARCH-SECRET-91" not in str([s.attributes for s in server])
+    assert any("withheld: secret" in str(s.attributes) for s in server)
 
 
 def test_ops7_django_requests_are_traced(staff, otlp, client):

@@ -12,7 +12,7 @@ import pytest
 from agentruns import events as ev
 from agentruns.demo import load_demo_data, load_demo_users
 from agentruns.demo_mcp import build_tracker
-from agentruns.models import Configuration, GateAudit, McpTool, Provider, Run
+from agentruns.models import Configuration, Event, GateAudit, McpTool, Provider, Run
 from agentruns.runtime.loop import execute_run
 from agentruns.selectors import configuration_readout
 from tests.conftest import grant
@@ -83,15 +83,56 @@ def test_mcp5_tool2_mcp_demo_global_is_refused_the_restricted_lookup(demo):
     assert results["tracker.get_ticket"]["status"] == ev.OK
 
 
-def test_mcp5_mcp4_a_parked_mcp_demo_run_repointed_global_withholds_the_lookup(demo):
+def test_mcp5_cg12_a_parked_mcp_demo_run_repointed_global_is_refused_naming_the_reply(demo):
+    """The comment the run waits to write was proposed by a reply that read the customer
+    record: that reply carries its class (CG-12), so once the configuration is re-pointed
+    at a global provider the next send is refused naming it — not only the record withheld."""
     run = submit(demo, "mcp-demo", "Triage T-1")
     assert execute_run(run.pk) == Run.Status.AWAITING
     configuration = Configuration.objects.get(slug="mcp-demo")
     configuration.provider = Provider.objects.get(slug="global-scripted")
     configuration.save()
     assert resume(client_for(demo), run.pk, allow(active_ticket(run.pk))).status_code == 200
+    assert execute_run(run.pk) == Run.Status.FAILED
+    failure = Run.objects.get(pk=run.pk).failure
+    assert (failure["source_kind"], failure["source_name"]) == ("reply", "turn 2")
+    assert failure["origin"] == {"kind": "tool_result", "name": "tracker.customer_lookup"}
+    assert "J. Doe" not in str(failure)
+
+
+def test_mcp5_cg13_mcp_demo_forked_onto_mcp_demo_global_is_refused_naming_the_reply(demo):
+    """The demo of CG-12/CG-13: the finished run's replies quoted the restricted record, so
+    a fork onto the global configuration is refused, naming the reply that did."""
+    run = submit(demo, "mcp-demo", "Triage T-1")
+    assert execute_run(run.pk) == Run.Status.AWAITING
+    assert resume(client_for(demo), run.pk, allow(active_ticket(run.pk))).status_code == 200
     assert execute_run(run.pk) == Run.Status.COMPLETED
-    audit = GateAudit.objects.get(run_id=run.pk, source_kind="tool_result")
+    body = {"configuration": "mcp-demo-global", "input": "Summarise for the customer"}
+    response = client_for(demo).post(f"/api/runs/{run.pk}/fork/", body, format="json")
+    assert response.status_code == 201, response.content
+    assert execute_run(response.json()["id"]) == Run.Status.FAILED
+    failure = Run.objects.get(pk=response.json()["id"]).failure
+    assert (failure["code"], failure["source_name"]) == ("context_refused", "turn 3")
+    assert failure["detail"].startswith(
+        'Configuration "mcp-demo-global" may not send this context: reply of turn 3 (set by '
+        'tool result "tracker.customer_lookup", restricted)'
+    )
+
+
+def test_mcp5_mcp4_a_fork_of_mcp_demo_at_its_reads_onto_the_global_one_withholds_the_lookup(
+    demo,
+):
+    """Forked at the turn that asked for the reads, no reply has read the record yet: the
+    fork's send carries it withheld (MCP-4), and goes."""
+    run = submit(demo, "mcp-demo", "Triage T-1")
+    assert execute_run(run.pk) == Run.Status.AWAITING
+    at = Event.objects.filter(run=run, type=ev.ASSISTANT).order_by("sequence")[0].sequence
+    body = {"configuration": "mcp-demo-global", "at": at}
+    response = client_for(demo).post(f"/api/runs/{run.pk}/fork/", body, format="json")
+    assert response.status_code == 201, response.content
+    forked = response.json()["id"]
+    assert execute_run(forked) == Run.Status.COMPLETED
+    audit = GateAudit.objects.get(run_id=forked, source_kind="tool_result")
     assert (audit.source_name, audit.data_class, audit.zone) == (
         "tracker.customer_lookup",
         "restricted",

@@ -20,6 +20,7 @@ from agentruns.classes import Enforcement
 from agentruns.errors import Fenced
 from agentruns.events import LogEntry
 from agentruns.gate.audit import AuditRow, current_enforcement
+from agentruns.gate.core import Decision
 from agentruns.models import Run
 from agentruns.providers.base import Message
 from agentruns.runtime import faults, journal
@@ -124,6 +125,8 @@ class RunContext:
     composed: bool = False
     # SEC-6: sends given up in a row because the catalog moved after their composition.
     recomposed: int = 0
+    # CG-12: the gate's decision on the latest send, whose high-water mark labels its reply.
+    decision: Decision | None = None
     # A step written later, with the next write (runtime/journal.py): never one that
     # creates rows a caller needs the ids of, or that an effect or a person waits on.
     held: journal.Step | None = None

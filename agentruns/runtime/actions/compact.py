@@ -86,6 +86,8 @@ def compact_if_needed(
         # MCP-4: the summary keeps the classes of the results it stands for.
         **({"results": results} if (results := summarised_results(summarised)) else {}),
         "usage": reply.token_usage,  # OPS-1: the summary call is paid for too
+        # CG-12: it restates the replies it summarised, so it carries their class.
+        **({"label": sent.label} if sent.label else {}),
     }
     ctx.commit([(ev.COMPACTION, payload)], durable=False)
     return _over_budget(ctx, fixed, budget)

@@ -155,7 +155,11 @@ def finish(
     """The one place a run's terminal state is written."""
     updates: list[tuple[int, dict[str, Any]]] = []
     if status == Run.Status.COMPLETED:
-        items = [*items, (ev.RUN_COMPLETED, {"final_reply": final_reply})]
+        completed: dict[str, Any] = {"final_reply": final_reply}
+        label = _reply_label(ctx, items)
+        if label:  # CG-12: the final reply is the last reply's text, with its class
+            completed["label"] = label
+        items = [*items, (ev.RUN_COMPLETED, completed)]
     elif ctx.state.turn:
         interrupted, updates = _interrupted(ctx, ctx.state.turn)
         items = [*interrupted, *items]
@@ -166,6 +170,17 @@ def finish(
         run_update=lambda: _run_row(ctx, status, final_reply=final_reply, failure=failure),
     )
     return Outcome(status)
+
+
+def _reply_label(ctx: RunContext, items: Items) -> Any:
+    """The label of the newest reply: among the items being written, else in the log."""
+    for kind, payload in reversed(items):
+        if kind == ev.ASSISTANT:
+            return payload.get("label")
+    for event in reversed(ctx.events):
+        if event.type == ev.ASSISTANT:
+            return event.payload.get("label")
+    return None
 
 
 def _interrupted(ctx: RunContext, turn: Turn) -> tuple[Items, list[tuple[int, dict[str, Any]]]]:

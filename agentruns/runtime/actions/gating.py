@@ -53,10 +53,10 @@ def compose(ctx: RunContext) -> None:
 
 def sources(ctx: RunContext) -> tuple[Source, ...]:
     """CG-1 against the live configuration; the forced set and what a fork carried by
-    identity (RG-1, RG-2, FORK-1)."""
+    identity (RG-1, RG-2, FORK-1); the labelled replies the send carries (CG-12)."""
     snippets, skills = forced_sources(ctx.forced_snippet_ids, ctx.forced_skill_ids, ctx.generation)
     carried = carried_sources(carried_of(ctx.events), ctx.generation)
-    return compose_sources(ctx.config.view, snippets, skills, carried)
+    return compose_sources(ctx.config.view, snippets, skills, carried, ctx.view().replies)
 
 
 def assert_context(ctx: RunContext) -> Outcome | None:
@@ -93,6 +93,7 @@ def assert_context(ctx: RunContext) -> Outcome | None:
                 extra=[(ev.CONTEXT_REFUSED, {"detail": refused.detail, **refused.fields})],
             )
         ctx.generation = asserted.generation
+        ctx.decision = asserted.decision
         if asserted.generation == known:
             if ctx.trace:
                 ctx.trace.verdict = verdict_label(asserted.decision.verdict, asserted.enforcement)

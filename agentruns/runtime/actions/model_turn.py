@@ -13,7 +13,7 @@ from django.conf import settings
 
 from agentruns import events as ev
 from agentruns.answers import schema_problems
-from agentruns.gate.core import ResultSource
+from agentruns.gate.core import ResultSource, parse_label
 from agentruns.models import Checkpoint, Run, ToolInvocation
 from agentruns.providers.base import Link, ProviderRequest, Reply
 from agentruns.runtime.actions.base import Outcome, RunContext, redaction_items
@@ -112,7 +112,7 @@ def model_turn(ctx: RunContext, turn_index: int) -> Outcome | None:
         return sent  # the run's end, or None: compose the turn again
     reply, link = sent.reply, sent.link
     if trace:
-        trace.turn_done(ctx, span, reply, link)
+        trace.turn_done(ctx, span, reply, link, parse_label(sent.label))
     continuation = {"link": link.slug, "data": reply.continuation} if reply.continuation else None
     served_by = {
         "configuration": link.slug,
@@ -121,7 +121,9 @@ def model_turn(ctx: RunContext, turn_index: int) -> Outcome | None:
     }
     offered = {t.name for t in composed.tools}
     sent_under = sent_record(ctx, link, composed, withheld)
-    return _record_turn(ctx, turn_index, reply, offered, continuation, served_by, sent_under)
+    return _record_turn(
+        ctx, turn_index, reply, offered, continuation, served_by, sent_under, sent.label
+    )
 
 
 def sent_record(
@@ -155,6 +157,7 @@ def _record_turn(
     continuation: Any = None,
     served_by: dict[str, Any] | None = None,
     sent_under: dict[str, Any] | None = None,
+    label: dict[str, Any] | None = None,
 ) -> Outcome | None:
     reply, unstorable = storable_reply(reply)  # SEC-7: before any of it is stored
     text, redacted = redact(reply.text)
@@ -176,6 +179,8 @@ def _record_turn(
         "usage": reply.token_usage,  # OPS-1
         "sent": sent_under or {},  # GOV-2
     }
+    if label:  # CG-12: its text and its calls' arguments carry the class of what it read
+        payload["label"] = label
     redaction = redaction_items("model_reply", redacted)
     if not calls:
         payload["granted"] = []

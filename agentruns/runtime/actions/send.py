@@ -12,11 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from django.conf import settings
 
-from agentruns.gate.audit import withheld_assert
-from agentruns.gate.core import ResultSource
+from agentruns.classes import Enforcement
+from agentruns.gate.audit import current_enforcement, withheld_assert
+from agentruns.gate.core import ResultSource, high_water
 from agentruns.providers.base import Link, ProviderError, ProviderRequest, Reply
 from agentruns.providers.dispatch import dispatch
 from agentruns.runtime import faults
@@ -28,10 +30,12 @@ from agentruns.store.connection import connection_given_back
 
 @dataclass(frozen=True)
 class Sent:
-    """A reply in memory, nothing of it committed yet, and the link that gave it."""
+    """A reply in memory, nothing of it committed yet, and the link that gave it; `label`
+    is what the reply's event stores of the class of what the send carried (CG-12)."""
 
     reply: Reply
     link: Link
+    label: dict[str, Any] | None = None
 
 
 def send(
@@ -79,4 +83,16 @@ def send(
             "Nothing of it was kept.",
             fields={"size": reply.size, "limit": limit},
         )
-    return Sent(reply, link)
+    return Sent(reply, link, _label(ctx, withheld))
+
+
+def _label(ctx: RunContext, withheld: Sequence[ResultSource]) -> dict[str, Any] | None:
+    """CG-12: the send's high-water mark — its deciding source or a result it carried
+    (one withheld from it does not count, unless the gate only observes: CG-6) — as the
+    reply's event stores it."""
+    observing = current_enforcement() is Enforcement.OBSERVE
+    held = set() if observing else {result.sequence for result in withheld}
+    carried = [r for r in ctx.view().results if r.sequence not in held]
+    source = ctx.decision.source if ctx.decision else None
+    label = high_water(source, carried)
+    return label.as_dict() if label else None

@@ -14,10 +14,13 @@ gate's verdict on the send, CG-4/CG-6), `agentruns.outcome`.
 
 Content (`gen_ai.system_instructions`, `gen_ai.input.messages`, `gen_ai.output.messages`,
 `gen_ai.tool.call.arguments`/`result`) only when `AGENTRUNS_OTEL_CONTENT_CLASS` names a
-class, and then only what is at or below it: a source's text if its class is (undeclared
-places no constraint, TZ-1); the conversation only if the send's effective class is (it
-may repeat any source, CG-3); a tool's arguments and result only if, besides, its output
-class is. Nothing of this module runs while tracing is off: the loop holds no `RunTrace`.
+class, and then only what is at or below it (CG-14, `may_leave`): a source's text if its
+class is (undeclared places no constraint, TZ-1); the conversation only if the send's
+effective class is (it may repeat any source or carried reply, CG-3, CG-12); a reply only
+if its label is; a tool's arguments — in the tool span and in every chat span that quotes
+the call alike — and its result only if, besides, its output class is. What is held back
+is replaced in its field by "withheld: <class>". Nothing of this module runs while
+tracing is off: the loop holds no `RunTrace`.
 """
 
 from __future__ import annotations
@@ -27,8 +30,9 @@ from typing import TYPE_CHECKING, Any
 
 from agentruns import events as ev
 from agentruns import tracing
-from agentruns.classes import DataClass
-from agentruns.gate.core import effective_source
+from agentruns.classes import DataClass, may_leave
+from agentruns.egress import withheld_marker
+from agentruns.gate.core import Label, effective_source
 from agentruns.providers.base import AssistantMessage, Message, ToolResultMessage
 from agentruns.runtime.actions.gating import sources
 from agentruns.runtime.context import system_texts
@@ -42,8 +46,21 @@ if TYPE_CHECKING:
     from agentruns.runtime.state import ProposedCall, Turn
 
 
-def _within(declared: DataClass | None, limit: DataClass | None) -> bool:
-    return limit is not None and (declared is None or declared <= limit)
+_within = may_leave  # CG-14: the one rule of every way out, the trace's ceiling its `limit`
+
+
+def _tool_class(name: str) -> DataClass:
+    """A tool's output class; an unknown tool's is the strictest."""
+    tool = REGISTRY.get(name) or REGISTRY.by_wire(name)
+    return tool.output_class if tool else DataClass.SECRET
+
+
+def _call_part(call_id: str, name: str, arguments: Any, limit: DataClass) -> dict[str, Any]:
+    """A proposed call as a span carries it: its arguments only where the tool span would
+    carry them (its tool's class within the limit), else the marker (CG-14)."""
+    cls = _tool_class(name)
+    shown = arguments if _within(cls, limit) else withheld_marker(cls)
+    return {"type": "tool_call", "id": call_id, "name": name, "arguments": shown}
 
 
 class RunTrace:
@@ -128,13 +145,19 @@ class RunTrace:
             if self.content_ok:
                 messages = [_message(m, limit) for m in composed.messages]
                 attributes["gen_ai.input.messages"] = json.dumps(messages)
+            else:  # CG-14: the field says what it held back, never a word of it
+                assert effective is not None and effective.data_class is not None
+                attributes["gen_ai.input.messages"] = withheld_marker(effective.data_class)
         span = tracing.start_span(f"chat {self.model or ''}".strip(), attributes, parent=self.span)
         self.turn_span, self.turn_ref, self.turn_index = span, tracing.span_ref(span), turn_index
         return span
 
-    def turn_done(self, ctx: RunContext, span: Any, reply: Any, served: Any) -> None:
+    def turn_done(
+        self, ctx: RunContext, span: Any, reply: Any, served: Any, label: Label | None = None
+    ) -> None:
         """`reply` and `served` (the link) when the model answered, else None: the run
-        ended (its failure is the log's last event) or the turn is composed again."""
+        ended (its failure is the log's last event) or the turn is composed again.
+        `label`: the reply's (CG-12); a reply labelled above the limit is not exported."""
         attributes: dict[str, Any] = {"agentruns.gate.verdict": self.verdict or None}
         error = ""
         if reply is None:
@@ -152,14 +175,15 @@ class RunTrace:
                     "agentruns.served_by": served.slug,
                 }
             )
-            if self.content_ok and tracing.content_class() is not None:
-                calls = [
-                    {"type": "tool_call", "id": c.id, "name": c.name, "arguments": c.arguments}
-                    for c in reply.tool_calls
-                ]
+            limit = tracing.content_class()
+            cls = label.data_class if label else None
+            if self.content_ok and limit is not None and _within(cls, limit):
+                calls = [_call_part(c.id, c.name, c.arguments, limit) for c in reply.tool_calls]
                 text = [{"type": "text", "content": redact(reply.text)[0]}] if reply.text else []
                 output = [{"role": "assistant", "parts": [*text, *calls]}]
                 attributes["gen_ai.output.messages"] = json.dumps(output)
+            elif limit is not None and cls is not None:
+                attributes["gen_ai.output.messages"] = withheld_marker(cls)
         tracing.end_span(span, attributes, error=error)
 
     # --- a tool call ------------------------------------------------------------------
@@ -197,27 +221,20 @@ class RunTrace:
         tracing.end_span(span, attributes, error=error)
 
     def _tool_content(self, name: str) -> bool:
-        tool = REGISTRY.get(name)
-        return self.content_ok and _within(
-            tool.output_class if tool else DataClass.SECRET, tracing.content_class()
-        )
+        return self.content_ok and _within(_tool_class(name), tracing.content_class())
 
 
 def _message(message: Message, limit: DataClass) -> dict[str, Any]:
     """One message of the conversation in the GenAI conventions' shape; a tool result
     whose tool's output class is above the limit is withheld."""
     if isinstance(message, ToolResultMessage):
-        tool = REGISTRY.by_wire(message.name)
-        shown = _within(tool.output_class if tool else DataClass.SECRET, limit)
-        response = message.content if shown else f"[withheld: {message.name} output]"
+        cls = _tool_class(message.name)
+        response = message.content if _within(cls, limit) else withheld_marker(cls)
         part = {"type": "tool_call_response", "id": message.call_id, "response": response}
         return {"role": "tool", "parts": [part]}
     if isinstance(message, AssistantMessage):
         parts: list[dict[str, Any]] = [{"type": "text", "content": message.text}]
-        parts += [
-            {"type": "tool_call", "id": c.id, "name": c.name, "arguments": c.arguments}
-            for c in message.tool_calls
-        ]
+        parts += [_call_part(c.id, c.name, c.arguments, limit) for c in message.tool_calls]
         return {"role": "assistant", "parts": parts}
     return {"role": "user", "parts": [{"type": "text", "content": message.text}]}
 
