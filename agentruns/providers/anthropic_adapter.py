@@ -162,7 +162,7 @@ class AnthropicAdapter:
             response = client.messages.create(
                 model=request.model,
                 messages=to_messages(request),  # type: ignore[arg-type]
-                max_tokens=request.max_tokens,
+                max_tokens=link.max_output_tokens or request.max_tokens,
                 **extra,
             )
         except anthropic.AnthropicError as error:

@@ -32,6 +32,11 @@ class Link(Hop):
     max_retries: int = 2
     script: dict | None = None
     dispatchable: bool = True
+    # INT-1: the provider's options for OpenAI-compatible servers.
+    tool_choice: str = "auto"
+    max_output_tokens: int | None = None
+    context_window_tokens: int | None = None
+    extra_body: dict[str, Any] = field(default_factory=dict)
 
 
 def link_for(configuration: Configuration) -> Link:
@@ -50,6 +55,12 @@ def link_for(configuration: Configuration) -> Link:
         dispatchable=bool(configuration.active and provider and provider.active),
         version=configuration.version,
         provider_version=provider.version if provider else 0,
+        tool_choice=provider.tool_choice if provider else "auto",
+        max_output_tokens=provider.max_output_tokens if provider else None,
+        context_window_tokens=provider.context_window_tokens if provider else None,
+        extra_body=dict(provider.extra_body)
+        if provider and isinstance(provider.extra_body, dict)
+        else {},
     )
 
 

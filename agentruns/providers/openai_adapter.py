@@ -64,7 +64,8 @@ def _assistant(message: AssistantMessage) -> dict[str, Any]:
         }
         for call in message.tool_calls
     ]
-    return {"role": "assistant", "content": message.text or None, "tool_calls": calls}
+    # INT-1: "" is what every compatible server accepts; llama.cpp's answers 500 to null.
+    return {"role": "assistant", "content": message.text, "tool_calls": calls}
 
 
 def to_messages(request: ProviderRequest) -> list[dict[str, Any]]:
@@ -137,6 +138,22 @@ def provider_error(link: Link, error: openai.OpenAIError, api_key: str) -> Provi
     return ProviderError(f"{who}: {scrub_credential(str(error), api_key)}", retryable=False)
 
 
+def request_options(link: Link, request: ProviderRequest) -> dict[str, Any]:
+    """INT-1: the provider's options. llama.cpp's server leaves tools out of the prompt
+    unless `tool_choice` is sent; vLLM refuses "auto" unless started to accept it."""
+    options: dict[str, Any] = {}
+    if request.tools:
+        options["tools"] = to_tools(request)
+        if link.tool_choice != "omit":
+            options["tool_choice"] = link.tool_choice
+    if link.max_output_tokens:
+        # max_tokens, not max_completion_tokens: every compatible server reads this one.
+        options["max_tokens"] = link.max_output_tokens
+    if link.extra_body:
+        options["extra_body"] = dict(link.extra_body)
+    return options
+
+
 class OpenAIAdapter:
     def __init__(self) -> None:
         self._clients: ClientCache[openai.OpenAI] = ClientCache(_build)
@@ -144,12 +161,11 @@ class OpenAIAdapter:
     def complete(self, link: Link, request: ProviderRequest) -> Reply:
         api_key = api_key_for(link)
         client = self._clients.for_link(link, api_key)
-        extra: dict[str, Any] = {"tools": to_tools(request)} if request.tools else {}
         try:
             response = client.chat.completions.create(
                 model=request.model,
                 messages=to_messages(request),  # type: ignore[arg-type]
-                **extra,
+                **request_options(link, request),
             )
         except openai.OpenAIError as error:
             # Not chained: the SDK error's text may quote the request or the key.

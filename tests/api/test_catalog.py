@@ -578,3 +578,38 @@ def test_admin_fallback_inline_refuses_itself_as_fallback(admin_client):
         "skills": [],
         "fallbacks": [],
     }
+
+
+# --- INT-1, INT-3: options for servers other than OpenAI's ---------------------------------
+
+
+def test_int1_provider_options_are_settable_with_defaults_that_suit_openai(api):
+    created = api.post(
+        "/api/providers/",
+        {"slug": "llama", "name": "llama.cpp", "base_url": "http://127.0.0.1:8080/v1"},
+        format="json",
+    )
+    assert created.status_code == 201, created.json()
+    defaults = {k: created.json()[k] for k in ("tool_choice", "max_output_tokens", "extra_body")}
+    assert defaults == {"tool_choice": "auto", "max_output_tokens": None, "extra_body": {}}
+    options = {
+        "tool_choice": "omit",
+        "max_output_tokens": 512,
+        "context_window_tokens": 4096,
+        "extra_body": {"cache_prompt": True},
+    }
+    patched = api.patch("/api/providers/llama/", options, format="json")
+    assert patched.status_code == 200, patched.json()
+    provider = Provider.objects.get(slug="llama")
+    assert {k: getattr(provider, k) for k in options} == options
+
+
+@pytest.mark.parametrize(
+    "extra_body",
+    [["not", "an", "object"], {"pad": "x" * 5000}, {"messages": []}, {"tool_choice": "none"}],
+)
+def test_int1_extra_body_is_a_bounded_object_that_cannot_replace_the_request(api, extra_body):
+    make_provider("p", kind="openai")
+    response = api.patch("/api/providers/p/", {"extra_body": extra_body}, format="json")
+    assert_error(response, 400)
+    assert Provider.objects.get(slug="p").extra_body == {}
