@@ -19,6 +19,7 @@ from agentruns.providers.base import (
     Reply,
     ToolCall,
     ToolResultMessage,
+    TruncatedReply,
     UserMessage,
     api_key_for,
     retryable_status,
@@ -98,20 +99,45 @@ def to_tools(request: ProviderRequest) -> list[dict[str, Any]]:
     ]
 
 
+def _tool_call(link: Link, index: int, call: Any) -> ToolCall:
+    """INT-2: a call the loop cannot pair (no id), route (no name) or read (arguments not
+    text) is a malformed reply, never a call dropped or a crash further on. The SDK does
+    not validate replies, so every field is checked here."""
+    function = getattr(call, "function", None)
+    name = getattr(function, "name", None)
+    text = getattr(function, "arguments", None)
+    problem = ""
+    if getattr(call, "type", None) != "function":
+        problem = f'its type is {getattr(call, "type", None)!r}, not "function"'
+    elif not isinstance(getattr(call, "id", None), str) or not call.id:
+        problem = "it has no id"
+    elif not isinstance(name, str) or not name:
+        problem = "it has no function name"
+    elif not isinstance(text, str):
+        problem = "its arguments are not a JSON text"
+    if problem:
+        raise MalformedReply(f"{link.where}: tool call {index} of the reply is unusable: {problem}")
+    assert isinstance(name, str) and isinstance(text, str)
+    arguments, raw = decode_arguments(text)
+    return ToolCall(call.id, name, arguments, raw)
+
+
 def parse_reply(link: Link, response: ChatCompletion) -> Reply:
     if not response.choices:
-        raise MalformedReply(f"Provider {link.provider_slug or link.slug!r} returned no choices.")
-    message = response.choices[0].message
-    calls = []
-    for call in message.tool_calls or ():
-        if call.type != "function":
-            continue  # only function tools are ever offered
-        arguments, raw = decode_arguments(call.function.arguments)
-        calls.append(ToolCall(call.id, call.function.name, arguments, raw))
+        raise MalformedReply(f"{link.where} returned no choices.")
+    choice = response.choices[0]
+    message = choice.message
+    if choice.finish_reason == "length":
+        bound = f" (max_output_tokens {link.max_output_tokens})" if link.max_output_tokens else ""
+        raise TruncatedReply(
+            f"{link.where}: the reply was cut at its output bound{bound} or the server's "
+            "context window; nothing of it was used."
+        )
+    calls = tuple(_tool_call(link, i, call) for i, call in enumerate(message.tool_calls or ()))
     usage = response.usage
     return Reply(
         text=message.content or message.refusal or "",
-        tool_calls=tuple(calls),
+        tool_calls=calls,
         usage={"input_tokens": usage.prompt_tokens, "output_tokens": usage.completion_tokens}
         if usage
         else {},
@@ -121,18 +147,25 @@ def parse_reply(link: Link, response: ChatCompletion) -> Reply:
 
 
 def provider_error(link: Link, error: openai.OpenAIError, api_key: str) -> ProviderError:
-    """TZ-5 mapping; the SDK's message may quote the response body, so it is scrubbed."""
-    who = f"Provider {link.provider_slug or link.slug!r}"
+    """TZ-5 mapping; the SDK's message may quote the response body, so it is scrubbed.
+    INT-2: the text says where (the provider and host)."""
+    who = link.where
     if isinstance(error, openai.APIStatusError):
         status = error.status_code
         detail = scrub_credential(error.message, api_key)
+        if status == 404 and not link.base_url.rstrip("/").endswith("/v1"):
+            detail += " (compatible servers usually serve under /v1: is it in the base URL?)"
         return ProviderError(
             f"{who}: HTTP {status}: {detail}"[:2000],
             retryable=retryable_status(status),
             status=status,
         )
     if isinstance(error, openai.APIConnectionError):
-        return ProviderError(f"{who}: {type(error).__name__}: {error.message}", retryable=True)
+        return ProviderError(
+            f"{who}: {type(error).__name__}: {error.message} "
+            f"({link.base_url.strip() or 'the SDK default endpoint'})",
+            retryable=True,
+        )
     if isinstance(error, openai.APIResponseValidationError):
         return MalformedReply(f"{who}: the reply did not match the Chat Completions schema.")
     return ProviderError(f"{who}: {scrub_credential(str(error), api_key)}", retryable=False)
@@ -171,7 +204,5 @@ class OpenAIAdapter:
             # Not chained: the SDK error's text may quote the request or the key.
             raise provider_error(link, error, api_key) from None
         except (ValueError, RecursionError):  # a reply whose body is no usable JSON (SEC-3)
-            raise MalformedReply(
-                f"Provider {link.provider_slug or link.slug!r} sent a reply that is not JSON."
-            ) from None
+            raise MalformedReply(f"{link.where} sent a reply that is not JSON.") from None
         return parse_reply(link, response)
