@@ -210,6 +210,7 @@ class ConfigurationAdmin(PlaygroundAdminMixin, GovernedAdmin):
                     "approval_exempt_tools",
                     "modes",
                     "max_tool_calls",
+                    "tool_timeout_seconds",
                     "context_budget_tokens",
                 ]
             },

@@ -182,6 +182,7 @@ class ConfigurationSerializer(serializers.ModelSerializer):
             "allowed_tools",
             "approval_exempt_tools",
             "max_tool_calls",
+            "tool_timeout_seconds",
             "approval_timeout_seconds",
             "context_budget_tokens",
             "require_second_approver",

@@ -501,6 +501,7 @@ def admin_form(configuration, fallback_ids, **overrides):
         "approval_exempt_tools": "[]",
         "modes": "{}",
         "max_tool_calls": "10",
+        "tool_timeout_seconds": "30",
         "context_budget_tokens": "32000",
         "approval_timeout_seconds": "86400",
         "approvals_required": "1",
@@ -613,3 +614,17 @@ def test_int1_extra_body_is_a_bounded_object_that_cannot_replace_the_request(api
     response = api.patch("/api/providers/p/", {"extra_body": extra_body}, format="json")
     assert_error(response, 400)
     assert Provider.objects.get(slug="p").extra_body == {}
+
+
+def test_int3_a_configurations_tool_timeout_is_settable_within_1_to_600(api):
+    make_configuration("desk")
+    patched = api.patch("/api/configurations/desk/", {"tool_timeout_seconds": 90}, format="json")
+    assert patched.status_code == 200, patched.json()
+    assert patched.json()["tool_timeout_seconds"] == 90
+    assert Configuration.objects.get(slug="desk").tool_timeout_seconds == 90
+    for wrong in (0.5, 601):
+        refused = api.patch(
+            "/api/configurations/desk/", {"tool_timeout_seconds": wrong}, format="json"
+        )
+        assert_error(refused, 400)
+    assert Configuration.objects.get(slug="desk").tool_timeout_seconds == 90
