@@ -11,7 +11,7 @@ PYTEST_MARKS ?=
 MARKS_AND = $(if $(PYTEST_MARKS), and ($(PYTEST_MARKS)))
 
 .PHONY: run test install postgres lint bench bench-cluster bench-scale bench-drivers \
-  bench-scaleout host-tools
+  bench-scaleout host-tools interop
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -94,3 +94,8 @@ bench-scaleout: install postgres host-tools
 bench-scale: install postgres
 	$(call bench_db,$(BENCH_SCALE_URL))
 	DATABASE_URL=$(BENCH_SCALE_URL) $(PY) manage.py bench_scale $(BENCH_ARGS)
+
+# INT-1: a real round trip with llama-cpp-python's server and SmolLM2-135M (docs/operators.md,
+# "Local models"); never part of `make test` or .ci/run. INTEROP_VENV, INTEROP_PORT.
+interop: install
+	bash .ci/interop
