@@ -52,10 +52,11 @@ class Endpoint:
 class PinnedAsyncTransport(httpx2.AsyncBaseTransport):
     """SEC-9 on each connection the SDK opens: http(s) only, the host's addresses checked
     after DNS (unless the deployer exempted it), the request sent to the checked address
-    with the Host header and TLS name of the host; no connection kept for another."""
+    with the Host header and TLS name of the host. Connections are kept alive only within
+    one session's client, which talks to one server's host: none serves another host."""
 
     def __init__(self) -> None:
-        self._inner = httpx2.AsyncHTTPTransport(limits=httpx2.Limits(max_keepalive_connections=0))
+        self._inner = httpx2.AsyncHTTPTransport(limits=httpx2.Limits(max_keepalive_connections=4))
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         url = request.url

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 import anyio
-from mcp import Client, MCPError
+from mcp import Client
 
 from agentruns.models.mcp import McpServer
 from agentruns.tools.mcp.connect import (
@@ -35,7 +35,6 @@ from agentruns.tools.mcp.connect import (
 )
 
 T = TypeVar("T")
-PROBE_SECONDS = 5.0
 CHECK_SECONDS = 0.5
 CLOSE_SECONDS = 30.0
 
@@ -54,8 +53,8 @@ class _Held:
 
 def _closed(client: Client) -> bool:
     """The session's connection ended (its stdio server exited): the SDK has no public
-    word for it, so its dispatcher's flag is read where it exists (else the probe finds
-    out within `PROBE_SECONDS`)."""
+    word for it (and its ping is gone), so its dispatcher's flag is read where it exists;
+    without it a dead session is found at its next use, which fails and closes it."""
     dispatcher = getattr(getattr(client, "session", None), "_dispatcher", None)
     return bool(getattr(dispatcher, "_closed", False))
 
@@ -153,7 +152,7 @@ class Sessions:
             async with open_client(endpoint, timeout) as client:
                 held.client = client
                 held.ready.set()
-                await self._watch(held, endpoint)
+                await self._watch(held)
         except Exception as exc:
             held.failure = exc
         finally:
@@ -163,24 +162,14 @@ class Sessions:
             if self._held.get(endpoint.server) is held:
                 del self._held[endpoint.server]
 
-    async def _watch(self, held: _Held, endpoint: Endpoint) -> None:
-        """Until stopped; a stdio server that exited ends its session at once (its
-        connection's end read twice a second, a ping every `PROBE_SECONDS`)."""
+    async def _watch(self, held: _Held) -> None:
+        """Until stopped, or until the connection ended (a stdio server that exited):
+        read twice a second, so the session closes and its child is reaped at once."""
         client = held.client
         assert client is not None
-        idle = 0.0
         while not held.stop.is_set() and not _closed(client):
             with anyio.move_on_after(CHECK_SECONDS):
                 await held.stop.wait()
-            idle += CHECK_SECONDS
-            if idle < PROBE_SECONDS or endpoint.transport != McpServer.Transport.STDIO:
-                continue
-            idle = 0.0
-            try:
-                with anyio.move_on_after(PROBE_SECONDS):
-                    await client.send_ping()
-            except (MCPError, OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
-                return
 
     async def _close_all(self) -> None:
         held = list(self._holders)
