@@ -96,7 +96,7 @@ class ProviderAdmin(GovernedAdmin):
             },
         ),
         (
-            "Local and other compatible servers (INT-1; docs/operators.md, Local models)",
+            "Local and other compatible servers (see Local models in the operator's guide)",
             {
                 "fields": [
                     "tool_choice",

@@ -238,7 +238,7 @@ class Configuration(models.Model):
     tool_timeout_seconds = models.FloatField(
         default=30.0,
         validators=[MinValueValidator(1), MaxValueValidator(600)],
-        help_text="Seconds one call to an MCP tool may take (1 to 600, INT-3).",
+        help_text="Seconds one call to an MCP tool may take (1 to 600).",
     )
     approval_timeout_seconds = models.PositiveIntegerField(default=24 * 3600)
     context_budget_tokens = models.PositiveIntegerField(default=32000)
