@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('agentruns', '0023_help_texts_without_rule_ids'),
+        ('agentruns', '0024_schedules_triggers_timers'),
     ]
 
     operations = [
