@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('agentruns', '0024_schedules_triggers_timers'),
+        ('agentruns', '0025_governance_versions'),
     ]
 
     operations = [
