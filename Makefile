@@ -11,7 +11,7 @@ PYTEST_MARKS ?=
 MARKS_AND = $(if $(PYTEST_MARKS), and ($(PYTEST_MARKS)))
 
 .PHONY: run test install postgres lint bench bench-cluster bench-scale bench-drivers \
-  bench-scaleout host-tools
+  bench-scaleout host-tools bench-mcp interop
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -94,3 +94,13 @@ bench-scaleout: install postgres host-tools
 bench-scale: install postgres
 	$(call bench_db,$(BENCH_SCALE_URL))
 	DATABASE_URL=$(BENCH_SCALE_URL) $(PY) manage.py bench_scale $(BENCH_ARGS)
+
+# PERF-11: an MCP call's overhead over stdio and streamable HTTP (BENCH_ARGS=--fresh: a
+# new session per call, as before INT-4). No database.
+bench-mcp: install
+	env -u DATABASE_URL AGENTRUNS_VAR_DIR=$$(mktemp -d) $(PY) manage.py bench_mcp $(BENCH_ARGS)
+
+# INT-1: a real round trip with llama-cpp-python's server and SmolLM2-135M (docs/operators.md,
+# "Local models"); never part of `make test` or .ci/run. INTEROP_VENV, INTEROP_PORT.
+interop: install
+	bash .ci/interop

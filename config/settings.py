@@ -6,6 +6,7 @@ embedded SQLite file under `var/` is used.
 
 import json
 import os
+import tempfile
 from pathlib import Path
 
 import dj_database_url
@@ -348,7 +349,14 @@ AGENTRUNS_WEBHOOK_ALLOWED_HOSTS = env_list("AGENTRUNS_WEBHOOK_ALLOWED_HOSTS")
 AGENTRUNS_MCP_ALLOWED_HOSTS = env_list("AGENTRUNS_MCP_ALLOWED_HOSTS")
 # stdio servers run only these commands, chosen by name in the admin, never typed there:
 # '{"files": ["npx", "-y", "@modelcontextprotocol/server-filesystem", "/srv/docs"]}'.
+# An entry may also be an object, {"command": [...], "cwd": "/srv/repo", "env": {"TZ": "UTC"}}
+# (INT-4): the directory it starts in and the only variables it gets besides the SDK's safe
+# few. Without a cwd it starts in AGENTRUNS_MCP_STDIO_ROOT/<name>, created empty: never in
+# the product's checkout, whose files a server would otherwise read as its own.
 AGENTRUNS_MCP_STDIO_COMMANDS = env_json("AGENTRUNS_MCP_STDIO_COMMANDS", {})
+AGENTRUNS_MCP_STDIO_ROOT = os.environ.get(
+    "AGENTRUNS_MCP_STDIO_ROOT", str(Path(tempfile.gettempdir()) / "agentruns-mcp")
+)
 # SEC-11 for MCP: the only variables a server's bearer token may come from. A list of its
 # own, so no key meant for an LLM vendor can be sent to an MCP server, nor the reverse.
 AGENTRUNS_MCP_KEY_VARS = env_list("AGENTRUNS_MCP_KEY_VARS")

@@ -4,6 +4,7 @@ import pytest
 from django.contrib.auth.models import Permission
 from rest_framework.test import APIClient
 
+from agentruns.tools.mcp.sessions import sessions
 from tests.support import leaks
 
 # SEC-15: what an operator who keeps the catalog holds, in the admin and over the API.
@@ -93,6 +94,15 @@ def _nothing_left_running():
     left = leaks.left_running(before)
     if left:
         pytest.fail(f"still running after the test's teardown: {left.describe()}")
+
+
+@pytest.fixture(autouse=True)
+def _sessions_closed_before_the_leak_check():
+    """INT-4: a worker keeps its MCP sessions (and stdio servers) open; a test's end is
+    this process's end for them. Autouse fixtures of a scope are set up by name, so this
+    one is torn down before `_nothing_left_running` looks."""
+    yield
+    sessions().close()
 
 
 @pytest.fixture

@@ -59,13 +59,54 @@ admin.site.site_title = "agentruns admin"
 admin.site.index_title = "Operations"
 
 
+class ProviderAdminForm(forms.ModelForm):
+    class Meta:
+        model = Provider
+        fields = ["extra_body"]  # the admin's fieldsets name the rest
+
+    def clean_extra_body(self) -> Any:
+        """An empty box means no flags (the form field would read it as null)."""
+        value = self.cleaned_data.get("extra_body")
+        return {} if value in (None, "") else value
+
+
 @admin.register(Provider)
 class ProviderAdmin(GovernedAdmin):
     kind = "provider"
+    form = ProviderAdminForm
     list_display = ["slug", "name", "kind", "trust_zone", "base_url", "api_key_env", "active"]
     list_filter = ["kind", "trust_zone", "active"]
     search_fields = ["slug", "name", "base_url"]
     prepopulated_fields = {"slug": ["name"]}
+    fieldsets = [
+        (
+            None,
+            {
+                "fields": [
+                    "slug",
+                    "name",
+                    "kind",
+                    "base_url",
+                    "api_key_env",
+                    "trust_zone",
+                    "timeout_seconds",
+                    "max_retries",
+                    "active",
+                ]
+            },
+        ),
+        (
+            "Local and other compatible servers (see Local models in the operator's guide)",
+            {
+                "fields": [
+                    "tool_choice",
+                    "max_output_tokens",
+                    "context_window_tokens",
+                    "extra_body",
+                ]
+            },
+        ),
+    ]
 
 
 class ClassifiedAdmin(GovernedAdmin):
@@ -169,6 +210,7 @@ class ConfigurationAdmin(PlaygroundAdminMixin, GovernedAdmin):
                     "approval_exempt_tools",
                     "modes",
                     "max_tool_calls",
+                    "tool_timeout_seconds",
                     "context_budget_tokens",
                 ]
             },

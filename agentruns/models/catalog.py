@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 from django.contrib.auth.models import Group
@@ -56,6 +57,23 @@ def _is_setting(name: str) -> bool:
     return hasattr(global_settings, name) or hasattr(settings, name)
 
 
+EXTRA_BODY_BYTES = 4096
+# What each request's body is made of; extra_body may add to it, never replace it.
+RESERVED_BODY_KEYS = frozenset({"model", "messages", "tools", "tool_choice", "stream"})
+
+
+def validate_extra_body(value: object) -> None:
+    """INT-1: server flags merged into each request, bounded so a row stays a setting."""
+    if not isinstance(value, dict):
+        raise ValidationError('Enter a JSON object, e.g. {"chat_template_kwargs": {}}.')
+    size = len(json.dumps(value))
+    if size > EXTRA_BODY_BYTES:
+        raise ValidationError(f"At most {EXTRA_BODY_BYTES} bytes of JSON (this is {size}).")
+    reserved = sorted(set(value) & RESERVED_BODY_KEYS)
+    if reserved:
+        raise ValidationError(f"{', '.join(reserved)} are set by agentruns, not here.")
+
+
 def validate_env_name(value: str) -> None:
     problem = key_env_problem(value) if value else None
     if problem:
@@ -67,6 +85,11 @@ class Provider(models.Model):
         OPENAI = "openai", "OpenAI-compatible"
         ANTHROPIC = "anthropic", "Anthropic"
         SCRIPTED = "scripted", "Scripted (deterministic)"
+
+    class ToolChoice(models.TextChoices):
+        AUTO = "auto", "auto (the model decides)"
+        REQUIRED = "required", "required (every turn calls a tool)"
+        OMIT = "omit", "omit (not sent: the server's default)"
 
     slug = models.SlugField(unique=True)
     name = models.CharField(max_length=200)
@@ -91,6 +114,34 @@ class Provider(models.Model):
         default=Zone.EXTERNAL_GLOBAL.label,
         blank=True,
         help_text="Where this provider may take data. Empty means external global.",
+    )
+    # INT-1: what OpenAI-compatible servers need said differently; OpenAI's defaults.
+    tool_choice = models.CharField(
+        max_length=16,
+        choices=ToolChoice.choices,
+        default=ToolChoice.AUTO,
+        help_text="How tools are asked for (OpenAI-compatible): auto suits OpenAI, llama.cpp "
+        "and Ollama; vLLM needs --enable-auto-tool-choice for auto, else choose omit.",
+    )
+    max_output_tokens = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text="The bound on each reply's tokens. Blank: none sent (Anthropic: 4096).",
+    )
+    context_window_tokens = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(256)],
+        help_text="The model's context window as the server runs it (llama.cpp: --n_ctx); "
+        "compaction keeps each request within it. Blank: the configuration's budget alone.",
+    )
+    extra_body = models.JSONField(
+        default=dict,
+        blank=True,
+        validators=[validate_extra_body],
+        help_text="A JSON object (at most 4 KB) merged into each request's body, for a "
+        "server's own flags.",
     )
     active = models.BooleanField(default=True)
     # GOV-1: the number of the version in force; the creation is 1 (services.changes).
@@ -186,8 +237,8 @@ class Configuration(models.Model):
     # MCP-3: how long one call to a tool outside this process (an MCP server) may take.
     tool_timeout_seconds = models.FloatField(
         default=30.0,
-        validators=[MinValueValidator(0.1), MaxValueValidator(600)],
-        help_text="Seconds one call to an MCP tool may take before the model is told it timed out.",
+        validators=[MinValueValidator(1), MaxValueValidator(600)],
+        help_text="Seconds one call to an MCP tool may take (1 to 600).",
     )
     approval_timeout_seconds = models.PositiveIntegerField(default=24 * 3600)
     context_budget_tokens = models.PositiveIntegerField(default=32000)

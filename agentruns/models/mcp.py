@@ -4,6 +4,9 @@ tools of it they accepted (pinned). What a server lists is hostile input until p
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
@@ -38,16 +41,42 @@ def validate_mcp_key_env(value: str) -> None:
         raise ValidationError(problem)
 
 
-def stdio_commands() -> dict[str, list[str]]:
+@dataclass(frozen=True)
+class StdioCommand:
+    """A command the deployer listed: its argv, the directory it starts in ("" for one
+    of its own) and the variables it gets (INT-4)."""
+
+    argv: tuple[str, ...]
+    cwd: str = ""
+    env: tuple[tuple[str, str], ...] = ()
+
+
+def _stdio_command(entry: Any) -> StdioCommand | None:
+    """`["cmd", "arg"]` or `{"command": [...], "cwd": "...", "env": {...}}`; None for
+    anything else (an entry that cannot be read is not listed)."""
+    if isinstance(entry, list):
+        entry = {"command": entry}
+    if not isinstance(entry, dict):
+        return None
+    argv, cwd, env = entry.get("command"), entry.get("cwd") or "", entry.get("env") or {}
+    if not isinstance(argv, list) or not argv or not isinstance(cwd, str):
+        return None
+    if not isinstance(env, dict):
+        return None
+    return StdioCommand(
+        tuple(str(part) for part in argv),
+        cwd,
+        tuple(sorted((str(name), str(value)) for name, value in env.items())),
+    )
+
+
+def stdio_commands() -> dict[str, StdioCommand]:
     """The commands the deployer listed (AGENTRUNS_MCP_STDIO_COMMANDS), by name."""
     listed = settings.AGENTRUNS_MCP_STDIO_COMMANDS
     if not isinstance(listed, dict):
         return {}
-    return {
-        str(name): [str(part) for part in argv]
-        for name, argv in listed.items()
-        if isinstance(argv, list) and argv
-    }
+    commands = {str(name): _stdio_command(entry) for name, entry in listed.items()}
+    return {name: command for name, command in commands.items() if command is not None}
 
 
 class McpServer(models.Model):

@@ -17,6 +17,7 @@ from agentruns.providers.base import (
     Reply,
     ToolCall,
     ToolResultMessage,
+    TruncatedReply,
     UserMessage,
     api_key_for,
     retryable_status,
@@ -104,6 +105,8 @@ def to_tools(request: ProviderRequest) -> list[dict[str, Any]]:
 
 
 def parse_reply(link: Link, response: Message) -> Reply:
+    if response.stop_reason == "max_tokens":  # INT-2
+        raise TruncatedReply(f"{link.where}: the reply was cut at its output bound.")
     text = "".join(block.text for block in response.content if block.type == "text")
     calls = tuple(
         ToolCall(block.id, block.name, dict(block.input))
@@ -132,7 +135,7 @@ def parse_reply(link: Link, response: Message) -> Reply:
 
 def provider_error(link: Link, error: anthropic.AnthropicError, api_key: str) -> ProviderError:
     """TZ-5 mapping (529 overloaded is a 5xx); the body may quote the request, so scrub."""
-    who = f"Provider {link.provider_slug or link.slug!r}"
+    who = link.where
     if isinstance(error, anthropic.APIStatusError):
         status = error.status_code
         detail = scrub_credential(error.api_message or error.message, api_key)[:2000]
@@ -162,14 +165,12 @@ class AnthropicAdapter:
             response = client.messages.create(
                 model=request.model,
                 messages=to_messages(request),  # type: ignore[arg-type]
-                max_tokens=request.max_tokens,
+                max_tokens=link.max_output_tokens or request.max_tokens,
                 **extra,
             )
         except anthropic.AnthropicError as error:
             # Not chained: the SDK error's text may quote the request or the key.
             raise provider_error(link, error, api_key) from None
         except (ValueError, RecursionError):  # a reply whose body is no usable JSON (SEC-3)
-            raise MalformedReply(
-                f"Provider {link.provider_slug or link.slug!r} sent a reply that is not JSON."
-            ) from None
+            raise MalformedReply(f"{link.where} sent a reply that is not JSON.") from None
         return parse_reply(link, response)

@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
+from urllib.parse import urlsplit
 
 from agentruns.gate.core import Hop
 from agentruns.models import Configuration
@@ -32,6 +33,17 @@ class Link(Hop):
     max_retries: int = 2
     script: dict | None = None
     dispatchable: bool = True
+    # INT-1: the provider's options for OpenAI-compatible servers.
+    tool_choice: str = "auto"
+    max_output_tokens: int | None = None
+    context_window_tokens: int | None = None
+    extra_body: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def where(self) -> str:
+        """INT-2: the provider and the host a failure happened at, for its detail."""
+        host = urlsplit(self.base_url.strip()).netloc if self.base_url.strip() else ""
+        return f"Provider {self.provider_slug or self.slug!r}" + (f" at {host}" if host else "")
 
 
 def link_for(configuration: Configuration) -> Link:
@@ -50,6 +62,12 @@ def link_for(configuration: Configuration) -> Link:
         dispatchable=bool(configuration.active and provider and provider.active),
         version=configuration.version,
         provider_version=provider.version if provider else 0,
+        tool_choice=provider.tool_choice if provider else "auto",
+        max_output_tokens=provider.max_output_tokens if provider else None,
+        context_window_tokens=provider.context_window_tokens if provider else None,
+        extra_body=dict(provider.extra_body)
+        if provider and isinstance(provider.extra_body, dict)
+        else {},
     )
 
 
@@ -141,6 +159,15 @@ class ProviderError(Exception):
         super().__init__(message)
         self.retryable = retryable
         self.status = status
+
+
+class TruncatedReply(ProviderError):
+    """INT-2: the reply was cut by its output bound; half a sentence is no final answer."""
+
+    code = "provider_reply_truncated"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, retryable=False)
 
 
 class KeyEnvRefused(ProviderError):

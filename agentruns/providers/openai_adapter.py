@@ -19,6 +19,7 @@ from agentruns.providers.base import (
     Reply,
     ToolCall,
     ToolResultMessage,
+    TruncatedReply,
     UserMessage,
     api_key_for,
     retryable_status,
@@ -64,7 +65,8 @@ def _assistant(message: AssistantMessage) -> dict[str, Any]:
         }
         for call in message.tool_calls
     ]
-    return {"role": "assistant", "content": message.text or None, "tool_calls": calls}
+    # INT-1: "" is what every compatible server accepts; llama.cpp's answers 500 to null.
+    return {"role": "assistant", "content": message.text, "tool_calls": calls}
 
 
 def to_messages(request: ProviderRequest) -> list[dict[str, Any]]:
@@ -97,20 +99,45 @@ def to_tools(request: ProviderRequest) -> list[dict[str, Any]]:
     ]
 
 
+def _tool_call(link: Link, index: int, call: Any) -> ToolCall:
+    """INT-2: a call the loop cannot pair (no id), route (no name) or read (arguments not
+    text) is a malformed reply, never a call dropped or a crash further on. The SDK does
+    not validate replies, so every field is checked here."""
+    function = getattr(call, "function", None)
+    name = getattr(function, "name", None)
+    text = getattr(function, "arguments", None)
+    problem = ""
+    if getattr(call, "type", None) != "function":
+        problem = f'its type is {getattr(call, "type", None)!r}, not "function"'
+    elif not isinstance(getattr(call, "id", None), str) or not call.id:
+        problem = "it has no id"
+    elif not isinstance(name, str) or not name:
+        problem = "it has no function name"
+    elif not isinstance(text, str):
+        problem = "its arguments are not a JSON text"
+    if problem:
+        raise MalformedReply(f"{link.where}: tool call {index} of the reply is unusable: {problem}")
+    assert isinstance(name, str) and isinstance(text, str)
+    arguments, raw = decode_arguments(text)
+    return ToolCall(call.id, name, arguments, raw)
+
+
 def parse_reply(link: Link, response: ChatCompletion) -> Reply:
     if not response.choices:
-        raise MalformedReply(f"Provider {link.provider_slug or link.slug!r} returned no choices.")
-    message = response.choices[0].message
-    calls = []
-    for call in message.tool_calls or ():
-        if call.type != "function":
-            continue  # only function tools are ever offered
-        arguments, raw = decode_arguments(call.function.arguments)
-        calls.append(ToolCall(call.id, call.function.name, arguments, raw))
+        raise MalformedReply(f"{link.where} returned no choices.")
+    choice = response.choices[0]
+    message = choice.message
+    if choice.finish_reason == "length":
+        bound = f" (max_output_tokens {link.max_output_tokens})" if link.max_output_tokens else ""
+        raise TruncatedReply(
+            f"{link.where}: the reply was cut at its output bound{bound} or the server's "
+            "context window; nothing of it was used."
+        )
+    calls = tuple(_tool_call(link, i, call) for i, call in enumerate(message.tool_calls or ()))
     usage = response.usage
     return Reply(
         text=message.content or message.refusal or "",
-        tool_calls=tuple(calls),
+        tool_calls=calls,
         usage={"input_tokens": usage.prompt_tokens, "output_tokens": usage.completion_tokens}
         if usage
         else {},
@@ -120,21 +147,44 @@ def parse_reply(link: Link, response: ChatCompletion) -> Reply:
 
 
 def provider_error(link: Link, error: openai.OpenAIError, api_key: str) -> ProviderError:
-    """TZ-5 mapping; the SDK's message may quote the response body, so it is scrubbed."""
-    who = f"Provider {link.provider_slug or link.slug!r}"
+    """TZ-5 mapping; the SDK's message may quote the response body, so it is scrubbed.
+    INT-2: the text says where (the provider and host)."""
+    who = link.where
     if isinstance(error, openai.APIStatusError):
         status = error.status_code
         detail = scrub_credential(error.message, api_key)
+        if status == 404 and not link.base_url.rstrip("/").endswith("/v1"):
+            detail += " (compatible servers usually serve under /v1: is it in the base URL?)"
         return ProviderError(
             f"{who}: HTTP {status}: {detail}"[:2000],
             retryable=retryable_status(status),
             status=status,
         )
     if isinstance(error, openai.APIConnectionError):
-        return ProviderError(f"{who}: {type(error).__name__}: {error.message}", retryable=True)
+        return ProviderError(
+            f"{who}: {type(error).__name__}: {error.message} "
+            f"({link.base_url.strip() or 'the SDK default endpoint'})",
+            retryable=True,
+        )
     if isinstance(error, openai.APIResponseValidationError):
         return MalformedReply(f"{who}: the reply did not match the Chat Completions schema.")
     return ProviderError(f"{who}: {scrub_credential(str(error), api_key)}", retryable=False)
+
+
+def request_options(link: Link, request: ProviderRequest) -> dict[str, Any]:
+    """INT-1: the provider's options. llama.cpp's server leaves tools out of the prompt
+    unless `tool_choice` is sent; vLLM refuses "auto" unless started to accept it."""
+    options: dict[str, Any] = {}
+    if request.tools:
+        options["tools"] = to_tools(request)
+        if link.tool_choice != "omit":
+            options["tool_choice"] = link.tool_choice
+    if link.max_output_tokens:
+        # max_tokens, not max_completion_tokens: every compatible server reads this one.
+        options["max_tokens"] = link.max_output_tokens
+    if link.extra_body:
+        options["extra_body"] = dict(link.extra_body)
+    return options
 
 
 class OpenAIAdapter:
@@ -144,18 +194,15 @@ class OpenAIAdapter:
     def complete(self, link: Link, request: ProviderRequest) -> Reply:
         api_key = api_key_for(link)
         client = self._clients.for_link(link, api_key)
-        extra: dict[str, Any] = {"tools": to_tools(request)} if request.tools else {}
         try:
             response = client.chat.completions.create(
                 model=request.model,
                 messages=to_messages(request),  # type: ignore[arg-type]
-                **extra,
+                **request_options(link, request),
             )
         except openai.OpenAIError as error:
             # Not chained: the SDK error's text may quote the request or the key.
             raise provider_error(link, error, api_key) from None
         except (ValueError, RecursionError):  # a reply whose body is no usable JSON (SEC-3)
-            raise MalformedReply(
-                f"Provider {link.provider_slug or link.slug!r} sent a reply that is not JSON."
-            ) from None
+            raise MalformedReply(f"{link.where} sent a reply that is not JSON.") from None
         return parse_reply(link, response)

@@ -53,6 +53,17 @@ class RuntimeConfig:
         return self.links[0].model
 
     @cached_property
+    def send_budget_tokens(self) -> int:
+        """DEF-6's bound on a send: the configuration's budget, and (INT-1) what the
+        smallest context window of the chain leaves once the reply's bound is kept free."""
+        windows = [
+            link.context_window_tokens - (link.max_output_tokens or 0)
+            for link in self.links
+            if link.context_window_tokens
+        ]
+        return max(1, min([self.context_budget_tokens, *windows]))
+
+    @cached_property
     def zone(self) -> Zone:
         return reachable_zone(self.view)
 

@@ -52,6 +52,9 @@ class ToolOutput:
     ok: bool = True
     # Structured extras the runtime reads (e.g. tool_search's added_tool_names).
     data: dict[str, Any] = field(default_factory=dict)
+    # INT-3: no answer came back for a request that left (the server died, hung up or
+    # timed out): the effect may have happened.
+    uncertain: bool = False
 
 
 # What a tool runs: its arguments and context in, its output back.

@@ -501,6 +501,7 @@ def admin_form(configuration, fallback_ids, **overrides):
         "approval_exempt_tools": "[]",
         "modes": "{}",
         "max_tool_calls": "10",
+        "tool_timeout_seconds": "30",
         "context_budget_tokens": "32000",
         "approval_timeout_seconds": "86400",
         "approvals_required": "1",
@@ -578,3 +579,52 @@ def test_admin_fallback_inline_refuses_itself_as_fallback(admin_client):
         "skills": [],
         "fallbacks": [],
     }
+
+
+# --- INT-1, INT-3: options for servers other than OpenAI's ---------------------------------
+
+
+def test_int1_provider_options_are_settable_with_defaults_that_suit_openai(api):
+    created = api.post(
+        "/api/providers/",
+        {"slug": "llama", "name": "llama.cpp", "base_url": "http://127.0.0.1:8080/v1"},
+        format="json",
+    )
+    assert created.status_code == 201, created.json()
+    defaults = {k: created.json()[k] for k in ("tool_choice", "max_output_tokens", "extra_body")}
+    assert defaults == {"tool_choice": "auto", "max_output_tokens": None, "extra_body": {}}
+    options = {
+        "tool_choice": "omit",
+        "max_output_tokens": 512,
+        "context_window_tokens": 4096,
+        "extra_body": {"cache_prompt": True},
+    }
+    patched = api.patch("/api/providers/llama/", options, format="json")
+    assert patched.status_code == 200, patched.json()
+    provider = Provider.objects.get(slug="llama")
+    assert {k: getattr(provider, k) for k in options} == options
+
+
+@pytest.mark.parametrize(
+    "extra_body",
+    [["not", "an", "object"], {"pad": "x" * 5000}, {"messages": []}, {"tool_choice": "none"}],
+)
+def test_int1_extra_body_is_a_bounded_object_that_cannot_replace_the_request(api, extra_body):
+    make_provider("p", kind="openai")
+    response = api.patch("/api/providers/p/", {"extra_body": extra_body}, format="json")
+    assert_error(response, 400)
+    assert Provider.objects.get(slug="p").extra_body == {}
+
+
+def test_int3_a_configurations_tool_timeout_is_settable_within_1_to_600(api):
+    make_configuration("desk")
+    patched = api.patch("/api/configurations/desk/", {"tool_timeout_seconds": 90}, format="json")
+    assert patched.status_code == 200, patched.json()
+    assert patched.json()["tool_timeout_seconds"] == 90
+    assert Configuration.objects.get(slug="desk").tool_timeout_seconds == 90
+    for wrong in (0.5, 601):
+        refused = api.patch(
+            "/api/configurations/desk/", {"tool_timeout_seconds": wrong}, format="json"
+        )
+        assert_error(refused, 400)
+    assert Configuration.objects.get(slug="desk").tool_timeout_seconds == 90

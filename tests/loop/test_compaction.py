@@ -226,6 +226,25 @@ def test_def6_a_first_prompt_over_budget_fails_instead_of_being_sent(staff):
 
 
 @pytest.mark.django_db
+def test_int1_the_providers_context_window_bounds_a_send_below_the_budget(staff):
+    """INT-1: a context window of 700 tokens with 400 kept for the reply leaves 300, well
+    under the configuration's budget of 32000: a prompt of 400 tokens is never sent."""
+    with fake_server() as (fake, _script):
+        make_openai_configuration(
+            "cfg",
+            fake,
+            allowed_tools=["clock.now"],
+            provider_kw={"context_window_tokens": 700, "max_output_tokens": 400},
+        )
+        run = submit(staff, "cfg", words(400))
+        outcome = execute_run(run.pk)
+    assert outcome == "failed" and turn_requests(fake) == []
+    run.refresh_from_db()
+    assert run.failure["code"] == "context_budget_exceeded"
+    assert run.failure["budget"] == 300
+
+
+@pytest.mark.django_db
 def test_def6_the_request_after_compaction_is_within_budget_to_the_token(staff):
     budget = 300
     with fake_server(summary="S") as (fake, _script):

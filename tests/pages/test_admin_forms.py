@@ -94,6 +94,7 @@ def posted(configuration: Configuration, **changes: Any) -> dict[str, Any]:
         "approval_exempt_tools": list(configuration.approval_exempt_tools),
         "modes-rows": "0",
         "max_tool_calls": configuration.max_tool_calls,
+        "tool_timeout_seconds": configuration.tool_timeout_seconds,
         "context_budget_tokens": configuration.context_budget_tokens,
         "approval_timeout_seconds": configuration.approval_timeout_seconds,
         "approvals_required": configuration.approvals_required,

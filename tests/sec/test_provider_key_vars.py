@@ -53,6 +53,7 @@ def test_sec11_the_admin_form_refuses_it(client, django_user_model):
         **provider_body("AWS_SECRET_ACCESS_KEY"),
         "timeout_seconds": "60",
         "max_retries": "0",
+        "tool_choice": "auto",
         "trust_zone": "",
         "base_url": "",
         "active": "on",

@@ -14,7 +14,15 @@ An item is a reply {"text", "tool_calls": [{"name", "arguments": dict | raw str,
 on the wire instead: {"reset": True} drops the connection without answering,
 {"truncate": n} sends the headers and only the first n bytes of the body, {"cut": n}
 sends a complete HTTP reply whose JSON body is cut after n bytes, {"trickle": s} sends
-the headers and then one byte of whitespace every s seconds, never ending.
+the headers and then one byte of whitespace every s seconds, never ending. An item's
+"finish_reason" replaces the one rendered (e.g. "length": cut by its output bound).
+
+`FakeProvider(server=...)` answers Chat Completions as another server does (INT-1), from
+their documented behaviour: "llama.cpp" (llama-cpp-python's server) answers 500 to an
+assistant message whose content is not a string, and leaves the tools out of the prompt
+unless `tool_choice` is sent (its model never sees them, so a scripted tool call comes
+back as text); "vllm" (started without --enable-auto-tool-choice) answers 400 to
+`tool_choice: "auto"`.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ import socket
 import struct
 import threading
 from collections import deque
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -132,7 +141,11 @@ class FakeProvider:
         default: Item | None = None,
         latency: float = 0.0,
         api_key: str | None = None,
+        server: str = "openai",
     ) -> None:
+        if server not in QUIRKS:
+            raise ValueError(f"server is one of {', '.join(QUIRKS)}")
+        self.server = server
         self.default = default
         self.latency = latency
         # When set, a request carrying any other credential gets a 401.
@@ -252,8 +265,11 @@ class FakeProvider:
             return 400, wire.error(400, str(rejected)), {}, {}
         except (AttributeError, TypeError, KeyError) as error:
             return 400, wire.error(400, f"Invalid request body ({type(error).__name__})."), {}, {}
+        quirk = QUIRKS[self.server](body) if path == OPENAI_PATH else None
+        if quirk is not None and quirk[0] >= 400:
+            return quirk[0], wire.error(quirk[0], quirk[1]), {}, {}
         try:
-            return self._reply(wire, path, body)
+            return self._reply(wire, path, body, blind=quirk is not None)
         except Exception as error:  # a broken scripted item is the test's bug: say so loudly
             return 500, wire.error(500, f"fake provider: bad item: {error!r}"), {}, {}
 
@@ -261,10 +277,14 @@ class FakeProvider:
         credential = wire.credential(headers)
         return bool(credential) and self.api_key in (None, credential)
 
-    def _reply(self, wire: Wire, path: str, body: dict[str, Any]) -> Answer | None:
+    def _reply(
+        self, wire: Wire, path: str, body: dict[str, Any], *, blind: bool = False
+    ) -> Answer | None:
         item = self._next()
         if callable(item):
             item = item(body, path)
+        if blind and item.get("tool_calls"):  # the model never saw the tools
+            item = {**item, "tool_calls": [], "text": item.get("text") or "I have no tools."}
         delay = float(item.get("delay") or 0) + self.latency
         if delay and self._stopping.wait(delay):
             return None
@@ -288,6 +308,35 @@ class FakeProvider:
         }
         with self._lock:
             self._log.append(RecordedRequest(path, kept, body or {}))
+
+
+def _llama_cpp(body: dict[str, Any]) -> tuple[int, str] | None:
+    """llama-cpp-python's server: its request model wants a string content on every
+    assistant message, and it renders tools into the prompt only for a `tool_choice`."""
+    for i, message in enumerate(body.get("messages") or ()):
+        if message.get("role") == "assistant" and not isinstance(message.get("content"), str):
+            return 500, (
+                f"7 validation errors for CreateChatCompletionRequest: messages.{i}."
+                "ChatCompletionRequestAssistantMessage.content: Input should be a valid string"
+            )
+    if body.get("tools") and "tool_choice" not in body:
+        return 200, "tools ignored"
+    return None
+
+
+def _vllm(body: dict[str, Any]) -> tuple[int, str] | None:
+    if body.get("tool_choice") == "auto":
+        return 400, (
+            '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'
+        )
+    return None
+
+
+QUIRKS: dict[str, Callable[[dict[str, Any]], tuple[int, str] | None]] = {
+    "openai": lambda body: None,
+    "llama.cpp": _llama_cpp,
+    "vllm": _vllm,
+}
 
 
 def _json_object(raw: bytes) -> dict[str, Any] | None:

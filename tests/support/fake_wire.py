@@ -148,7 +148,7 @@ def render_openai(item: dict[str, Any], body: dict[str, Any], serial: int) -> di
         if calls:
             message["tool_calls"] = calls
         message["refusal"] = None
-        finish = "tool_calls" if calls else "stop"
+        finish = item.get("finish_reason") or ("tool_calls" if calls else "stop")
         choices = [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}]
     prompt, completion = _tokens(body, choices)
     return {
@@ -334,7 +334,8 @@ def render_anthropic(item: dict[str, Any], body: dict[str, Any], serial: int) ->
         "role": "assistant",
         "model": body.get("model"),
         "content": content,
-        "stop_reason": "tool_use" if item.get("tool_calls") else "end_turn",
+        "stop_reason": item.get("stop_reason")
+        or ("tool_use" if item.get("tool_calls") else "end_turn"),
         "stop_sequence": None,
         "usage": {"input_tokens": prompt, "output_tokens": completion},
     }

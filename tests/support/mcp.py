@@ -1,9 +1,10 @@
 """Real MCP servers for the suite (§16): the SDK's own `MCPServer`, served over streamable
 HTTP on loopback by uvicorn on a thread of the test process (`serve_http`, stopped and
 joined before the test's teardown), and a stdio one (`python -m tests.support.mcp_stdio`,
-which the SDK starts per use). The tracker is the demo's (agentruns/demo_mcp.py) plus a
-slow tool, a failing one and a pair that only finish together, and it records every call
-it receives, so a test can count effects on the server's side."""
+which a process keeps running as its session). The tracker is the demo's
+(agentruns/demo_mcp.py) plus a slow tool, a failing one and a pair that only finish
+together, and it records every call it receives, so a test can count effects on the
+server's side."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -26,7 +28,13 @@ from agentruns.services.mcp import mcp_listing_digest, mcp_server_accept, mcp_se
 from tests.support.servers import free_port
 
 STDIO_COMMAND = "test-tracker"
-STDIO_COMMANDS = {STDIO_COMMAND: [sys.executable, "-m", "tests.support.mcp_stdio"]}
+# `-m tests.…` needs the checkout as its directory: the deployer names it (INT-4).
+STDIO_COMMANDS = {
+    STDIO_COMMAND: {
+        "command": [sys.executable, "-m", "tests.support.mcp_stdio"],
+        "cwd": str(Path(__file__).resolve().parents[2]),
+    }
+}
 # What the failing tool says: the server's words, with a credential redaction must catch.
 FAILURE = "the tracker database is down (postgres://tracker:hunter2secret@10.0.0.5/db)"
 

@@ -50,7 +50,7 @@ def _needed(ctx: RunContext, fixed: int, measure: Measure = message_tokens) -> i
 def compact_if_needed(
     ctx: RunContext, system: list[str], specs: tuple[ToolSpec, ...]
 ) -> Outcome | None:
-    budget = ctx.config.context_budget_tokens
+    budget = ctx.config.send_budget_tokens
     fixed = fixed_tokens(system, specs)
     # The usual case, no units to cut and no plan to make: a context that fits even at a
     # byte per token is never counted token by token (~30 us an event).

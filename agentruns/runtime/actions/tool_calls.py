@@ -189,6 +189,21 @@ def _run_apart(ready: Ready) -> ToolOutput:
 
 def _finished(ctx: RunContext, ready: Ready, output: ToolOutput) -> None:
     faults.fault_point(faults.TOOL_DONE)
+    if output.uncertain and ready.tool.effect is not Effect.READ_ONLY:
+        # INT-3, TOOL-4: the model must not take "error" for "did not happen" and retry.
+        content, _ = redact(
+            f"Outcome unknown: {output.content.removeprefix('Error: ')} The call may have "
+            "taken effect; it will not be repeated automatically, and an approver has "
+            "been shown it."
+        )
+        _record_result(
+            ctx,
+            ready.call,
+            ev.UNCERTAIN,
+            content,
+            invocation_status=ToolInvocation.Status.UNCERTAIN,
+        )
+        return
     _record_output(ctx, ready, output, redoable=ready.tool.effect is not Effect.WRITE)
 
 
