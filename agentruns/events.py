@@ -29,6 +29,8 @@ RUN_COMPLETED = "run.completed"
 RUN_FAILED = "run.failed"
 RUN_CANCELLED = "run.cancelled"
 RUN_FORKED = "run.forked"
+# DEL-1: a child run's log opens with who delegated it ({run, call_id}) and what it carries.
+RUN_DELEGATED = "run.delegated"
 
 EVENT_TYPES = (
     USER,
@@ -49,6 +51,7 @@ EVENT_TYPES = (
     RUN_FAILED,
     RUN_CANCELLED,
     RUN_FORKED,
+    RUN_DELEGATED,
 )
 
 # OPS-5: the events the audit export carries (beside the gate's rows). The log indexes them
@@ -79,6 +82,7 @@ RESULT_STATUSES = (OK, ERROR, REFUSED, DENIED, EXPIRED, UNCERTAIN, NOT_PERMITTED
 # ticket.decided decisions (an expiry decides EXPIRED)
 ALLOW = "allow"
 DENY = "deny"
+DELEGATED = "delegated"  # DEL-1: a delegation ticket's decision, the child's end
 
 
 def result_item(
@@ -146,6 +150,9 @@ def summary(kind: str, payload: dict[str, Any]) -> str:
         return f"escalated to {payload.get('group')}: {payload.get('tool', '')}".strip(" :")
     if kind == RUN_COMPLETED:
         return str(payload.get("final_reply", ""))[:SUMMARY_CHARS]
+    if kind == RUN_DELEGATED:
+        parent = payload.get("delegated_by") or {}
+        return f"delegated by run #{parent.get('run')} ({parent.get('call_id')})"
     if kind in (RUN_FAILED, CONTEXT_REFUSED):
         return str(payload.get("code") or "") + " " + str(payload.get("detail", ""))[:200]
     return json.dumps(payload)[:200]

@@ -12,10 +12,18 @@ from django.db.models import QuerySet
 from reversion.models import Version
 
 from agentruns import events as ev
-from agentruns.classes import Enforcement
+from agentruns.classes import Enforcement, parse_class
 from agentruns.events import LogEntry
 from agentruns.gate.audit import current_enforcement
-from agentruns.gate.core import SKILL, SNIPPET, SYSTEM_PROMPT, ConfigView, Source, compose_sources
+from agentruns.gate.core import (
+    SKILL,
+    SNIPPET,
+    SYSTEM_PROMPT,
+    ConfigView,
+    Source,
+    compose_sources,
+    reachable_zone,
+)
 from agentruns.gate.lookups import (
     carried_for_send,
     config_view,
@@ -69,7 +77,26 @@ def configuration_readout(
     tools = granted(configuration)
     data = readout(view, sources, current_enforcement(), tools=tools)
     data["dropped"] = [item.as_dict() for item in dropped]
+    data["delegates"] = _delegate_rows(configuration, data["effective_class"])
     return data
+
+
+def _delegate_rows(configuration: Configuration, effective: str) -> list[dict]:
+    """DEL-1, DEL-2: what each delegate may receive (its reachable ceiling) and whether a
+    child of it would be refused, its sends carrying this configuration's class."""
+    floor = parse_class(effective)
+    rows = []
+    for delegate in configuration.delegates.select_related("provider"):
+        zone = reachable_zone(config_view(delegate))
+        rows.append(
+            {
+                "configuration": delegate.slug,
+                "zone": zone.label,
+                "ceiling": zone.ceiling.label,
+                "refused": floor is not None and floor > zone.ceiling,
+            }
+        )
+    return rows
 
 
 def run_sources(run: Run) -> tuple[ConfigView, list[Source]]:
@@ -305,3 +332,18 @@ def uncertain_invocations(user: Any) -> QuerySet[ToolInvocation]:
         .select_related("run", "run__configuration")
         .order_by("-effect_sent_at")[:200]
     )
+
+
+def delegation_cycle(configuration_id: int | None, delegate_ids: Iterable[int]) -> bool:
+    """DEL-3: whether a configuration with these delegates could reach itself through
+    `delegates` (a new one, without an id, reaches nothing yet)."""
+    links = Configuration.delegates.through.objects
+    seen: set[int] = set()
+    frontier = set(delegate_ids)
+    while frontier and configuration_id is not None:
+        if configuration_id in frontier:
+            return True
+        seen |= frontier
+        found = links.filter(from_configuration_id__in=frontier)
+        frontier = set(found.values_list("to_configuration_id", flat=True)) - seen
+    return False

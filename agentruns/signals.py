@@ -36,5 +36,11 @@ def bump_generation(**_: object) -> None:
 for model in CATALOG_MODELS:
     post_save.connect(bump_generation, sender=model, dispatch_uid=f"gen-save-{model.__name__}")
     post_delete.connect(bump_generation, sender=model, dispatch_uid=f"gen-del-{model.__name__}")
-for through in (ConfigurationSnippet, ConfigurationSkill, ConfigurationFallback):
+# DEL-1: a configuration's delegates grant agent.delegate, so changing them is a catalog write.
+for through in (
+    ConfigurationSnippet,
+    ConfigurationSkill,
+    ConfigurationFallback,
+    Configuration.delegates.through,
+):
     m2m_changed.connect(bump_generation, sender=through, dispatch_uid=f"gen-m2m-{through.__name__}")

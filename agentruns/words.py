@@ -125,7 +125,13 @@ def field_errors(error: AgentrunsError) -> dict[str, list[str]]:
     return {str(name): [str(m) for m in msgs] for name, msgs in fields.items()}
 
 
-DONE = {"allow": "approved", "deny": "denied", "input": "answered"}
+DONE = {"allow": "approved", "deny": "denied", "input": "answered", "delegated": "answered"}
+
+# DEL-3: why a configuration's delegates were refused on save (admin and API alike).
+DELEGATION_CYCLE = (
+    "These delegates would let the configuration reach itself through delegation; "
+    "remove the one that leads back to it."
+)
 
 
 def decided_sentence(command: ResumeCommand, ticket: Ticket) -> str:

@@ -293,6 +293,8 @@ AGENTRUNS_PROVIDER_KEY_VARS = env_list(
 )
 AGENTRUNS_LEASE_SECONDS = env_float("AGENTRUNS_LEASE_SECONDS", 30.0)
 AGENTRUNS_MAX_ATTEMPTS = env_int("AGENTRUNS_MAX_ATTEMPTS", 3)
+# DEL-3: how deep a tree of delegated runs may grow (the root is depth 0).
+AGENTRUNS_MAX_DELEGATION_DEPTH = env_int("AGENTRUNS_MAX_DELEGATION_DEPTH", 3)
 AGENTRUNS_MAX_TURNS = env_int("AGENTRUNS_MAX_TURNS", 50)
 # SEC-3: a model reply (text plus tool-call arguments) larger than this fails the run
 # `provider_reply_too_large` before any of it is stored; no real turn comes near 1 MB.

@@ -209,6 +209,7 @@ class ConfigurationAdmin(PlaygroundAdminMixin, GovernedAdmin):
                     "allowed_tools",
                     "approval_exempt_tools",
                     "modes",
+                    "delegates",
                     "max_tool_calls",
                     "tool_timeout_seconds",
                     "context_budget_tokens",

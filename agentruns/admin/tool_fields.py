@@ -14,8 +14,10 @@ from django import forms
 from django.http import QueryDict
 
 from agentruns.models import Configuration
+from agentruns.selectors import delegation_cycle
 from agentruns.tools.policy import SEARCH_TOOL
 from agentruns.tools.registry import REGISTRY, Effect, Human, Tool
+from agentruns.words import DELEGATION_CYCLE
 
 Choice = tuple[str, str]
 
@@ -183,9 +185,19 @@ class ConfigurationAdminForm(forms.ModelForm):
     class Meta:
         model = Configuration
         # The admin's fieldsets name the rest; these are the fields this form shapes.
-        fields = ["allowed_tools", "approval_exempt_tools", "modes", "approver_groups"]
-        # HITL-14: ticked like the tool lists above it, and usable without JavaScript.
-        widgets = {"approver_groups": forms.CheckboxSelectMultiple}
+        fields = ["allowed_tools", "approval_exempt_tools", "modes", "approver_groups", "delegates"]
+        # HITL-14, DEL-1: ticked like the tool lists above them, and usable without JavaScript.
+        widgets = {
+            "approver_groups": forms.CheckboxSelectMultiple,
+            "delegates": forms.CheckboxSelectMultiple,
+        }
+
+    def clean_delegates(self) -> Any:
+        """DEL-3: no configuration may reach itself through its delegates."""
+        delegates = self.cleaned_data.get("delegates") or []
+        if delegation_cycle(self.instance.pk, [c.pk for c in delegates]):
+            raise forms.ValidationError(DELEGATION_CYCLE)
+        return delegates
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

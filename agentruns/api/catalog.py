@@ -22,8 +22,9 @@ from agentruns.api.governance import Governed
 from agentruns.api.limits import MAX_ID
 from agentruns.api.permissions import ModelPermission
 from agentruns.models import Configuration, Provider, Skill, Snippet
-from agentruns.selectors import configuration_readout
+from agentruns.selectors import configuration_readout, delegation_cycle
 from agentruns.services.catalog import configuration_set_sources
+from agentruns.words import DELEGATION_CYCLE
 
 
 class ProviderSerializer(serializers.ModelSerializer):
@@ -163,6 +164,10 @@ class ConfigurationSerializer(serializers.ModelSerializer):
     approver_groups = serializers.SlugRelatedField(
         slug_field="name", queryset=Group.objects.all(), many=True, required=False
     )
+    # DEL-1: the configurations agent.delegate may name, by slug.
+    delegates = serializers.SlugRelatedField(
+        slug_field="slug", queryset=Configuration.objects.all(), many=True, required=False
+    )
     escalation_group = serializers.SlugRelatedField(
         slug_field="name", queryset=Group.objects.all(), allow_null=True, required=False
     )
@@ -181,6 +186,7 @@ class ConfigurationSerializer(serializers.ModelSerializer):
             "fallbacks",
             "allowed_tools",
             "approval_exempt_tools",
+            "delegates",
             "max_tool_calls",
             "tool_timeout_seconds",
             "approval_timeout_seconds",
@@ -216,6 +222,13 @@ class ConfigurationSerializer(serializers.ModelSerializer):
     def validate_fallbacks(self, value: list[str]) -> list[int]:
         return slugs_to_ids(Configuration, value)
 
+    def validate_delegates(self, value: list[Configuration]) -> list[Configuration]:
+        """DEL-3: no configuration may reach itself through its delegates."""
+        instance = self.instance if isinstance(self.instance, Configuration) else None
+        if delegation_cycle(instance.pk if instance else None, [c.pk for c in value]):
+            raise serializers.ValidationError(DELEGATION_CYCLE)
+        return value
+
     def _save(self, instance: Configuration | None, data: dict) -> Configuration:
         lists = {
             "snippet_ids": data.pop("snippets", None),
@@ -223,6 +236,7 @@ class ConfigurationSerializer(serializers.ModelSerializer):
             "fallback_ids": data.pop("fallbacks", None),
         }
         groups = data.pop("approver_groups", None)
+        delegates = data.pop("delegates", None)
         with transaction.atomic():
             if instance is None:
                 instance = Configuration.objects.create(**data)
@@ -233,6 +247,8 @@ class ConfigurationSerializer(serializers.ModelSerializer):
             configuration_set_sources(configuration=instance, **lists)
             if groups is not None:
                 instance.approver_groups.set(groups)
+            if delegates is not None:
+                instance.delegates.set(delegates)
         return instance
 
     def create(self, validated_data: dict) -> Configuration:

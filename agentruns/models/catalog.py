@@ -218,6 +218,14 @@ class Configuration(models.Model):
         blank=True,
         related_name="fallback_for",
     )
+    # DEL-1: the configurations this one's runs may hand a task to (`agent.delegate`).
+    delegates = models.ManyToManyField(
+        "self",
+        symmetrical=False,
+        blank=True,
+        related_name="delegated_by",
+        help_text="Configurations this one may hand a task to with agent.delegate (DEL-1).",
+    )
     allowed_tools = models.JSONField(
         default=list, blank=True, help_text="Tool names or groups this configuration grants."
     )

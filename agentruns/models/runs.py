@@ -134,6 +134,15 @@ class Run(models.Model):
     # SCHED-2, SCHED-4, SCHED-5: what started the run when no person did: {"kind":
     # "schedule", "id", "due"} or {"kind": "trigger", "slug"}; null for a person's run.
     trigger = models.JSONField(null=True, blank=True)
+    # DEL-1, DEL-4: a child run's parent and the `agent.delegate` call that started it, and
+    # the root of its tree (whose budget it spends, DEL-3); all empty for a root.
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children"
+    )
+    parent_call_id = models.CharField(max_length=200, blank=True)
+    root = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
 
     objects = RunQuerySet.as_manager()
 
@@ -359,6 +368,8 @@ class Ticket(models.Model):
         TOOL_PERMISSION = "tool_permission"
         REMOTE_INPUT = "remote_input"
         TIMER = "timer"  # SCHED-3: `agent.wait`; the sweeper answers it at `deadline`
+        # DEL-1: the run waits for a child run; its end answers the ticket, never a person.
+        DELEGATION = "delegation"
 
     class Answer(models.TextChoices):
         """The kind of answer a target takes (HITL-3): a decision or a typed value."""
@@ -386,6 +397,10 @@ class Ticket(models.Model):
     arguments_digest = models.CharField(max_length=64, blank=True)
     question = models.TextField(blank=True)
     schema = models.JSONField(null=True, blank=True)
+    # DEL-1: the child run a delegation ticket waits for.
+    child = models.ForeignKey(
+        Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     status = models.CharField(max_length=12, choices=Status.choices, default=Status.ACTIVE)
     created_at = models.DateTimeField(auto_now_add=True)
     resolved_at = models.DateTimeField(null=True, blank=True)

@@ -16,7 +16,7 @@ from agentruns.models import Configuration
 from agentruns.providers.base import Link, link_for
 from agentruns.tools.mcp.pinned import sync_pinned
 from agentruns.tools.policy import Mode, modes_from
-from agentruns.tools.registry import REGISTRY, digest
+from agentruns.tools.registry import DELEGATE_TOOL, REGISTRY, digest
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,7 @@ class RuntimeConfig:
     active: bool
     daily_token_limit: int | None = None  # OPS-2
     tool_timeout_seconds: float = 30.0  # MCP-3
+    delegates: tuple[str, ...] = ()  # DEL-1: configuration slugs agent.delegate may name
 
     @property
     def id(self) -> int:
@@ -94,6 +95,7 @@ class RuntimeConfig:
                 "exempt": sorted(self.exempt),
                 "modes": [[m.name, m.core, m.deferred] for m in self.modes],
                 "max_tool_calls": self.max_tool_calls,
+                "delegates": list(self.delegates),
             }
         )
 
@@ -104,11 +106,18 @@ def build_runtime_config(
     """`generation`: the catalog generation the caller knows (the executor's); without it
     the pinned MCP tools are checked against the live one (MCP-2)."""
     sync_pinned(generation)
+    delegates = tuple(configuration.delegates.values_list("slug", flat=True))
+    granted = REGISTRY.expand(configuration.allowed_tools or [])
+    modes = modes_from(configuration.modes, configuration.allowed_tools or [])
+    if delegates:  # DEL-1: delegates grant agent.delegate, offered in every mode
+        granted.add(DELEGATE_TOOL)
+        modes = tuple(Mode(mode.name, (*mode.core, DELEGATE_TOOL), mode.deferred) for mode in modes)
     return RuntimeConfig(
         view=config_view(configuration, hop=link_for),
-        granted=frozenset(REGISTRY.expand(configuration.allowed_tools or [])),
+        granted=frozenset(granted),
         exempt=frozenset(configuration.approval_exempt_tools or []),
-        modes=modes_from(configuration.modes, configuration.allowed_tools or []),
+        modes=modes,
+        delegates=delegates,
         max_tool_calls=configuration.max_tool_calls,
         approval_timeout_seconds=configuration.approval_timeout_seconds,
         context_budget_tokens=configuration.context_budget_tokens,

@@ -141,8 +141,9 @@ def _closing(turn: LogEntry | None, copied: list[LogEntry], run_id: int) -> list
 
 
 def carried_of(log: Sequence[LogEntry]) -> tuple[dict[str, Any], ...]:
-    """The sources a fork's thread carries from its original ({kind, id, from}): its log
-    opens with `run.forked`, so this reads one event, never the whole log."""
-    if log and log[0].type == ev.RUN_FORKED:
+    """The sources a fork's thread carries from its original, or a child's from its parent
+    (DEL-2) ({kind, id, from}): its log opens with `run.forked` or `run.delegated`, so this
+    reads one event, never the whole log."""
+    if log and log[0].type in (ev.RUN_FORKED, ev.RUN_DELEGATED):
         return tuple(log[0].payload.get("carried", ()))
     return ()

@@ -137,6 +137,8 @@ def _on_assistant(state: RunState, payload: dict[str, Any]) -> None:
 def _on_result(state: RunState, payload: dict[str, Any]) -> None:
     if state.turn and any(c.id == payload["call_id"] for c in state.turn.calls):
         state.turn.results.setdefault(payload["call_id"], payload["status"])
+    # DEL-3: a delegation's result brings the tool calls its child's tree made.
+    state.tool_calls_used += int(payload.get("tool_calls", 0))
 
 
 def _on_ticket_opened(state: RunState, payload: dict[str, Any]) -> None:

@@ -130,6 +130,8 @@ def _checked(
         raise CatalogMismatch("The tool catalog does not match the ticket.")
     if ticket.deadline and timezone.now() > ticket.deadline:
         raise Expired("The ticket expired.", deadline=ticket.deadline.isoformat())
+    if ticket.kind == Ticket.Kind.DELEGATION:  # DEL-1: only the child's end answers it
+        raise ResultKindMismatch("This ticket is answered by its child run's end, not a person.")
     if ticket.answer != command.answer:
         raise ResultKindMismatch(
             f"This ticket takes a {ticket.answer} answer, not {command.answer}."

@@ -90,6 +90,7 @@ TICKET_COLUMNS = (
     "arguments_digest",
     "question",
     "schema",
+    "child_id",
     "status",
     "created_at",
 )

@@ -14,7 +14,15 @@ from django.utils.dateparse import parse_datetime
 
 from agentruns.classes import DataClass
 from agentruns.models import Note, Run
-from agentruns.tools.registry import REGISTRY, Effect, Human, Tool, ToolContext, ToolOutput
+from agentruns.tools.registry import (
+    DELEGATE_TOOL,
+    REGISTRY,
+    Effect,
+    Human,
+    Tool,
+    ToolContext,
+    ToolOutput,
+)
 
 HTTP_MAX_BYTES = 64 * 1024
 # Content types besides text/* whose bytes are text a model can read.
@@ -143,6 +151,10 @@ def ask_user(arguments: dict[str, Any], ctx: ToolContext) -> ToolOutput:
     raise RuntimeError("ask_user is answered by a person, never executed")  # pragma: no cover
 
 
+def delegate(arguments: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+    raise RuntimeError("agent.delegate is answered by a child run")  # pragma: no cover
+
+
 REGISTRY.register(
     Tool(
         name="clock.now",
@@ -258,6 +270,31 @@ REGISTRY.register(
         version="1",
         execute=agent_wait,
         human=Human.TIMER,
+    )
+)
+REGISTRY.register(
+    Tool(
+        name=DELEGATE_TOOL,
+        description=(
+            "Hand a task to another agent (one of this configuration's delegates) and wait "
+            "for its final reply, which becomes this call's result."
+        ),
+        parameters={
+            "type": "object",
+            "properties": {
+                "configuration": {"type": "string", "minLength": 1, "maxLength": 50},
+                "task": {"type": "string", "minLength": 1, "maxLength": 20000},
+            },
+            "required": ["configuration", "task"],
+            "additionalProperties": False,
+        },
+        group="agent",
+        # DEL-2: the result's class is the child's, recorded with it; the tool adds none.
+        output_class=DataClass.PUBLIC,
+        effect=Effect.READ_ONLY,
+        version="1",
+        execute=delegate,
+        human=Human.DELEGATION,
     )
 )
 REGISTRY.register(

@@ -69,23 +69,30 @@ def granted_tools(allowed: Iterable[str]) -> list[Tool]:
 
 def result_class(tool_name: str, recorded: str = "") -> DataClass | None:
     """MCP-4: a result carries its tool's live class; a tool no longer registered (its
-    server removed, say) keeps the class recorded with the result when it ran."""
+    server removed, say) keeps the class recorded with the result when it ran. DEL-2: a
+    delegation's result carries the child run's class, which only the record knows."""
     tool = REGISTRY.get(tool_name)
-    return tool.output_class if tool else parse_class(recorded)
+    if tool is None or tool.human is Human.DELEGATION:
+        return parse_class(recorded)
+    return tool.output_class
 
 
 PERMISSION = "permission"
 INPUT = "input"
 TIMER = "timer"
+DELEGATION = "delegation"
 
 
 def needs_human(tool: Tool, exempt: frozenset[str]) -> str | None:
     """TOOL-5: write tools need approval unless exempted; ask_user needs an answer;
-    agent.wait needs its due time to come (SCHED-3)."""
+    agent.wait needs its due time to come (SCHED-3); agent.delegate waits for its child
+    run (DEL-1) like a call waits for a person."""
     if tool.human is Human.INPUT:
         return INPUT
     if tool.human is Human.TIMER:
         return TIMER
+    if tool.human is Human.DELEGATION:
+        return DELEGATION
     if tool.effect is Effect.WRITE and tool.name not in exempt:
         return PERMISSION
     return None

@@ -17,6 +17,9 @@ from agentruns.classes import DataClass
 from agentruns.tools.arguments import quick_validator, quickly_valid
 from agentruns.tools.names import WIRE_NAME, wire_name
 
+# DEL-1: granted by a configuration's `delegates`, not by `allowed_tools`.
+DELEGATE_TOOL = "agent.delegate"
+
 
 class Effect(StrEnum):
     READ_ONLY = "read_only"
@@ -30,6 +33,7 @@ class Human(StrEnum):
     NONE = "none"
     INPUT = "input"  # ask_user: the answer is the result (HITL-6)
     TIMER = "timer"  # agent.wait: the clock answers, through the sweeper (SCHED-3)
+    DELEGATION = "delegation"  # agent.delegate: a child run's end is the result (DEL-1)
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from agentruns.runtime import faults, journal
 from agentruns.runtime.compose import LogView, extend_view, log_view
 from agentruns.runtime.config import RuntimeConfig, runtime_config
 from agentruns.runtime.context import Projection, extend_projection, projection
+from agentruns.runtime.handback import delegated_by
 from agentruns.runtime.state import (
     ProposedCall,
     RunState,
@@ -159,6 +160,16 @@ class RunContext:
     @property
     def signals(self) -> Signals:
         return self.claim.signals
+
+    @property
+    def tool_call_limit(self) -> int:
+        """LOOP-6, DEL-3: the configuration's `max_tool_calls`, and for a child no more
+        than its tree had left when it was delegated."""
+        limit = self.config.max_tool_calls
+        parent = delegated_by(self.events)
+        if parent is None or parent.tool_call_budget is None:
+            return limit
+        return min(limit, parent.tool_call_budget)
 
     @property
     def config(self) -> RuntimeConfig:

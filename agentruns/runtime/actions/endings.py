@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import logging
 import uuid
-from datetime import timedelta
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 from django.db import transaction
@@ -16,6 +18,13 @@ from agentruns.errors import Fenced
 from agentruns.models import Checkpoint, Run, Ticket
 from agentruns.runtime.actions.base import Items, Outcome, RunContext
 from agentruns.runtime.closing import close_open_calls
+from agentruns.runtime.handback import (
+    child_class,
+    child_result,
+    delegated_by,
+    hand_back,
+    lock_parent,
+)
 from agentruns.runtime.state import (
     ProposedCall,
     Turn,
@@ -53,20 +62,26 @@ def boundary(ctx: RunContext) -> Outcome | None:
     return None
 
 
-def park(ctx: RunContext, call: ProposedCall) -> Outcome:
-    """HITL-1, HITL-2: one committed ticket; the run then holds no worker or lease."""
+def park(
+    ctx: RunContext, call: ProposedCall, start_child: Callable[[], int] | None = None
+) -> Outcome:
+    """HITL-1, HITL-2: one committed ticket; the run then holds no worker or lease. A
+    delegation (DEL-1) starts its child in the same transaction (`start_child`, which
+    returns its id): the ticket waits for nobody but the child, so it has no deadline."""
     tool = REGISTRY.get(call.name)
     assert tool is not None and call.arguments is not None
     config = ctx.config
     ask = tool.human is Human.INPUT
     now = timezone.now()
-    deadline = now + timedelta(seconds=config.approval_timeout_seconds)
     kind = Ticket.Kind.REMOTE_INPUT if ask else Ticket.Kind.TOOL_PERMISSION
+    deadline: datetime | None = now + timedelta(seconds=config.approval_timeout_seconds)
     if tool.human is Human.TIMER:  # SCHED-3: the deadline is the due time
         due, _problem = wait_due(call.arguments, now)
         assert due is not None  # call_tools answered a call without one
         deadline, kind = due, Ticket.Kind.TIMER
-    ticket = {
+    if start_child is not None:
+        kind, deadline = Ticket.Kind.DELEGATION, None
+    ticket: dict[str, Any] = {
         "correlation_id": uuid.uuid4(),
         "run_id": ctx.lease.run_id,
         "thread_id": ctx.lease.thread_id,
@@ -80,17 +95,20 @@ def park(ctx: RunContext, call: ProposedCall) -> Outcome:
         "arguments_digest": digest(call.arguments),
         "question": call.arguments.get("question", "") if ask else "",
         "schema": call.arguments.get("schema") if ask else None,
+        "child_id": None,
     }
-    opened = {
+    opened: dict[str, Any] = {
         "correlation_id": str(ticket["correlation_id"]),
         "call_id": call.id,
-        "kind": ticket["kind"],
+        "kind": kind,
         "tool": call.name,
-        "deadline": deadline.isoformat(),
+        "deadline": deadline.isoformat() if deadline else None,
     }
     with transaction.atomic():
         cancelled = _cancel_landed(ctx)
         if not cancelled:
+            if start_child is not None:
+                ticket["child_id"] = opened["child"] = start_child()
             written = ctx.write(
                 [(ev.TICKET_OPENED, opened)],
                 checkpoints=((Checkpoint.Kind.SUSPENSION, None),),
@@ -163,12 +181,30 @@ def finish(
     elif ctx.state.turn:
         interrupted, updates = _interrupted(ctx, ctx.state.turn)
         items = [*interrupted, *items]
-    ctx.commit(
+    ending = partial(
+        ctx.write,
         items,
         checkpoints=((Checkpoint.Kind.TERMINAL, None),),
         invocation_updates=updates,
         run_update=lambda: _run_row(ctx, status, final_reply=final_reply, failure=failure),
     )
+    parent = delegated_by(ctx.events)
+    if parent is None:
+        ctx.committed(ending())
+        return Outcome(status)
+    with transaction.atomic():  # DEL-1: the child's end and its hand-back commit together
+        lock_parent(parent)
+        written = ending()
+        result, content = child_result(ctx.lease.run_id, status, final_reply, failure)
+        hand_back(
+            child_id=ctx.lease.run_id,
+            parent=parent,
+            status=result,
+            content=content,
+            data_class=child_class(ctx.lease.run_id, [*ctx.events, *written]),
+            tool_calls=ctx.state.tool_calls_used,
+        )
+    ctx.committed(written)
     return Outcome(status)
 
 

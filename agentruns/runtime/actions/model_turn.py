@@ -192,14 +192,13 @@ def _record_turn(
         )
     verdicts = [_judge(ctx, call, offered, unstorable.get(call.id)) for call in calls]
     candidates = [v.call.id for v in verdicts if v.status is None]
-    granted, over = fit(
-        candidates, used_before=ctx.state.tool_calls_used, limit=ctx.config.max_tool_calls
-    )
+    limit = ctx.tool_call_limit
+    granted, over = fit(candidates, used_before=ctx.state.tool_calls_used, limit=limit)
     for verdict in verdicts:
         if verdict.call.id in over:
             verdict.status = ev.REFUSED
             verdict.content = (
-                f"Refused: the tool budget of {ctx.config.max_tool_calls} calls for this "
+                f"Refused: the tool budget of {limit} calls for this "
                 "run is used up. Answer with what you have."
             )
     payload["granted"] = granted

@@ -18,6 +18,7 @@ from agentruns import events as ev
 from agentruns.models import Checkpoint, ToolInvocation
 from agentruns.runtime import faults
 from agentruns.runtime.actions.base import Invocation, Items, Outcome, RunContext, redaction_items
+from agentruns.runtime.actions.delegation import child_starter, delegation_refusal
 from agentruns.runtime.actions.endings import boundary, park
 from agentruns.runtime.actions.gating import assert_context
 from agentruns.runtime.closing import UNKNOWN
@@ -36,6 +37,7 @@ from agentruns.tools.policy import (
     tool_refusal,
 )
 from agentruns.tools.registry import (
+    DELEGATE_TOOL,
     REGISTRY,
     Effect,
     Tool,
@@ -100,8 +102,26 @@ def call_tools(ctx: RunContext, turn: Turn, calls: Sequence[ProposedCall]) -> Ou
         for span, call in spans:
             trace.tool_done(ctx, span, call)
     if waiting:
-        return park(ctx, waiting[0])
+        return _wait(ctx, waiting[0])
     return None
+
+
+def _wait(ctx: RunContext, call: ProposedCall) -> Outcome | None:
+    """HITL-1: park on the first call that waits; a delegation (DEL-1) starts its child
+    as it parks, or, refused, is an error result and the turn goes on."""
+    if call.name != DELEGATE_TOOL:
+        return park(ctx, call)
+    refusal = delegation_refusal(ctx, call)
+    if refusal:
+        _record_result(
+            ctx,
+            call,
+            ev.ERROR,
+            f"Error: {refusal}.",
+            invocation_status=ToolInvocation.Status.FAILED,
+        )
+        return None
+    return park(ctx, call, start_child=child_starter(ctx, call))
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,15 @@ from agentruns.tools.mcp.connect import MAX_ANSWER_BYTES, AnswerTooLarge, Endpoi
 from agentruns.tools.mcp.sessions import sessions
 from agentruns.tools.registry import ToolContext, ToolOutput
 
-__all__ = ["MAX_ANSWER_BYTES", "Endpoint", "McpCall", "Unavailable", "call_tool", "list_tools", "run_async"]
+__all__ = [
+    "MAX_ANSWER_BYTES",
+    "Endpoint",
+    "McpCall",
+    "Unavailable",
+    "call_tool",
+    "list_tools",
+    "run_async",
+]
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)

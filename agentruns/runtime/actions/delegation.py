@@ -1,0 +1,75 @@
+"""Delegation (DEL-1..DEL-3): an `agent.delegate` call starts a child run and parks its
+parent on a `delegation` ticket, in one transaction (`endings.park`); the child's end
+answers that ticket (`runtime/handback.py`).
+
+A child runs on a new thread of its delegate configuration, for its parent's initiator,
+with the task as its input. Its log opens with `run.delegated`, which names the parent and
+carries the parent's sources by identity (DEL-2, CG-13: the child's sends bind by their
+classes as a fork's do, FORK-1), the child's depth and the tool calls its tree has left
+(DEL-3), so the child reads all of it from its own log without a query."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django.conf import settings
+
+from agentruns.runtime.actions.base import RunContext
+from agentruns.runtime.actions.gating import sources
+from agentruns.runtime.handback import delegated_by
+from agentruns.runtime.state import ProposedCall
+from agentruns.store.delegation import child_create, configuration_active
+
+
+def depth_of(ctx: RunContext) -> int:
+    parent = delegated_by(ctx.events)
+    return parent.depth if parent else 0
+
+
+def delegation_refusal(ctx: RunContext, call: ProposedCall) -> str:
+    """Why this call may not start a child ("" when it may): DEL-1's delegates and an
+    active configuration, DEL-3's depth."""
+    slug = str((call.arguments or {}).get("configuration", ""))
+    delegates = ctx.config.delegates
+    if slug not in delegates:
+        named = ", ".join(delegates) or "none"
+        return f"{slug!r} is not one of this configuration's delegates ({named})"
+    limit = settings.AGENTRUNS_MAX_DELEGATION_DEPTH
+    if depth_of(ctx) + 1 > limit:
+        return f"delegation may go {limit} runs deep, and this run is {depth_of(ctx)} deep"
+    if not configuration_active(slug):
+        return f"the configuration {slug!r} is not active"
+    return ""
+
+
+def child_starter(ctx: RunContext, call: ProposedCall) -> Callable[[], int]:
+    """What `park` calls inside its transaction, after the cancel check: the child run,
+    queued with its wake-up, whose id the ticket names."""
+
+    def start() -> int:
+        arguments = call.arguments or {}
+        slug = str(arguments["configuration"])
+        return child_create(
+            parent_id=ctx.lease.run_id,
+            call_id=call.id,
+            slug=slug,
+            task=str(arguments["task"]),
+            opening=opening(ctx, call, slug),
+        )
+
+    return start
+
+
+def opening(ctx: RunContext, call: ProposedCall, slug: str) -> dict[str, Any]:
+    """The `run.delegated` payload: the parent, the sources it carries (DEL-2), the depth
+    and what is left of the tree's tool calls, the `agent.delegate` call included (DEL-3)."""
+    run_id = ctx.lease.run_id
+    carried = [{"kind": s.kind, "id": s.id, "from": s.carried_from or run_id} for s in sources(ctx)]
+    return {
+        "delegated_by": {"run": run_id, "call_id": call.id},
+        "configuration": slug,
+        "carried": carried,
+        "depth": depth_of(ctx) + 1,
+        "tool_call_budget": max(ctx.tool_call_limit - ctx.state.tool_calls_used, 0),
+    }

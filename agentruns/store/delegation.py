@@ -1,0 +1,104 @@
+"""The rows of a delegation (DEL-1): the child run a parent's `agent.delegate` call starts,
+and the answer of the parent's `delegation` ticket when the child ends. The runtime decides
+what they hold (`runtime/actions/delegation.py`, `runtime/handback.py`); these write them,
+inside the caller's transaction."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.utils import timezone
+
+from agentruns import events as ev
+from agentruns.models import Configuration, GateAudit, Run, Thread, Ticket, ToolInvocation
+from agentruns.store.appends import append_events
+from agentruns.store.transitions import run_requeue_answered
+from agentruns.store.wakeups import enqueue_wake
+
+
+def run_lock(run_id: int) -> None:
+    """The run's row lock (a child's end takes its parent's before its own row)."""
+    Run.objects.select_for_update().filter(pk=run_id).values_list("pk", flat=True).first()
+
+
+def configuration_active(slug: str) -> bool:
+    return Configuration.objects.filter(slug=slug, active=True).exists()
+
+
+def audited_classes(run_id: int) -> set[str]:
+    """The classes the gate's rows of the run name (each send's strictest source)."""
+    return set(GateAudit.objects.filter(run_id=run_id).values_list("data_class", flat=True))
+
+
+def child_create(
+    *, parent_id: int, call_id: str, slug: str, task: str, opening: dict[str, Any]
+) -> int:
+    """A queued child run of `slug` for the parent's initiator, on a new thread whose log
+    opens with `run.delegated` (`opening`) and the task; its wake-up commits with it."""
+    configuration = Configuration.objects.get(slug=slug)
+    parent = Run.objects.values("created_by_id", "root_id").get(pk=parent_id)
+    owner = parent["created_by_id"]
+    thread = Thread.objects.create(configuration=configuration, created_by_id=owner)
+    child = Run.objects.create(
+        thread=thread,
+        configuration=configuration,
+        input=task,
+        created_by_id=owner,
+        parent_id=parent_id,
+        parent_call_id=call_id,
+        root_id=parent["root_id"] or parent_id,
+    )
+    append_events(
+        thread_id=thread.pk,
+        run_id=child.pk,
+        items=[(ev.RUN_DELEGATED, opening), (ev.USER, {"text": task})],
+    )
+    enqueue_wake(child.pk)
+    return child.pk
+
+
+def delegation_answer(
+    *, parent_id: int, call_id: str, child_id: int, result: tuple[str, dict[str, Any]]
+) -> bool:
+    """The parent's active delegation ticket for this child answered (a conditional
+    update), the call's invocation completed, the decision and `result` (a `tool.result`
+    item) appended, the parent queued with its wake-up: what a person's answer does
+    (services/resume.py). False when no such ticket is active."""
+    now = timezone.now()
+    ticket = Ticket.objects.filter(
+        run_id=parent_id,
+        child_id=child_id,
+        kind=Ticket.Kind.DELEGATION,
+        status=Ticket.Status.ACTIVE,
+    ).first()
+    if ticket is None:
+        return False
+    status = result[1]["status"]
+    resolution = {"decision": ev.DELEGATED, "child": child_id, "status": status}
+    moved = Ticket.objects.filter(pk=ticket.pk, status=Ticket.Status.ACTIVE).update(
+        status=Ticket.Status.ANSWERED, resolved_at=now, resolution=resolution
+    )
+    if moved != 1:
+        return False
+    ok = status == ev.OK
+    ToolInvocation.objects.filter(run_id=parent_id, call_id=call_id).exclude(
+        status=ToolInvocation.Status.COMPLETED
+    ).update(
+        status=ToolInvocation.Status.COMPLETED if ok else ToolInvocation.Status.FAILED,
+        result={"ok": ok, "data": {"child": child_id}},
+        completed_at=now,
+    )
+    decided = {
+        "correlation_id": str(ticket.correlation_id),
+        "call_id": call_id,
+        "decision": ev.DELEGATED,
+        "by": None,
+        "note": "",
+        "child": child_id,
+    }
+    append_events(
+        thread_id=ticket.thread_id, run_id=parent_id, items=[(ev.TICKET_DECIDED, decided), result]
+    )
+    run_requeue_answered(parent_id)
+    enqueue_wake(parent_id)
+    return True

@@ -1,0 +1,85 @@
+"""A configuration's `delegates` (DEL-1) over the API, in the admin and in the readout, and
+DEL-3's refusal of a configuration that could reach itself through them."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from agentruns.models import Configuration
+from tests.support.catalog import make_configuration, make_provider, make_snippet
+
+pytestmark = pytest.mark.django_db
+
+
+def delegates_of(slug: str) -> list[str]:
+    return list(Configuration.objects.get(slug=slug).delegates.values_list("slug", flat=True))
+
+
+def test_delegates_are_set_and_read_by_slug_DEL_1(api):
+    make_configuration("lookup")
+    make_configuration("triage")
+    response = api.patch("/api/configurations/triage/", {"delegates": ["lookup"]}, format="json")
+    assert response.status_code == 200, response.json()
+    assert api.get("/api/configurations/triage/").json()["delegates"] == ["lookup"]
+    assert delegates_of("triage") == ["lookup"]
+
+
+@pytest.mark.parametrize("length", [1, 2, 3])
+def test_a_configuration_that_could_reach_itself_is_refused_and_nothing_changes_DEL_3(api, length):
+    chain = [make_configuration(f"c{i}") for i in range(length)]
+    for here, there in itertools.pairwise(chain):
+        here.delegates.set([there])
+    response = api.patch(
+        f"/api/configurations/{chain[-1].slug}/",
+        {"name": "Changed", "delegates": [chain[0].slug]},
+        format="json",
+    )
+    assert response.status_code == 400, response.json()
+    assert response.json()["code"] == "invalid"
+    last = Configuration.objects.get(pk=chain[-1].pk)
+    assert last.name != "Changed" and delegates_of(last.slug) == []
+
+
+def test_the_admin_ticks_delegates_and_refuses_a_cycle_DEL_1_DEL_3(admin_client):
+    lookup = make_configuration("lookup")
+    triage = make_configuration("triage")
+    lookup.delegates.set([triage])
+    url = f"/admin/agentruns/configuration/{triage.pk}/change/"
+    page = admin_client.get(url).content.decode()
+    assert 'type="checkbox" name="delegates"' in page
+    data = {
+        "slug": "triage",
+        "name": "Triage",
+        "model": "",
+        "system_prompt": "",
+        "delegates": [str(lookup.pk)],
+        "max_tool_calls": 10,
+        "tool_timeout_seconds": 30,
+        "approval_timeout_seconds": 60,
+        "context_budget_tokens": 32000,
+        "approvals_required": 1,
+        "input_token_price": 0,
+        "output_token_price": 0,
+        "script": "{}",
+        "active": "on",
+    }
+    for prefix in ("configurationsnippet_set", "configurationskill_set", "fallback_links"):
+        data.update({f"{prefix}-TOTAL_FORMS": 0, f"{prefix}-INITIAL_FORMS": 0})
+    response = admin_client.post(url, data)
+    assert response.status_code == 200  # the form again, with the error
+    assert "reach itself through delegation" in response.content.decode()
+    assert delegates_of("triage") == []
+
+
+def test_the_readout_lists_what_each_delegate_may_receive_DEL_1_DEL_2(api):
+    secret = make_snippet("payroll", data_class="confidential")
+    outside = make_configuration("outside", provider=make_provider("far", zone="external_global"))
+    inside = make_configuration("inside")
+    triage = make_configuration("triage", snippets=[secret])
+    triage.delegates.set([outside, inside])
+    readout = api.get("/api/configurations/triage/readout/").json()
+    rows = {row["configuration"]: row for row in readout["delegates"]}
+    assert rows["outside"]["refused"] and not rows["inside"]["refused"]
+    assert rows["outside"]["ceiling"] == "internal" and rows["inside"]["ceiling"] == "secret"

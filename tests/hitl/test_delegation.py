@@ -1,0 +1,200 @@
+"""Delegation (DEL-1..DEL-4): a run hands a task to a delegate configuration and parks on
+a `delegation` ticket; the child run's end is the call's result exactly once, through the
+same wake-up a person's answer is."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from agentruns import events as ev
+from agentruns.models import Event, Run, Ticket
+from agentruns.runtime import faults
+from agentruns.runtime.loop import execute_run
+from tests.conftest import grant
+from tests.support.catalog import make_snippet, scripted_configuration
+from tests.support.crash import crash_in_process, expire_lease, fault_hook, history
+from tests.support.hitl import active_ticket, allow, client_for, results_by_call, resume
+from tests.support.runs import submit
+
+pytestmark = pytest.mark.django_db
+
+
+def delegate_call(configuration: str = "lookup", task: str = "find the owner") -> dict[str, Any]:
+    return {"name": "agent.delegate", "arguments": {"configuration": configuration, "task": task}}
+
+
+def tree(
+    *,
+    child_turns: list[dict[str, Any]] | None = None,
+    parent_turns: list[dict[str, Any]] | None = None,
+    child_zone: str = "local",
+    **parent_kw: Any,
+):
+    """A `triage` configuration whose delegate is `lookup`."""
+    child = scripted_configuration(
+        "lookup", child_turns or [{"text": "the owner is Ada"}], zone=child_zone
+    )
+    parent = scripted_configuration(
+        "triage",
+        parent_turns or [{"tool_calls": [delegate_call()]}, {"text": "triaged"}],
+        **parent_kw,
+    )
+    parent.delegates.set([child])
+    return parent, child
+
+
+def child_of(run: Run) -> Run:
+    return Run.objects.get(parent=run)
+
+
+def test_a_delegation_parks_the_parent_and_its_childs_end_is_the_result_DEL_1(staff):
+    tree()
+    parent = submit(staff, "triage")
+    assert execute_run(parent.pk) == Run.Status.AWAITING
+    ticket = active_ticket(parent.pk)
+    child = child_of(parent)
+    assert ticket.kind == Ticket.Kind.DELEGATION and ticket.child_id == child.pk
+    assert ticket.deadline is None  # nobody answers it; it never expires
+    assert child.status == Run.Status.QUEUED and child.input == "find the owner"
+    assert child.created_by == staff and child.root_id == parent.pk
+    assert child.parent_call_id == ticket.call_id
+
+    assert execute_run(child.pk) == Run.Status.COMPLETED
+    parent.refresh_from_db()
+    assert parent.status == Run.Status.QUEUED  # woken, as an answer wakes it
+    ticket.refresh_from_db()
+    assert ticket.status == Ticket.Status.ANSWERED
+    assert execute_run(parent.pk) == Run.Status.COMPLETED
+    result = results_by_call(parent.pk)[ticket.call_id]
+    assert (result["status"], result["content"]) == (ev.OK, "the owner is Ada")
+    assert Event.objects.filter(run=parent, type=ev.TOOL_RESULT).count() == 1
+
+
+def test_a_child_that_fails_is_an_error_result_never_a_failed_parent_DEL_4(staff):
+    tree(child_turns=[{"error": {"status": 400, "message": "bad request"}}])
+    parent = submit(staff, "triage")
+    execute_run(parent.pk)
+    child = child_of(parent)
+    assert execute_run(child.pk) == Run.Status.FAILED
+    assert execute_run(parent.pk) == Run.Status.COMPLETED
+    (result,) = results_by_call(parent.pk).values()
+    assert result["status"] == ev.ERROR and f"run #{child.pk} failed" in result["content"]
+
+
+def test_a_configuration_not_among_the_delegates_is_an_error_result_DEL_1(staff):
+    tree(parent_turns=[{"tool_calls": [delegate_call("elsewhere")]}, {"text": "ok"}])
+    parent = submit(staff, "triage")
+    assert execute_run(parent.pk) == Run.Status.COMPLETED
+    (result,) = results_by_call(parent.pk).values()
+    assert (
+        result["status"] == ev.ERROR
+        and "not one of this configuration's delegates" in (result["content"])
+    )
+    assert not Run.objects.filter(parent=parent).exists()
+
+
+def test_a_host_cannot_resume_a_delegation_ticket_DEL_1(staff):
+    approver = grant(staff, "approve_run")
+    tree()
+    parent = submit(approver, "triage")
+    execute_run(parent.pk)
+    ticket = active_ticket(parent.pk)
+    response = resume(client_for(approver), parent.pk, allow(ticket))
+    assert response.status_code == 422, response.json()
+    assert response.json()["code"] == "result_kind_mismatch"
+    ticket.refresh_from_db()
+    assert ticket.status == Ticket.Status.ACTIVE
+
+
+def test_the_childs_sends_carry_the_parents_class_DEL_2(staff):
+    """A parent holding confidential text may not launder it through a child whose
+    provider is outside the zone that may receive it: the child is refused before it
+    sends anything, and the parent gets that as an error result."""
+    secret = make_snippet("payroll", data_class="confidential")
+    tree(child_zone="external_global", snippets=[secret])
+    parent = submit(staff, "triage")
+    execute_run(parent.pk)
+    child = child_of(parent)
+    assert execute_run(child.pk) == Run.Status.FAILED
+    child.refresh_from_db()
+    assert child.failure["code"] == "context_refused"
+    assert execute_run(parent.pk) == Run.Status.COMPLETED
+    (result,) = results_by_call(parent.pk).values()
+    assert result["status"] == ev.ERROR and "context_refused" in result["content"]
+
+
+def test_the_childs_result_carries_the_childs_class_back_DEL_2(staff):
+    child = scripted_configuration("lookup", [{"text": "found it"}])
+    child.system_prompt, child.system_prompt_data_class = "Look it up.", "confidential"
+    child.save()
+    parent = scripted_configuration(
+        "triage", [{"tool_calls": [delegate_call()]}, {"text": "triaged"}]
+    )
+    parent.delegates.set([child])
+    run = submit(staff, "triage")
+    execute_run(run.pk)
+    execute_run(child_of(run).pk)
+    execute_run(run.pk)
+    (result,) = results_by_call(run.pk).values()
+    assert result["class"] == "confidential"
+
+
+# ---------------------------------------------------------------- crashes of either run
+
+
+def drive_tree(user: Any, crash: tuple[str, str] | None = None) -> Run:
+    """Parent to its end through its child; `crash` ("parent"|"child", "commit:N") kills
+    that run's first drive there, and the run is then recovered as the sweeper would."""
+    parent = submit(user, "triage")
+    drive(parent.pk, "parent", crash, Run.Status.AWAITING)
+    child = child_of(parent)
+    drive(child.pk, "child", crash, Run.Status.COMPLETED)
+    drive(parent.pk, "parent", crash, Run.Status.COMPLETED)
+    return parent
+
+
+IDS = ("correlation_id", "child")
+
+
+def comparable(run_id: int) -> list[tuple[str, dict[str, Any]]]:
+    """The run's history without the ids each tree has its own of."""
+    return [
+        (kind, {key: value for key, value in payload.items() if key not in IDS})
+        for kind, payload in history(run_id)
+    ]
+
+
+def drive(run_id: int, who: str, crash: tuple[str, str] | None, expected: str) -> None:
+    run = Run.objects.get(pk=run_id)
+    if run.status != Run.Status.QUEUED and run.status != Run.Status.RUNNING:
+        return  # a crash after its commit already left it where this drive would
+    if crash and crash[0] == who:
+        try:
+            crash_in_process(run_id, crash[1])
+        except AssertionError:
+            pass  # this drive ends before the point: nothing to kill here
+        else:
+            if Run.objects.get(pk=run_id).status == Run.Status.RUNNING:
+                expire_lease(run_id)
+    if Run.objects.get(pk=run_id).status in (Run.Status.QUEUED, Run.Status.RUNNING):
+        assert execute_run(run_id) == expected
+
+
+def test_a_kill_at_every_commit_of_either_run_reaches_the_uninterrupted_end_DEL_1(staff):
+    """REC-1 with DEL-1: a SIGKILL at each commit boundary of the parent's or the child's
+    drives ends as the uninterrupted tree does, the child run once and its result once."""
+    tree()
+    with fault_hook(lambda name, count: None) as points:
+        baseline = drive_tree(staff)
+    expected = comparable(baseline.pk)
+    commits = sorted({p for p in points if p.startswith(faults.COMMIT)})
+    assert len(commits) >= 3
+    for who in ("parent", "child"):
+        for point in commits:
+            parent = drive_tree(staff, (who, point))
+            assert comparable(parent.pk) == expected, (who, point)
+            assert Run.objects.filter(parent=parent).count() == 1, (who, point)
+            (result,) = results_by_call(parent.pk).values()
+            assert result["content"] == "the owner is Ada"
