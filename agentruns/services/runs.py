@@ -44,6 +44,7 @@ from agentruns.runtime.closing import close_open_calls
 from agentruns.runtime.compose import log_view, next_request, thread_mode
 from agentruns.runtime.config import build_runtime_config
 from agentruns.runtime.fork import carried_of
+from agentruns.runtime.handback import Parent, child_class, child_result, hand_back, lock_parent
 from agentruns.runtime.redaction import redact
 from agentruns.runtime.state import restore
 from agentruns.services.log import append_events
@@ -358,18 +359,50 @@ def run_cancel(*, user: User, run_id: int) -> Run:
     if not may_cancel(user, run):
         raise NotPermitted("Only the run's initiator or an approver may cancel it.")
     with transaction.atomic():
+        if run.parent_id:  # DEL-1: a parent's row before its child's, as the child's end
+            lock_parent(Parent(run.parent_id, run.parent_call_id))
         run = Run.objects.select_for_update().get(pk=run_id)
         if run.is_terminal:
             raise Conflict(f"The run already ended ({run.status}).", status=run.status)
         if run.status == Run.Status.RUNNING:
-            if not run.cancel_requested:  # the first to ask is the one the audit names
-                Run.objects.filter(pk=run.pk).update(
-                    cancel_requested=True, cancel_requested_by=user.get_username()
-                )
+            _cancel_running(run, by=user.get_username())
         else:
             _cancel_parked(run, by=user.get_username())
     run.refresh_from_db()
     return run
+
+
+def _cancel_running(run: Run, *, by: str) -> None:
+    """The loop ends it at its next step boundary (and a child's end then goes back to
+    its parent, DEL-4)."""
+    if not run.cancel_requested:  # the first to ask is the one the audit names
+        Run.objects.filter(pk=run.pk).update(cancel_requested=True, cancel_requested_by=by)
+
+
+def _cancel_children(run: Run, *, by: str) -> None:
+    """DEL-4: cancelling a parent cancels its live children (each of theirs in turn); the
+    parent's ticket is void already, so their ends change nothing of it."""
+    live = [Run.Status.QUEUED, Run.Status.RUNNING, Run.Status.AWAITING]
+    for child in Run.objects.select_for_update().filter(parent=run, status__in=live):
+        if child.status == Run.Status.RUNNING:
+            _cancel_running(child, by=by)
+        else:
+            _cancel_parked(child, by=by)
+
+
+def _hand_back_cancelled(run: Run, log: list[LogEntry]) -> None:
+    """DEL-4: a parked child that is cancelled is an error result for its parent."""
+    if not run.parent_id:
+        return
+    status, content = child_result(run.pk, Run.Status.CANCELLED, "", None)
+    hand_back(
+        child_id=run.pk,
+        parent=Parent(run.parent_id, run.parent_call_id),
+        status=status,
+        content=content,
+        data_class=child_class(run.pk, log),
+        tool_calls=run.tool_calls_used,
+    )
 
 
 def _cancel_parked(run: Run, *, by: str) -> None:
@@ -377,7 +410,8 @@ def _cancel_parked(run: Run, *, by: str) -> None:
     Ticket.objects.filter(run=run, status=Ticket.Status.ACTIVE).update(
         status=Ticket.Status.VOID, resolved_at=now
     )
-    state = restore(None, log_entries(Event.objects.filter(run=run)))
+    log = log_entries(Event.objects.filter(run=run))
+    state = restore(None, log)
     turn = state.turn
     open_calls = turn.open_calls() if turn else []
     rows = store().invocations(run.pk, turn.index, [c.id for c in open_calls]) if turn else []
@@ -388,6 +422,8 @@ def _cancel_parked(run: Run, *, by: str) -> None:
     items.append((ev.RUN_CANCELLED, {"by": by}))  # who, for the audit (OPS-5)
     append_events(thread_id=run.thread_id, run_id=run.pk, items=items)
     run_cancel_parked(run.pk)
+    _cancel_children(run, by=by)
+    _hand_back_cancelled(run, log)
 
 
 def thread_switch_mode(*, user: User, thread_id: int, mode: str) -> Thread:

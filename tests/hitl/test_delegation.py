@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 
 from agentruns import events as ev
-from agentruns.models import Event, Run, Ticket
+from agentruns.models import Configuration, Event, Run, Ticket
 from agentruns.runtime import faults
 from agentruns.runtime.loop import execute_run
+from agentruns.services.runs import run_cancel
 from tests.conftest import grant
 from tests.support.catalog import make_snippet, scripted_configuration
 from tests.support.crash import crash_in_process, expire_lease, fault_hook, history
@@ -198,3 +199,99 @@ def test_a_kill_at_every_commit_of_either_run_reaches_the_uninterrupted_end_DEL_
             assert Run.objects.filter(parent=parent).count() == 1, (who, point)
             (result,) = results_by_call(parent.pk).values()
             assert result["content"] == "the owner is Ada"
+
+
+# ---------------------------------------------------------------- bounds and cancels
+
+
+def test_delegation_goes_no_deeper_than_the_bound_DEL_3(staff, settings):
+    settings.AGENTRUNS_MAX_DELEGATION_DEPTH = 1
+    tree(child_turns=[{"tool_calls": [delegate_call("deeper")]}, {"text": "gave up"}])
+    Configuration.objects.get(slug="lookup").delegates.set(
+        [scripted_configuration("deeper", [{"text": "never"}])]
+    )
+    parent = submit(staff, "triage")
+    execute_run(parent.pk)
+    child = child_of(parent)
+    assert execute_run(child.pk) == Run.Status.COMPLETED
+    (result,) = results_by_call(child.pk).values()
+    assert result["status"] == ev.ERROR and "1 runs deep" in result["content"]
+    assert not Run.objects.filter(parent=child).exists()
+
+
+def test_the_tool_calls_of_a_whole_tree_stay_within_the_roots_budget_DEL_3(staff):
+    """The root allows 3 calls; delegating spends one, so the child may make 2 of the 5
+    it proposes (its own configuration allows 10), and the parent, told of them, none."""
+    five = [{"name": "notes.read", "arguments": {"title": f"t{i}"}} for i in range(5)]
+    tree(
+        child_turns=[{"tool_calls": five}, {"text": "read what I could"}],
+        parent_turns=[
+            {"tool_calls": [delegate_call()]},
+            {"tool_calls": [{"name": "notes.read", "arguments": {"title": "x"}}]},
+            {"text": "done"},
+        ],
+        max_tool_calls=3,
+    )
+    parent = submit(staff, "triage")
+    execute_run(parent.pk)
+    child = child_of(parent)
+    assert execute_run(child.pk) == Run.Status.COMPLETED
+    statuses = [r["status"] for r in results_by_call(child.pk).values()]
+    assert statuses.count(ev.OK) == 2 and statuses.count(ev.REFUSED) == 3
+    assert execute_run(parent.pk) == Run.Status.COMPLETED
+    last = list(results_by_call(parent.pk).values())[-1]
+    assert last["status"] == ev.REFUSED and "budget of 3" in last["content"]
+
+
+def test_cancelling_a_parent_cancels_its_child_and_voids_the_childs_ticket_DEL_4(staff):
+    write = {"name": "notes.write", "arguments": {"title": "t", "body": "b"}}
+    tree(child_turns=[{"tool_calls": [write]}, {"text": "wrote"}])
+    parent = submit(staff, "triage")
+    execute_run(parent.pk)
+    child = child_of(parent)
+    assert execute_run(child.pk) == Run.Status.AWAITING  # waits for an approval
+    child_ticket = active_ticket(child.pk)
+    run_cancel(user=staff, run_id=parent.pk)
+    child.refresh_from_db()
+    child_ticket.refresh_from_db()
+    assert child.status == Run.Status.CANCELLED
+    assert child_ticket.status == Ticket.Status.VOID
+    assert Run.objects.get(pk=parent.pk).status == Run.Status.CANCELLED
+
+
+def test_a_cancelled_child_is_an_error_result_for_its_parent_DEL_4(staff):
+    write = {"name": "notes.write", "arguments": {"title": "t", "body": "b"}}
+    tree(child_turns=[{"tool_calls": [write]}, {"text": "wrote"}])
+    parent = submit(staff, "triage")
+    execute_run(parent.pk)
+    child = child_of(parent)
+    execute_run(child.pk)
+    run_cancel(user=staff, run_id=child.pk)
+    assert Run.objects.get(pk=parent.pk).status == Run.Status.QUEUED
+    assert execute_run(parent.pk) == Run.Status.COMPLETED
+    (result,) = results_by_call(parent.pk).values()
+    assert result["status"] == ev.ERROR and "was cancelled" in result["content"]
+
+
+def test_a_fork_after_the_delegation_reuses_the_childs_result_and_runs_no_child_DEL_6(staff):
+    tree(
+        parent_turns=[
+            {"tool_calls": [delegate_call()]},
+            {"text": "triaged"},
+            {"text": "again"},
+        ]
+    )
+    parent = submit(staff, "triage")
+    execute_run(parent.pk)
+    execute_run(child_of(parent).pk)
+    execute_run(parent.pk)
+    turn = Event.objects.filter(run=parent, type=ev.ASSISTANT).order_by("sequence").first()
+    assert turn is not None and turn.payload["tool_calls"][0]["name"] == "agent.delegate"
+    body = {"at": turn.sequence}
+    response = client_for(staff).post(f"/api/runs/{parent.pk}/fork/", body, format="json")
+    assert response.status_code in (200, 201), response.json()
+    fork = Run.objects.get(pk=response.json()["id"])
+    assert execute_run(fork.pk) == Run.Status.COMPLETED
+    assert Run.objects.get(pk=fork.pk).final_reply == "triaged"
+    assert Run.objects.filter(parent__isnull=False).count() == 1  # the original's only
+    assert not Run.objects.filter(parent=fork).exists()
