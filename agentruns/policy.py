@@ -165,7 +165,8 @@ def answerable_tickets(user: Any) -> QuerySet[Ticket]:
     tickets = (
         visible_tickets(user)
         .filter(status=Ticket.Status.ACTIVE)
-        .exclude(kind=Ticket.Kind.TIMER)  # the clock's to answer (SCHED-3)
+        # The clock's (SCHED-3) and a child run's (DEL-1) to answer, nobody else's.
+        .exclude(kind__in=[Ticket.Kind.TIMER, Ticket.Kind.DELEGATION])
         # The provider too: each inbox card's readout names it (PERF-8: a query per card).
         .select_related("run", "run__configuration__provider", "run__created_by")
         .order_by("deadline", "id")

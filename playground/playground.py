@@ -19,7 +19,7 @@ from agentruns.policy import may_use_playground, visible_runs
 from agentruns.services.runs import run_dry
 from playground import inspector as inspect
 from playground.polls import poll
-from playground.runs import live_response, visible_forks
+from playground.runs import live_response, visible_children, visible_forks
 
 
 def playground_only(view: Any) -> Any:
@@ -68,7 +68,11 @@ def readout(request: HttpRequest) -> HttpResponse:
 @playground_only
 def inspector(request: HttpRequest, run_id: int) -> HttpResponse:
     run = get_object_or_404(visible_runs(request.user), pk=run_id)
-    context = {**inspect.inspector_context(run), "forks": visible_forks(request.user, run)}
+    context = {
+        **inspect.inspector_context(run),
+        "forks": visible_forks(request.user, run),
+        "children": visible_children(request.user, run),
+    }
     return render(request, "playground/inspector.html", context)
 
 

@@ -193,6 +193,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     context = live_context(run)
     context["readout"] = run_readout(run)
     context["forks"] = visible_forks(request.user, run)
+    context["children"] = visible_children(request.user, run)
     return render(request, "playground/run.html", context)
 
 
@@ -248,3 +249,9 @@ def start_choices() -> list[Any]:
 def visible_forks(user: Any, run: Run) -> list[Run]:
     """FORK-2: the forks of `run` the viewer may see, oldest first."""
     return list(visible_runs(user).filter(forked_from=run).order_by("id"))
+
+
+def visible_children(user: Any, run: Run) -> list[Run]:
+    """DEL-5: the child runs `run` delegated to, oldest first, with their configurations."""
+    children = visible_runs(user).filter(parent=run).select_related("configuration")
+    return list(children.order_by("id"))

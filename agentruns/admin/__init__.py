@@ -337,9 +337,27 @@ class RunEventInline(EventInline):
 class TicketAdmin(TicketDecisionAdminMixin, RecordAdmin):
     """A ticket changes only by a decision (TicketDecisionAdminMixin, through run_resume)."""
 
-    list_display = ["correlation_id", "run", "kind", "tool", "status", "deadline", "resolved_by"]
+    list_display = [
+        "correlation_id",
+        "run",
+        "kind",
+        "tool",
+        "status",
+        "deadline",
+        "resolved_by",
+        "origin",
+    ]
     list_filter = ["status", "kind"]
-    readonly_fields = [field.name for field in Ticket._meta.fields]
+    list_select_related = ["run"]
+    readonly_fields = [*(field.name for field in Ticket._meta.fields), "origin"]
+
+    @admin.display(description="origin")
+    def origin(self, obj: Ticket) -> str:
+        """DEL-4: where a child run's ticket comes from."""
+        run = obj.run
+        if not run.parent_id:
+            return "—"
+        return f"delegated by run #{run.parent_id}, in the tree of run #{run.root_id}"
 
     def visible(self, rows: QuerySet, user: Any) -> QuerySet:
         """SEC-2 narrowed by routing (HITL-14): the tickets the inbox would show."""

@@ -173,6 +173,17 @@ def ticket_dict(ticket: Ticket | None) -> dict[str, Any] | None:
             **({"due": ticket.deadline} if ticket.kind == Ticket.Kind.TIMER else {}),
         },
         "approvals": approvals_dict(ticket),
+        "origin": origin_dict(ticket.run),
+    }
+
+
+def origin_dict(run: Run) -> dict[str, Any]:
+    """DEL-4: the tree a ticket's run belongs to: its root, its parent, and the root's
+    initiator (a child runs for its parent's initiator)."""
+    return {
+        "root": run.root_id or run.pk,
+        "parent": run.parent_id,
+        "initiator": run.created_by.get_username() if run.created_by else None,
     }
 
 
@@ -217,8 +228,12 @@ def run_dict(
             {"run": run.forked_from_id, "at": run.forked_at} if run.forked_at is not None else None
         ),
         "trigger": run.trigger,  # SCHED-5: null for a run a person started
+        "parent": (  # DEL-5
+            {"run": run.parent_id, "call_id": run.parent_call_id} if run.parent_id else None
+        ),
     }
     if detail:
+        data["children"] = list(run.children.order_by("id").values_list("pk", flat=True))
         active = visible_tickets(viewer).filter(run=run, status=Ticket.Status.ACTIVE).first()
         data["ticket"] = ticket_dict(active)
         data["readout"] = run_readout(run)

@@ -295,3 +295,48 @@ def test_a_fork_after_the_delegation_reuses_the_childs_result_and_runs_no_child_
     assert Run.objects.get(pk=fork.pk).final_reply == "triaged"
     assert Run.objects.filter(parent__isnull=False).count() == 1  # the original's only
     assert not Run.objects.filter(parent=fork).exists()
+
+
+# ---------------------------------------------------------------- where a child's tickets come from
+
+
+def test_a_childs_ticket_shows_its_origin_and_the_delegation_ticket_is_listed_nowhere_DEL_4(
+    staff, client, admin_client
+):
+    approver = grant(staff, "approve_run")
+    write = {"name": "notes.write", "arguments": {"title": "t", "body": "b"}}
+    tree(child_turns=[{"tool_calls": [write]}, {"text": "wrote"}])
+    parent = submit(approver, "triage")
+    execute_run(parent.pk)
+    child = child_of(parent)
+    execute_run(child.pk)
+    api = client_for(approver)
+    listed = api.get("/api/tickets/").json()
+    tickets = listed["results"] if isinstance(listed, dict) else listed
+    assert [t["run"] for t in tickets] == [child.pk]  # the parent's delegation ticket is not
+    origin = {"root": parent.pk, "parent": parent.pk, "initiator": approver.get_username()}
+    assert tickets[0]["origin"] == origin
+    client.force_login(approver)
+    inbox = client.get("/inbox/").content.decode()
+    assert f'Delegated by <a href="/runs/{parent.pk}/">run #{parent.pk}</a>' in inbox
+    admin_page = admin_client.get("/admin/agentruns/ticket/").content.decode()
+    assert f"delegated by run #{parent.pk}" in admin_page
+
+
+def test_the_run_has_its_parent_and_children_and_the_page_shows_the_tree_DEL_5(staff, client):
+    tree()
+    parent = submit(staff, "triage")
+    execute_run(parent.pk)
+    child = child_of(parent)
+    api = client_for(staff)
+    body = api.get(f"/api/runs/{parent.pk}/").json()
+    assert body["parent"] is None and body["children"] == [child.pk]
+    assert body["ticket"]["target"]["kind"] == "delegation"
+    child_body = api.get(f"/api/runs/{child.pk}/").json()
+    assert child_body["parent"] == {"run": parent.pk, "call_id": child.parent_call_id}
+    assert child_body["children"] == []
+    client.force_login(staff)
+    page = client.get(f"/runs/{parent.pk}/").content.decode()
+    assert f'<a href="/runs/{child.pk}/">#{child.pk}</a> lookup' in page
+    child_page = client.get(f"/runs/{child.pk}/").content.decode()
+    assert f'Delegated by <a href="/runs/{parent.pk}/">run #{parent.pk}</a>' in child_page
