@@ -215,6 +215,58 @@ CONFIGURATIONS: list[dict[str, Any]] = [
             ]
         },
     ),
+    # DEL-7: a triage agent hands a lookup to a child run, which needs an approval: the
+    # approval travels to the inbox with the child's origin, and the parent waits for it.
+    dict(
+        slug="delegate-demo",
+        name="Delegates a lookup to another agent (scripted)",
+        provider="local-scripted",
+        model="scripted-1",
+        system_prompt="You triage incidents and hand lookups to the lookup agent.",
+        delegates=["lookup-demo"],
+        script={
+            "turns": [
+                {
+                    "text": "I will ask the lookup agent who owns the payments service.",
+                    "tool_calls": [
+                        {
+                            "name": "agent.delegate",
+                            "arguments": {
+                                "configuration": "lookup-demo",
+                                "task": "Find who owns the payments service and note it.",
+                            },
+                        }
+                    ],
+                },
+                {"text": "Triage done: the lookup agent found the owner and noted it."},
+            ]
+        },
+    ),
+    dict(
+        slug="lookup-demo",
+        name="Looks things up and notes them, with approval (scripted)",
+        provider="local-scripted",
+        model="scripted-1",
+        system_prompt="You look up owners of services and note what you found.",
+        allowed_tools=["notes"],
+        script={
+            "turns": [
+                {
+                    "text": "The payments service is owned by the platform team; noting it.",
+                    "tool_calls": [
+                        {
+                            "name": "notes.write",
+                            "arguments": {
+                                "title": "Owner of payments",
+                                "body": "The platform team (on call: Ada).",
+                            },
+                        }
+                    ],
+                },
+                {"text": "The payments service is owned by the platform team (on call: Ada)."},
+            ]
+        },
+    ),
     dict(
         slug="question-demo",
         name="Asks a typed question (scripted)",
@@ -343,7 +395,9 @@ def load_demo_data() -> None:
     # Two passes: fallbacks may name configurations defined later in the list.
     for spec in CONFIGURATIONS:
         fields: dict[str, Any] = {
-            k: v for k, v in spec.items() if k not in {"snippets", "skills", "fallbacks"}
+            k: v
+            for k, v in spec.items()
+            if k not in {"snippets", "skills", "fallbacks", "delegates"}
         }
         fields["provider"] = Provider.objects.get(slug=spec["provider"])
         Configuration.objects.update_or_create(slug=spec["slug"], defaults=fields)
@@ -354,6 +408,8 @@ def load_demo_data() -> None:
             skill_ids=[Skill.objects.get(slug=s).pk for s in spec.get("skills", [])],
             fallback_ids=[Configuration.objects.get(slug=s).pk for s in spec.get("fallbacks", [])],
         )
+        delegates = Configuration.objects.filter(slug__in=spec.get("delegates", []))
+        Configuration.objects.get(slug=spec["slug"]).delegates.set(delegates)
 
 
 # The tracker's tools as the demo declares them (MCP-2); the server's own default is

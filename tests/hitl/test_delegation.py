@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from agentruns import events as ev
+from agentruns.demo import load_demo_data
 from agentruns.models import Configuration, Event, Run, Ticket
 from agentruns.runtime import faults
 from agentruns.runtime.loop import execute_run
@@ -340,3 +341,21 @@ def test_the_run_has_its_parent_and_children_and_the_page_shows_the_tree_DEL_5(s
     assert f'<a href="/runs/{child.pk}/">#{child.pk}</a> lookup' in page
     child_page = client.get(f"/runs/{child.pk}/").content.decode()
     assert f'Delegated by <a href="/runs/{parent.pk}/">run #{parent.pk}</a>' in child_page
+
+
+def test_the_demo_delegates_a_lookup_whose_approval_travels_to_the_inbox_DEL_7(staff, client):
+    load_demo_data()
+    approver = grant(staff, "approve_run")
+    parent = submit(approver, "delegate-demo", "Who owns payments?")
+    assert execute_run(parent.pk) == Run.Status.AWAITING
+    child = child_of(parent)
+    assert execute_run(child.pk) == Run.Status.AWAITING
+    client.force_login(approver)
+    inbox = client.get("/inbox/").content.decode()
+    assert f"run #{parent.pk}</a>" in inbox and "Approve <code>notes.write</code>" in inbox
+    response = resume(client_for(approver), child.pk, allow(active_ticket(child.pk)))
+    assert response.status_code == 200, response.json()
+    assert execute_run(child.pk) == Run.Status.COMPLETED
+    assert execute_run(parent.pk) == Run.Status.COMPLETED
+    (result,) = results_by_call(parent.pk).values()
+    assert "platform team" in result["content"]
