@@ -286,3 +286,27 @@ def test_ops7_tracing_costs_no_statement_per_step(fake, staff, otlp):
     tracing.configure(otlp.url, instrument_django=False)
     on = statements_of_a_run(fake, staff, "counted")
     assert on - off == 2
+
+
+def test_ops7_a_childs_run_span_is_parented_under_its_parents_tool_span_DEL_5(fake, staff, otlp):
+    tracing.configure(otlp.url, instrument_django=False)
+    lookup = make_openai_configuration("lookup", fake)
+    triage = make_openai_configuration("triage", fake)
+    triage.delegates.set([lookup])
+    delegate = {
+        "id": "call_del",
+        "name": "agent_delegate",
+        "arguments": {"configuration": "lookup", "task": "find it"},
+    }
+    fake.queue({"tool_calls": [delegate]}, {"text": "found"}, {"text": "triaged"})
+    parent = submit(staff, "triage", "go")
+    assert execute_run(parent.pk) == Run.Status.AWAITING
+    child = Run.objects.get(parent=parent)
+    assert execute_run(child.pk) == Run.Status.COMPLETED
+    assert execute_run(parent.pk) == Run.Status.COMPLETED
+    spans = received(otlp)
+    (tool,) = [s for s in named(spans, "execute_tool") if "agent.delegate" in s.name]
+    runs = named(spans, "invoke_agent")
+    (child_span,) = [s for s in runs if s.attributes["agentruns.run.id"] == child.pk]
+    assert (child_span.trace_id, child_span.parent_id) == (tool.trace_id, tool.span_id)
+    assert child_span.attributes["agentruns.resumed"] is False

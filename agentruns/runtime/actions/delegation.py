@@ -43,7 +43,9 @@ def delegation_refusal(ctx: RunContext, call: ProposedCall) -> str:
     return ""
 
 
-def child_starter(ctx: RunContext, call: ProposedCall) -> Callable[[], int]:
+def child_starter(
+    ctx: RunContext, call: ProposedCall, trace_parent: dict[str, str] | None = None
+) -> Callable[[], int]:
     """What `park` calls inside its transaction, after the cancel check: the child run,
     queued with its wake-up, whose id the ticket names."""
 
@@ -55,7 +57,7 @@ def child_starter(ctx: RunContext, call: ProposedCall) -> Callable[[], int]:
             call_id=call.id,
             slug=slug,
             task=str(arguments["task"]),
-            opening=opening(ctx, call, slug),
+            opening={**opening(ctx, call, slug), "trace_parent": trace_parent},
         )
 
     return start

@@ -45,6 +45,7 @@ from agentruns.tools.registry import (
     ToolOutput,
     digest,
 )
+from agentruns.tracing import end_span, span_ref
 
 logger = logging.getLogger(__name__)
 
@@ -102,13 +103,14 @@ def call_tools(ctx: RunContext, turn: Turn, calls: Sequence[ProposedCall]) -> Ou
         for span, call in spans:
             trace.tool_done(ctx, span, call)
     if waiting:
-        return _wait(ctx, waiting[0])
+        return _wait(ctx, turn, waiting[0])
     return None
 
 
-def _wait(ctx: RunContext, call: ProposedCall) -> Outcome | None:
+def _wait(ctx: RunContext, turn: Turn, call: ProposedCall) -> Outcome | None:
     """HITL-1: park on the first call that waits; a delegation (DEL-1) starts its child
-    as it parks, or, refused, is an error result and the turn goes on."""
+    as it parks, or, refused, is an error result and the turn goes on. Traced, the call
+    has a span of its own, the child's run span's parent (DEL-5, OPS-7)."""
     if call.name != DELEGATE_TOOL:
         return park(ctx, call)
     refusal = delegation_refusal(ctx, call)
@@ -121,7 +123,14 @@ def _wait(ctx: RunContext, call: ProposedCall) -> Outcome | None:
             invocation_status=ToolInvocation.Status.FAILED,
         )
         return None
-    return park(ctx, call, start_child=child_starter(ctx, call))
+    span = ctx.trace.tool(ctx, turn, call) if ctx.trace else None
+    try:
+        return park(
+            ctx, call, start_child=child_starter(ctx, call, span_ref(span) if span else None)
+        )
+    finally:
+        if span is not None:
+            end_span(span, {"agentruns.tool.status": "delegated"})
 
 
 @dataclass(frozen=True)

@@ -81,6 +81,8 @@ class RunTrace:
         opening = ctx.events[0] if ctx.events else None
         forked = opening.payload["forked_from"] if opening and opening.type == ev.RUN_FORKED else {}
         first = self.stored.get("run")
+        if first is None and opening and opening.type == ev.RUN_DELEGATED:
+            first = opening.payload.get("trace_parent")  # DEL-5: under the parent's tool span
         previous = self.stored.get("last")
         self.span = tracing.start_span(
             f"invoke_agent {config.slug}",
@@ -90,7 +92,7 @@ class RunTrace:
                 "gen_ai.agent.name": config.slug,
                 "gen_ai.provider.name": self.provider,
                 "gen_ai.request.model": self.model,
-                "agentruns.resumed": bool(first),
+                "agentruns.resumed": bool(self.stored.get("run")),
                 "agentruns.forked_from": forked.get("run"),  # FORK-1
             },
             parent=first,
