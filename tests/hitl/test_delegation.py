@@ -15,8 +15,9 @@ from agentruns.runtime import faults
 from agentruns.runtime.loop import execute_run
 from agentruns.services.runs import run_cancel
 from tests.conftest import grant
-from tests.support.catalog import make_snippet, scripted_configuration
+from tests.support.catalog import make_openai_configuration, make_snippet, scripted_configuration
 from tests.support.crash import crash_in_process, expire_lease, fault_hook, history
+from tests.support.fake_provider import FakeProvider
 from tests.support.hitl import active_ticket, allow, client_for, results_by_call, resume
 from tests.support.runs import submit
 
@@ -62,6 +63,8 @@ def test_a_delegation_parks_the_parent_and_its_childs_end_is_the_result_DEL_1(st
     assert child.status == Run.Status.QUEUED and child.input == "find the owner"
     assert child.created_by == staff and child.root_id == parent.pk
     assert child.parent_call_id == ticket.call_id
+    parked = Run.objects.get(pk=parent.pk)  # it holds no worker while its child works
+    assert (parked.status, parked.lease_owner, parked.lease_expires_at) == ("awaiting", "", None)
 
     assert execute_run(child.pk) == Run.Status.COMPLETED
     parent.refresh_from_db()
@@ -359,3 +362,25 @@ def test_the_demo_delegates_a_lookup_whose_approval_travels_to_the_inbox_DEL_7(s
     assert execute_run(parent.pk) == Run.Status.COMPLETED
     (result,) = results_by_call(parent.pk).values()
     assert "platform team" in result["content"]
+
+
+def test_a_child_on_a_less_trusted_provider_is_refused_and_the_external_fake_gets_nothing_DEL_2(
+    staff,
+):
+    """Over the wire: the child's configuration calls an OpenAI-compatible fake outside
+    the zone the parent's confidential snippet may go to; not one request reaches it."""
+    with FakeProvider() as fake:
+        lookup = make_openai_configuration("lookup", fake, zone="external_global")
+        secret = make_snippet("payroll", data_class="confidential")
+        parent_config = scripted_configuration(
+            "triage", [{"tool_calls": [delegate_call()]}, {"text": "triaged"}], snippets=[secret]
+        )
+        parent_config.delegates.set([lookup])
+        parent = submit(staff, "triage")
+        execute_run(parent.pk)
+        child = child_of(parent)
+        assert execute_run(child.pk) == Run.Status.FAILED
+        assert fake.requests == []
+        assert execute_run(parent.pk) == Run.Status.COMPLETED
+        (result,) = results_by_call(parent.pk).values()
+        assert result["status"] == ev.ERROR and "context_refused" in result["content"]
