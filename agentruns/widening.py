@@ -66,8 +66,9 @@ def grants_more(old: Any, new: Any) -> bool:
     return False
 
 
-def exempts_more(old: Any, new: Any) -> bool:
-    """TOOL-5: a write tool newly exempt from approval runs with nobody deciding."""
+def added(old: Any, new: Any) -> bool:
+    """Something newly on a list: a write tool exempt from approval runs with nobody
+    deciding (TOOL-5); a new delegate receives this configuration's tasks (DEL-2)."""
     return bool(set(new or ()) - set(old or ()))
 
 
@@ -94,7 +95,8 @@ WIDENS: dict[str, dict[str, Rule]] = {
         "fallbacks": changed,
         "system_prompt_data_class": class_lowered,
         "allowed_tools": grants_more,
-        "approval_exempt_tools": exempts_more,
+        "approval_exempt_tools": added,
+        "delegates": added,
         "approvals_required": lowered,
         "require_second_approver": turned_off,
         "approver_groups": changed,

@@ -120,6 +120,10 @@ def snapshot(
         data["approver_groups"] = sorted(
             Group.objects.filter(pk__in=groups).values_list("name", flat=True)
         )
+        delegates = m2m.get("delegates") if m2m is not None else None
+        if delegates is None:
+            delegates = list(obj.delegates.values_list("pk", flat=True))
+        data["delegates"] = sorted(_slugs(Configuration, [int(pk) for pk in delegates]))
         for name, (model, target) in LISTS.items():
             links = sorted(rows.of(obj, model), key=lambda r: (r.position, r.pk))
             data[name] = _slugs(target, [getattr(r, f"{name[:-1]}_id") for r in links])
@@ -282,12 +286,13 @@ def _apply(obj: models.Model, values: dict[str, Any]) -> models.Model:
     lists: dict[str, list[int]] = {}
     groups = values.get("approver_groups")
     tools = values.get("tools")
+    delegates = values.get("delegates")
     for name, value in values.items():
         if name in LISTS:
             target = LISTS[name][1]
             found = dict(target.objects.filter(slug__in=value).values_list("slug", "pk"))  # type: ignore[attr-defined]
             lists[f"{name[:-1]}_ids"] = [found[slug] for slug in value if slug in found]
-        elif name not in ("approver_groups", "tools"):
+        elif name not in ("approver_groups", "tools", "delegates"):
             f = obj._meta.get_field(name)
             assert isinstance(f, models.Field)
             if f.is_relation:
@@ -302,6 +307,8 @@ def _apply(obj: models.Model, values: dict[str, Any]) -> models.Model:
             configuration_set_sources(configuration=obj, **lists)
         if groups is not None:
             obj.approver_groups.set(Group.objects.filter(name__in=groups))
+        if delegates is not None:
+            obj.delegates.set(Configuration.objects.filter(slug__in=delegates))
     if isinstance(obj, McpServer) and tools is not None:
         for name, declared in tools.items():
             McpTool.objects.filter(server=obj, name=name).update(

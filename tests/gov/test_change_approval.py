@@ -25,6 +25,7 @@ EXAMPLES = {
     ("configuration", "system_prompt_data_class"): (["secret", "public"], ["public", "internal"]),
     ("configuration", "allowed_tools"): ([["notes.read"], ["notes"]], [["notes"], ["notes.read"]]),
     ("configuration", "approval_exempt_tools"): ([[], ["notes.write"]], [["notes.write"], []]),
+    ("configuration", "delegates"): ([[], ["lookup-demo"]], [["lookup-demo"], []]),
     ("configuration", "approvals_required"): ([2, 1], [1, 3]),
     ("configuration", "require_second_approver"): ([True, False], [False, True]),
     ("configuration", "approver_groups"): ([["ops"], ["ops", "all"]], [["ops"], ["ops"]]),
