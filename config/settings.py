@@ -73,9 +73,10 @@ INSTALLED_APPS = [
     "rest_framework.authtoken",
     "drf_spectacular",
     "drf_spectacular_sidecar",
+    # Before django_q: its `qcluster` command is agentruns's (OPS-8, a group SIGTERM).
+    "agentruns",
     "django_q",
     "reversion",
-    "agentruns",
     "playground",
 ]
 

@@ -23,8 +23,8 @@ from agentruns.demo_mcp import NAME as TRACKER
 from agentruns.models import McpServer
 
 # A terminal's Ctrl-C reaches every process of the foreground group at once; the children
-# are given this long to stop on their own before they are told again (a second signal
-# while django-q2's main process is still handling the first can deadlock it).
+# are given this long to stop on their own before they are told again (the cluster's main
+# process ignores the second signal while it stops: agentruns.cluster.stopping).
 GRACE_SECONDS = 3.0
 # Whatever still runs this long after the stop request is killed: nothing is left behind.
 DEADLINE_SECONDS = 8.0
