@@ -223,14 +223,30 @@ def _routes(user: Any, now: datetime) -> list[tuple[str, Q]]:
     """Each way a ticket reaches an approver (the caller has checked `is_approver`), with
     the word its card gives for it (UI-3)."""
     groups = user.groups.values("pk")
-    routed = Configuration.objects.filter(approver_groups__isnull=False).values("pk")
-    mine = Configuration.objects.filter(approver_groups__in=groups).values("pk")
     escalated = Configuration.objects.filter(escalation_group__in=groups).values("pk")
+    return [*_configuration_routes(user), (ESCALATION, escalation_due(now, escalated))]
+
+
+def _configuration_routes(user: Any) -> list[tuple[str, Q]]:
+    """The routes that depend on a run's configuration alone, not on a ticket's deadline:
+    for any row with a `run` (a ticket, a tool call)."""
+    routed = Configuration.objects.filter(approver_groups__isnull=False).values("pk")
+    mine = Configuration.objects.filter(approver_groups__in=user.groups.values("pk"))
     return [
         (APPROVER, ~Q(run__configuration__in=routed)),
-        (GROUP_MEMBER, Q(run__configuration__in=mine)),
-        (ESCALATION, escalation_due(now, escalated)),
+        (GROUP_MEMBER, Q(run__configuration__in=mine.values("pk"))),
     ]
+
+
+def routed_calls(user: Any) -> Q:
+    """HITL-14 for TOOL-4's uncertain calls, which an approver is shown but which are not
+    tickets: a routed configuration's go to its groups' approvers (and the run's
+    initiator), as its tickets do; no deadline, so no escalation. `view_all_runs` (an
+    auditor's right) sees them all, as it sees every ticket."""
+    if user.has_perm(VIEW_ALL_RUNS):
+        return Q()
+    routes = (route for _, route in _configuration_routes(user))
+    return reduce(operator.or_, routes, Q(run__created_by=user))
 
 
 def _decides(user: Any, now: datetime) -> Q:

@@ -33,7 +33,7 @@ from agentruns.gate.lookups import (
 )
 from agentruns.gate.readout import GrantedTool, readout
 from agentruns.models import Configuration, Event, Run, Skill, Snippet, ToolInvocation
-from agentruns.policy import is_approver, visible_runs
+from agentruns.policy import is_approver, routed_calls, visible_runs
 from agentruns.providers.base import Message
 from agentruns.runtime.compose import LogView, log_view, next_request
 from agentruns.runtime.config import build_runtime_config, runtime_config
@@ -324,11 +324,14 @@ def _text_at(source: Source, version: int) -> str:
 
 
 def uncertain_invocations(user: Any) -> QuerySet[ToolInvocation]:
-    """TOOL-4: writes whose outcome is unknown, shown to approvers and never re-run."""
+    """TOOL-4: writes whose outcome is unknown, shown to approvers (routed as tickets are,
+    HITL-14) and never re-run."""
     if not is_approver(user):
         return ToolInvocation.objects.none()
     return (
-        ToolInvocation.objects.filter(uncertain=True, run__in=visible_runs(user))
+        ToolInvocation.objects.filter(
+            routed_calls(user), uncertain=True, run__in=visible_runs(user)
+        )
         .select_related("run", "run__configuration")
         .order_by("-effect_sent_at")[:200]
     )

@@ -11,8 +11,9 @@ import pytest
 from django.contrib.auth.models import Group
 from django.core import mail
 from django.test import Client
+from django.utils import timezone
 
-from agentruns.models import Configuration, Run
+from agentruns.models import Configuration, Run, ToolInvocation
 from agentruns.policy import answerable_tickets, deciders, may_decide, visible_tickets
 from agentruns.services.notifications import tickets_notify_due
 from tests.conftest import grant
@@ -210,3 +211,28 @@ def test_hitl14_sec2_the_run_detail_shows_the_ticket_only_to_whom_it_is_routed(
     for user in (insider, member):
         shown = client_for(user).get(f"/api/runs/{routed.pk}/").json()["ticket"]
         assert shown["correlation_id"] == str(ticket.correlation_id)
+
+
+def test_hitl14_tool4_an_uncertain_call_is_shown_as_its_tickets_are_routed(
+    routed, insider, outsider, member
+):
+    """Settles issue 48's check "uncertain calls ignore routing": they no longer do. An
+    uncertain write of a routed configuration is shown to its groups' approvers, not to an
+    approver outside the groups; `view_all_runs` sees it, as
+    it sees every ticket; an unrouted configuration's is every approver's."""
+    unrouted = park(member, scripted_configuration("unrouted", WRITE_TURNS).slug)
+    ToolInvocation.objects.filter(run_id__in=[routed.pk, unrouted.pk]).update(
+        status="uncertain", effect_sent_at=timezone.now()
+    )
+    auditor = grant(person("audrey"), "view_all_runs")
+
+    def shown(user):
+        """The runs whose uncertain call the API lists, checked against the inbox's."""
+        runs = {row["run"] for row in client_for(user).get("/api/tickets/").json()["uncertain"]}
+        inbox = page(user).get("/inbox/").content.decode()
+        for run in (routed, unrouted):
+            assert (f"#{run.pk}</a> · {run.configuration.slug}" in inbox) == (run.pk in runs)
+        return runs
+
+    assert shown(insider) == shown(auditor) == {routed.pk, unrouted.pk}
+    assert shown(outsider) == {unrouted.pk}
