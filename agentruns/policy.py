@@ -14,7 +14,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from functools import reduce
 from typing import Any, TypeVar
 
@@ -22,12 +22,16 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 from django.db.models import (
     Case,
+    DurationField,
+    ExpressionWrapper,
+    F,
     Model,
     Q,
     QuerySet,
     Value,
     When,
 )
+from django.db.models.lookups import LessThanOrEqual
 from django.utils import timezone
 
 from agentruns.models import Configuration, Note, Run, Thread, Ticket
@@ -199,19 +203,16 @@ APPROVER, GROUP_MEMBER, ESCALATION, INITIATOR = (
 
 def escalation_due(now: datetime, configurations: QuerySet | None = None) -> Q:
     """Tickets (of `configurations` with an escalation group, all such by default) of
-    whose time 80 % has passed at `now`: the deadline is at most 20 % of the
-    configuration's approval timeout away. Plain comparisons per configuration, no date
-    arithmetic in SQL, which the embedded SQLite would do on text."""
+    whose own time 80 % has passed at `now`: the deadline is at most 20 % of the span from
+    the ticket's opening to its deadline away. Measured on the ticket, not on its
+    configuration's `approval_timeout_seconds`: the deadline was fixed when it opened
+    (HITL-7), so a timeout raised or lowered since moves neither (issue 48, item 8)."""
     if configurations is None:
         configurations = Configuration.objects.filter(escalation_group__isnull=False)
-    rows = configurations.values_list("pk", "approval_timeout_seconds")
-    return any_of(
-        Q(
-            run__configuration_id=pk,
-            deadline__lte=now + timedelta(seconds=timeout * ESCALATION_REMAINING),
-        )
-        for pk, timeout in rows
-    )
+    span = ExpressionWrapper(F("deadline") - F("created_at"), output_field=DurationField())
+    left = ExpressionWrapper(F("deadline") - Value(now), output_field=DurationField())
+    remaining = ExpressionWrapper(span * ESCALATION_REMAINING, output_field=DurationField())
+    return Q(LessThanOrEqual(left, remaining), run__configuration__in=configurations.values("pk"))
 
 
 def any_of(conditions: Iterable[Q]) -> Q:

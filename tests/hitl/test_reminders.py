@@ -18,7 +18,7 @@ from django.db import connection
 
 from agentruns import events as ev
 from agentruns.cluster.sweeper import sweep
-from agentruns.models import Event, Run, Ticket, Webhook, WebhookDelivery
+from agentruns.models import Configuration, Event, Run, Ticket, Webhook, WebhookDelivery
 from agentruns.policy import may_decide
 from agentruns.services.notifications import tickets_escalation_due, tickets_remind_due
 from agentruns.services.reminders import tickets_remind_and_escalate
@@ -117,6 +117,25 @@ def test_hitl15_escalation_lets_the_group_decide_only_after_80_percent(
     assert mail.outbox[-1].to == [escalation.email]
     assert resume(client_for(escalation), run.pk, allow(ticket)).status_code == 200
     assert Run.objects.get(pk=run.pk).status == Run.Status.QUEUED
+
+
+@pytest.mark.parametrize("timeout", [TIMEOUT * 10, TIMEOUT // 10])
+def test_hitl15_hitl7_a_changed_approval_timeout_moves_no_open_tickets_escalation(
+    member, groups, people, timeout
+):
+    """Settles issue 48's check "raising approval_timeout_seconds escalates open tickets
+    at once": it did (80 % was reckoned on the configuration's timeout of now); it no
+    longer does, nor does lowering it delay them. An open ticket keeps the deadline it
+    opened with (HITL-7) and escalates once 80 % of its own span has passed."""
+    _insider, escalation = people
+    _run, ticket = parked(member, groups)
+    age(ticket, passed=0.5)
+    Configuration.objects.filter(slug="routed").update(approval_timeout_seconds=timeout)
+    assert not may_decide(escalation, ticket)
+    assert tickets_remind_and_escalate() == (1, 0)  # reminded only
+    age(ticket, passed=0.81)
+    assert may_decide(escalation, ticket)
+    assert tickets_remind_and_escalate() == (0, 1)
 
 
 def test_hitl15_an_escalation_group_member_without_approve_run_never_decides(
