@@ -140,12 +140,18 @@ def may_cancel(user: Any, run: Run) -> bool:
 # the run's initiator.
 
 
+def may_answer_some(ticket: Ticket) -> bool:
+    """Whether any person answers `ticket`: not the clock's timer nor a child's wait."""
+    return ticket.answer not in (Ticket.Answer.TIMER, Ticket.Answer.DELEGATION)
+
+
 def may_answer(user: Any, run: Run, answer: str) -> bool:
     """`answer` is the kind the ticket takes (`Ticket.Answer`). Routing (HITL-14) is
     `may_decide`'s; this is the rule before a ticket's configuration narrows it. Nobody
-    answers a timer: the clock does (SCHED-3)."""
-    if answer == Ticket.Answer.TIMER:
-        return False
+    answers a timer: the clock does (SCHED-3); nor a delegation: its child run's end does
+    (DEL-1)."""
+    if answer in (Ticket.Answer.TIMER, Ticket.Answer.DELEGATION):
+        return False  # as `may_answer_some`
     if is_approver(user):
         return True
     mine = user.is_authenticated and run.created_by_id == user.pk
@@ -326,8 +332,8 @@ def approvers() -> QuerySet[Any]:
 def recipients(ticket: Ticket, approver_emails: set[str], *, escalation: bool = False) -> list[str]:
     """The addresses to tell of `ticket`, given every approver's (fetched once per pass);
     a routed or escalated ticket asks `deciders` for its own (HITL-14, HITL-15); a timer
-    is nobody's to answer (SCHED-3)."""
-    if ticket.kind == Ticket.Kind.TIMER:
+    (SCHED-3) and a delegation (DEL-1) are nobody's to answer."""
+    if not may_answer_some(ticket):
         return []
     configuration = ticket.run.configuration
     if escalation or configuration.approver_groups.exists():

@@ -377,6 +377,7 @@ class Ticket(models.Model):
         PERMISSION = "permission"
         INPUT = "input"
         TIMER = "timer"  # the clock's alone: every answer a host sends mismatches
+        DELEGATION = "delegation"  # a child run's end alone (DEL-1), likewise
 
     class Status(models.TextChoices):
         ACTIVE = "active"
@@ -451,6 +452,8 @@ class Ticket(models.Model):
             return Ticket.Answer.INPUT
         if self.kind == Ticket.Kind.TIMER:
             return Ticket.Answer.TIMER
+        if self.kind == Ticket.Kind.DELEGATION:
+            return Ticket.Answer.DELEGATION
         return Ticket.Answer.PERMISSION
 
     @property

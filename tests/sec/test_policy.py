@@ -73,8 +73,9 @@ def test_hitl9_answering_the_predicate_and_the_queryset_agree(people, tickets, r
         assert policy.may_answer(user, ticket.run, ticket.answer) is listed
     approver = role in ("approve_run", "superuser")
     answers = {kind for kind, t in tickets.items() if policy.may_answer(user, t.run, t.answer)}
-    # SCHED-3: a timer is the clock's to answer, nobody's.
-    expected = set(Ticket.Kind) - {Ticket.Kind.TIMER} if approver else set()
+    # SCHED-3, DEL-1: a timer is the clock's to answer and a delegation its child's, nobody's.
+    nobodys = {Ticket.Kind.TIMER, Ticket.Kind.DELEGATION}
+    expected = set(Ticket.Kind) - nobodys if approver else set()
     if role == "initiator":
         expected = {Ticket.Kind.REMOTE_INPUT}  # their own question, never a tool call
     assert answers == expected
