@@ -24,6 +24,7 @@ WAYS_OUT: dict[str, WayOut | None] = {
     # tool calls: TOOL-2 refuses a call over the reachable zone's ceiling before it runs
     "agentruns/tools/builtin.py": WayOut.TOOL,
     "agentruns/tools/mcp/client.py": WayOut.TOOL,
+    "agentruns/tools/mcp/connect.py": WayOut.TOOL,
     # the trace exporter: AGENTRUNS_OTEL_CONTENT_CLASS (runtime/actions/traces.py decides)
     "agentruns/tracing.py": WayOut.TRACE,
     # webhook deliveries: the webhook's trust_zone (`bounded_payload`)

@@ -22,7 +22,13 @@ import httpx2
 from mcp import Client, MCPError
 from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
-from agentruns.tools.mcp.connect import MAX_ANSWER_BYTES, AnswerTooLarge, Endpoint, Unavailable
+from agentruns.tools.mcp.connect import (
+    MAX_ANSWER_BYTES,
+    AnswerTooLarge,
+    Endpoint,
+    Unavailable,
+    refused_answers,
+)
 from agentruns.tools.mcp.sessions import sessions
 from agentruns.tools.registry import ToolContext, ToolOutput
 
@@ -54,14 +60,15 @@ def failure_words(endpoint: Endpoint, exc: BaseException, timeout: float) -> str
     """Why a use of the server failed, with the server's own words where it gave some."""
     exc = _leaf(exc)
     who = f"the MCP server {endpoint.server}"
+    if isinstance(exc, AnswerTooLarge) or endpoint.server in refused_answers:
+        refused_answers.discard(endpoint.server)
+        return f"{who} sent an answer over {MAX_ANSWER_BYTES} bytes; nothing of it was kept"
     if isinstance(exc, TimeoutError) or _code(exc) == REQUEST_TIMEOUT:
         return f"{who} did not answer within {timeout:g} s"
     if _code(exc) == CONNECTION_CLOSED:
         return f"{who} hung up (its process exited or its connection closed) before answering"
     if isinstance(exc, Unavailable):
         return f"{who} cannot be used: {exc}"
-    if isinstance(exc, AnswerTooLarge):
-        return f"{who} sent an answer over {MAX_ANSWER_BYTES} bytes; nothing of it was kept"
     if isinstance(exc, httpx2.TransportError | OSError):
         # What was refused or unreachable, and where a redirect pointed, is for the log:
         # these words go to a model, and through it to a provider (SEC-9's addresses).

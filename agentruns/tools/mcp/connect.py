@@ -59,18 +59,24 @@ class AnswerTooLarge(httpx2.ReadError):
     pass
 
 
+# The SDK reads an answer in a task of its own and reports a refused one to the caller as
+# a closed connection: the transport notes whose answer it refused, for the caller's words.
+refused_answers: set[str] = set()
+
+
 class CappedStream(httpx2.AsyncByteStream):
     """An answer's body, read as it arrives and refused once over MAX_ANSWER_BYTES (an
     80 MB result cost 160 MB of memory before its cut)."""
 
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
+    def __init__(self, inner: Any, server: str) -> None:
+        self.inner, self.server = inner, server
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         seen = 0
         async for chunk in self.inner:
             seen += len(chunk)
             if seen > MAX_ANSWER_BYTES:
+                refused_answers.add(self.server)
                 raise AnswerTooLarge(f"its answer is over {MAX_ANSWER_BYTES} bytes")
             yield chunk
 
@@ -84,7 +90,8 @@ class PinnedAsyncTransport(httpx2.AsyncBaseTransport):
     with the Host header and TLS name of the host. Connections are kept alive only within
     one session's client, which talks to one server's host: none serves another host."""
 
-    def __init__(self) -> None:
+    def __init__(self, server: str) -> None:
+        self.server = server
         self._inner = httpx2.AsyncHTTPTransport(limits=httpx2.Limits(max_keepalive_connections=4))
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
@@ -103,7 +110,7 @@ class PinnedAsyncTransport(httpx2.AsyncBaseTransport):
                 request.extensions = {**request.extensions, "sni_hostname": url.host}
             request.url = url.copy_with(host=str(address))
         response = await self._inner.handle_async_request(request)
-        response.stream = CappedStream(response.stream)
+        response.stream = CappedStream(response.stream, self.server)
         return response
 
     async def aclose(self) -> None:
@@ -152,7 +159,7 @@ async def open_client(
         return
     async with (
         httpx2.AsyncClient(
-            transport=PinnedAsyncTransport(),
+            transport=PinnedAsyncTransport(endpoint.server),
             headers=headers(endpoint) if auth is None else auth,
             timeout=httpx2.Timeout(timeout),
             follow_redirects=False,
