@@ -179,6 +179,7 @@ def test_gov3_the_admin_save_says_the_change_is_held(staff, approval_on):
         "trust_zone": "local",
         "timeout_seconds": "60",
         "max_retries": "2",
+        "tool_choice": "auto",  # INT-1: the select a browser always submits
         "active": "on",
     }
 

@@ -3,15 +3,22 @@ configuration, its provider and each source, the zone, what was withheld), and t
 inspector, the run page and the admin show a past turn from that record, never
 recomposed from today's catalog. The newcomer's misreport: after an mcp-demo run's
 provider was switched, the inspector showed turn 2 as having sent "Withheld by the
-context gate…", though turn 2 went whole to the old provider and only turn 3 withheld."""
+context gate…", though turn 2 went whole to the old provider and only turn 3 withheld.
+Since CG-12 such a switch refuses turn 3 (turn 2's reply read the restricted result); a
+tool's class raised while the run waits still withholds."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 
 from agentruns import events as ev
+from agentruns.classes import DataClass
 from agentruns.models import Configuration, Event, Run
+from agentruns.runtime.loop import execute_run
 from agentruns.services.changes import catalog_save
+from agentruns.tools.registry import REGISTRY
 from playground.inspector import inspector_context
 from tests.conftest import grant
 from tests.gate.test_withheld_results import (
@@ -23,7 +30,7 @@ from tests.gate.test_withheld_results import (
 )
 from tests.support.catalog import KEY, KEY_ENV, make_snippet
 from tests.support.fake_provider import FakeProvider
-from tests.support.hitl import client_for
+from tests.support.hitl import active_ticket, allow, client_for, resume
 
 pytestmark = pytest.mark.django_db
 
@@ -46,8 +53,45 @@ def records(run: Run) -> list[dict]:
 
 
 def test_gov2_a_past_turn_is_shown_as_sent_after_the_provider_is_switched(approver, fake):
+    """Since CG-12 the switch no longer lets turn 3 go out with the result withheld: the
+    reply of turn 2 read the restricted result and carries its class, so the send after
+    the switch is refused. Turns 1 and 2 are still shown as they were sent (local, whole,
+    to the old provider), from their record, not from today's catalog."""
     run = parked(approver, fake, BUILT_IN, zone="local")
+    sent_before = len(fake.requests)
     repoint(fake, "external_global")  # staff switch the provider in the admin
+    assert resume(client_for(approver), run.pk, allow(active_ticket(run.pk))).status_code == 200
+    assert execute_run(run.pk) == Run.Status.FAILED
+    run.refresh_from_db()
+    assert (run.failure["code"], run.failure["source_kind"], run.failure["source_name"]) == (
+        "context_refused",
+        "reply",
+        "turn 2",
+    )
+    assert len(fake.requests) == sent_before  # the refused send went nowhere
+
+    turns = inspector_context(Run.objects.get(pk=run.pk))["turns"]
+
+    assert len(turns) == 2
+    assert [t.sent["zone"] for t in turns] == ["local", "local"]
+    assert [t.sent["withheld"] for t in turns] == [[], []]
+    assert [t.served_by["provider"] for t in turns] == ["lookup-openai", "lookup-openai"]
+    sent = [payload["sent"] for payload in records(run)]
+    assert [s["zone"] for s in sent] == ["local", "local"]
+    assert all(s["withheld"] == [] for s in sent)
+
+
+def test_gov2_a_past_turn_is_shown_as_sent_after_the_results_class_is_raised(
+    approver, fake, monkeypatch
+):
+    """The newcomer's misreport, where a later send withholds and is not refused (CG-12
+    labels turn 2's reply with the class the result had when it was sent): turn 2 went
+    whole, only turn 3 withheld."""
+    lowered = dataclasses.replace(REGISTRY.get(BUILT_IN.read), output_class=DataClass.INTERNAL)
+    monkeypatch.setitem(REGISTRY._tools, BUILT_IN.read, lowered)
+    run = parked(approver, fake, BUILT_IN, zone="external_eu")
+    raised = dataclasses.replace(lowered, output_class=DataClass.RESTRICTED)  # a deploy
+    monkeypatch.setitem(REGISTRY._tools, BUILT_IN.read, raised)
     run = approve_and_finish(approver, run)
 
     turns = inspector_context(Run.objects.get(pk=run.pk))["turns"]
@@ -58,10 +102,8 @@ def test_gov2_a_past_turn_is_shown_as_sent_after_the_provider_is_switched(approv
     assert BUILT_IN.needle in second[0]["content"] and NOTE not in second[0]["content"]
     assert third[0]["content"].startswith(NOTE)
     sent = [payload["sent"] for payload in records(run)]
-    assert [s["zone"] for s in sent] == ["local", "local", "external_global"]
+    assert [s["zone"] for s in sent] == ["external_eu"] * 3
     assert sent[1]["withheld"] == [] and len(sent[2]["withheld"]) == 1
-    providers = [payload["served_by"]["provider"] for payload in records(run)]
-    assert providers[1] == "lookup-openai" and providers[2] == "lookup-external_global"
 
 
 def test_gov2_each_turn_records_the_versions_it_was_sent_under(approver, fake):

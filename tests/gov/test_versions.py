@@ -109,6 +109,7 @@ def test_gov1_the_admin_shows_the_history_with_diffs_and_rolls_back(staff):
         "trust_zone": "external_global",
         "timeout_seconds": "60",
         "max_retries": "2",
+        "tool_choice": "auto",  # INT-1: the select a browser always submits
         "active": "on",
     }
     client.post(page, {**form, "name": "Renamed"})
