@@ -24,7 +24,7 @@ from tests.support.catalog import (
 )
 from tests.support.fake_provider import FakeProvider
 from tests.support.hitl import client_for
-from tests.support.ops import Receiver
+from tests.support.ops import Receiver, hook_owner
 from tests.support.runs import submit
 
 pytestmark = pytest.mark.django_db
@@ -143,10 +143,11 @@ def test_cg14_a_webhook_receives_no_content_above_its_trust_zones_ceiling(staff,
     audited as `egress.withheld`; a local receiver gets it whole."""
     far, near = receivers
     events = [ev.ASSISTANT, ev.RUN_COMPLETED]
-    abroad = Webhook.objects.create(url=far.url, events=events, secret="s" * 20)
+    owner = hook_owner()  # SEC-15: a webhook delivers only what its owner may see
+    abroad = Webhook.objects.create(url=far.url, events=events, secret="s" * 20, created_by=owner)
     assert abroad.trust_zone == "external_global"  # the default
     inside = Webhook.objects.create(
-        url=near.url, events=events, secret="s" * 20, trust_zone="local"
+        url=near.url, events=events, secret="s" * 20, trust_zone="local", created_by=owner
     )
     first, _ = secret_thread(staff)
     while webhook_deliver_due():

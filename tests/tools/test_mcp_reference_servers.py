@@ -38,8 +38,11 @@ def children(pattern: str) -> dict[int, str]:
     state (`Z`: exited and not reaped)."""
     found = {}
     for task in os.listdir(f"/proc/{os.getpid()}/task"):
-        with open(f"/proc/{os.getpid()}/task/{task}/children") as listed:
-            pids = [int(pid) for pid in listed.read().split()]
+        try:
+            with open(f"/proc/{os.getpid()}/task/{task}/children") as listed:
+                pids = [int(pid) for pid in listed.read().split()]
+        except FileNotFoundError:
+            continue  # a thread that exited since the listing (its children moved on)
         for pid in pids:
             try:
                 with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
