@@ -83,6 +83,7 @@ RESULT_STATUSES = (OK, ERROR, REFUSED, DENIED, EXPIRED, UNCERTAIN, NOT_PERMITTED
 ALLOW = "allow"
 DENY = "deny"
 DELEGATED = "delegated"  # DEL-1: a delegation ticket's decision, the child's end
+TIMED = "timer"  # SCHED-3: a timer ticket's decision, by nobody
 
 
 def result_item(
@@ -138,6 +139,10 @@ def summary(kind: str, payload: dict[str, Any]) -> str:
         return f"waiting: {payload.get('kind')} {payload.get('tool', '')}".strip()
     if kind == TICKET_DECIDED and payload.get("decision") == EXPIRED:
         return f"expired (no decision by {_when(payload.get('deadline'))})"
+    if kind == TICKET_DECIDED and payload.get("decision") == DELEGATED:
+        return f"child run #{payload.get('child')} ended: its result is the call's"
+    if kind == TICKET_DECIDED and payload.get("decision") == TIMED:
+        return "its time came"
     if kind == TICKET_DECIDED:
         note = f": {payload['note']}" if payload.get("note") else ""
         return f"{payload.get('decision')} by {payload.get('by')}{note}"[:SUMMARY_CHARS]

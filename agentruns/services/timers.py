@@ -19,7 +19,7 @@ from agentruns.store.wakeups import enqueue_wake
 
 logger = logging.getLogger(__name__)
 
-TIMER = "timer"  # the decision a timer ticket's answer records (by nobody)
+TIMER = ev.TIMED  # the decision a timer ticket's answer records (by nobody)
 
 
 def timers_due(limit: int = 500) -> int:

@@ -384,3 +384,23 @@ def test_a_child_on_a_less_trusted_provider_is_refused_and_the_external_fake_get
         assert execute_run(parent.pk) == Run.Status.COMPLETED
         (result,) = results_by_call(parent.pk).values()
         assert result["status"] == ev.ERROR and "context_refused" in result["content"]
+
+
+def test_a_waiting_parent_says_it_waits_for_its_child_never_for_a_person_DEL_4_UI_2(staff, client):
+    """The parent's pages name the child it waits for (no inbox card: nobody answers a
+    delegation), and its timeline says the child's end answered, not "delegated by None"."""
+    tree()
+    parent = submit(staff, "triage")
+    execute_run(parent.pk)
+    child = child_of(parent)
+    client.force_login(grant(staff, "use_playground"))
+    for path in (f"/runs/{parent.pk}/", f"/playground/runs/{parent.pk}/"):
+        page = client.get(path).content.decode()
+        assert f'Waiting for its child run <a href="/runs/{child.pk}/">#{child.pk}</a>' in page
+        assert "Waiting for a person" not in page and "Waiting for approval" not in page
+    execute_run(child.pk)
+    execute_run(parent.pk)
+    page = client.get(f"/runs/{parent.pk}/").content.decode()
+    assert f"child run #{child.pk} ended" in page and "by None" not in page
+    inspector = client.get(f"/playground/runs/{parent.pk}/").content.decode()
+    assert f'Its child run <a href="/runs/{child.pk}/">#{child.pk}</a> ended' in inspector
