@@ -2,7 +2,7 @@
 
 What leaves this system leaves by one of `WayOut`: to a provider (the context gate, a
 zone's ceiling), to a trace exporter (`AGENTRUNS_OTEL_CONTENT_CLASS`), to a webhook
-receiver (the webhook's `trust_zone`) or in a mail (`AGENTRUNS_MAIL_CONTENT_CLASS`). The ways
+receiver (the webhook's `trust_zone`) or in a mail (names and times only, public). The ways
 differ only in where their ceiling comes from; `may_leave` (in `classes`, so a zone's
 `permits` is the same rule) decides for all of them, and
 what may not leave is replaced, in the field that held it, by `withheld_marker`.
@@ -14,9 +14,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from django.conf import settings
-
-from agentruns.classes import DataClass, may_leave, parse_class
+from agentruns.classes import DataClass, may_leave
 
 __all__ = ["WayOut", "may_leave", "withheld_marker"]
 
@@ -28,7 +26,7 @@ class WayOut(StrEnum):
     TOOL = "tool"  # a call's target: the same zone, checked before any call (TOOL-2)
     TRACE = "trace"  # AGENTRUNS_OTEL_CONTENT_CLASS (OPS-7)
     WEBHOOK = "webhook"  # the webhook's trust_zone
-    MAIL = "mail"  # AGENTRUNS_MAIL_CONTENT_CLASS
+    MAIL = "mail"  # names and times only: public by construction
 
 
 # A withholding's audit row (`GateAudit.verdict`); the audit export names it
@@ -39,8 +37,3 @@ EGRESS_WITHHELD_VERDICT = "withheld"
 def withheld_marker(label: DataClass | None) -> str:
     """What a field holds in place of content that may not leave (CG-14)."""
     return f"withheld: {label.label if label else 'unknown'}"
-
-
-def mail_ceiling() -> DataClass | None:
-    """The mail's ceiling (`AGENTRUNS_MAIL_CONTENT_CLASS`, default internal; unknown: none)."""
-    return parse_class(getattr(settings, "AGENTRUNS_MAIL_CONTENT_CLASS", "internal"))

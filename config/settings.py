@@ -342,8 +342,6 @@ AGENTRUNS_METRICS_TOKEN = os.environ.get("AGENTRUNS_METRICS_TOKEN", "")
 # OPS-4: webhook sends: the total deadline of one attempt (connect, send and read together,
 # SEC-8), attempts before giving up, backoff base/cap.
 AGENTRUNS_WEBHOOK_TIMEOUT = env_float("AGENTRUNS_WEBHOOK_TIMEOUT", 5.0)
-# CG-14: the highest data class a mail may carry (an unknown value carries nothing).
-AGENTRUNS_MAIL_CONTENT_CLASS = os.environ.get("AGENTRUNS_MAIL_CONTENT_CLASS", "internal")
 # SEC-9: hosts a webhook may reach although they resolve to a loopback, private or
 # link-local address (an internal receiver); every other target must be public.
 AGENTRUNS_WEBHOOK_ALLOWED_HOSTS = env_list("AGENTRUNS_WEBHOOK_ALLOWED_HOSTS")

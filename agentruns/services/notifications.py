@@ -14,9 +14,8 @@ two machines never send the same one; a send that fails clears the mark again an
 next pass retries. A mail names the run, the tool and the deadline and
 links to the inbox card, a page that shows and never decides (a mail scanner that
 prefetches the link cannot approve). It never carries the call's arguments or the question:
-names and times only, so it stays within any mail ceiling (CG-14,
-`AGENTRUNS_MAIL_CONTENT_CLASS`, `egress.mail_ceiling`) — a mail that ever carries content
-must hold it to that ceiling with `may_leave`.
+names and times only, public by construction (CG-14) — a mail that ever carries content
+must name its ceiling and hold the content to it with `may_leave`, as a webhook does.
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ WAYS_OUT: dict[str, WayOut | None] = {
     "agentruns/tracing.py": WayOut.TRACE,
     # webhook deliveries: the webhook's trust_zone (`bounded_payload`)
     "agentruns/services/webhooks.py": WayOut.WEBHOOK,
-    # approver mails: AGENTRUNS_MAIL_CONTENT_CLASS; they carry names and times only
+    # approver mails: names and times only, public by construction
     "agentruns/services/notifications.py": WayOut.MAIL,
     # the transports under the webhook and mail senders (SEC-8, SEC-9): no content of their own
     "agentruns/outbound.py": None,
