@@ -111,7 +111,10 @@ def test_perf12_skewed_hosts_keep_no_lease_late_and_write_nothing_once_fenced(cl
         timeout=120,
         what="both skewed hosts to hold leases",
     )
+    # Both stop before their leases are read, so neither claims a run after the reading;
+    # the host ahead is then killed where it stands.
     os.killpg(behind.pid, signal.SIGSTOP)
+    os.killpg(ahead.pid, signal.SIGSTOP)
     frozen = held_by(behind, ids)
     killed = held_by(ahead, ids)
     ahead.kill()
