@@ -3,7 +3,7 @@ what is `agentruns.policy`'s, and nothing here writes or commits."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -269,7 +269,7 @@ class TurnRequest:
 
 
 def turn_requests(
-    run: Run, sequences: Sequence[int], records: Sequence[Mapping[str, Any]] = ()
+    run: Run, sequences: Sequence[int], records: Sequence[ev.SentRecord | None] = ()
 ) -> list[TurnRequest]:
     """For each model turn (by its event's sequence in the thread's log), the request the
     loop composed from the log before it, with the configuration's sources (RG-2). A
@@ -283,7 +283,8 @@ def turn_requests(
     enforce = current_enforcement() is Enforcement.ENFORCE  # CG-6: observing withholds nothing
     found = []
     for i, sequence in enumerate(sequences):
-        record = records[i] if i < len(records) and records[i].get("zone") else None
+        record = records[i] if i < len(records) else None
+        record = record if record is not None and record.zone else None
         before = [e for e in log if e.sequence < sequence]
         view = log_view(before, config, enforce=enforce, recorded=record)
         carried = as_sent(sources, record) if record else sources
@@ -300,10 +301,10 @@ VERSIONED_TEXT = {
 }
 
 
-def as_sent(sources: Sequence[Source], record: Mapping[str, Any]) -> list[Source]:
+def as_sent(sources: Sequence[Source], record: ev.SentRecord) -> list[Source]:
     """GOV-2: the sources a past turn carried (its record names each with its version),
     each with its text at that version (django-reversion keeps it), not today's."""
-    recorded = record.get("sources") or {}
+    recorded = record.sources
     found = []
     for source in sources:
         version = recorded.get(f"{source.kind}:{source.name}")

@@ -232,7 +232,7 @@ def live_context(run: Run) -> dict[str, Any]:
             "attempts": run.attempts,
         },
         "usage": run_usage(run),
-        "redactions": [e.payload for e in events if e.type == ev.SECRET_REDACTED],
+        "redactions": [ev.parse(e.type, e.payload) for e in events if e.type == ev.SECRET_REDACTED],
         "rows": timeline.timeline(run, events),
         "time": timeline.time_split(run, events, timezone.now()),
         "events": events,

@@ -68,10 +68,12 @@ def time_split(run: Run, events: list[Event], now: datetime) -> list[dict[str, A
     for event in events:
         gap = max((event.created_at - previous).total_seconds(), 0.0)
         spent["people" if open_tickets else TIME_OF.get(event.type, "other")] += gap
-        if event.type == ev.TICKET_OPENED:
-            open_tickets.add(event.payload.get("call_id", ""))
-        elif event.type == ev.TICKET_DECIDED:
-            open_tickets.discard(event.payload.get("call_id", ""))
+        if event.type in (ev.TICKET_OPENED, ev.TICKET_DECIDED):
+            data = ev.parse(event.type, event.payload)
+            if isinstance(data, ev.TicketOpened):
+                open_tickets.add(data.call_id)
+            elif isinstance(data, ev.TicketDecided):
+                open_tickets.discard(data.call_id)
         previous = event.created_at
     if events and not run.is_terminal:
         spent["people" if open_tickets else "other"] += max((now - previous).total_seconds(), 0.0)
@@ -101,7 +103,7 @@ class Call:
 
 @dataclass
 class Turn:
-    step: int
+    turn_index: int  # its place in its run
     sequence: int  # of its event in the thread's log
     text: str
     at: datetime
@@ -111,8 +113,8 @@ class Turn:
     tools: list[str] = field(default_factory=list)
     mode: str = ""
     # GOV-2: what the turn was sent under, from its own record (empty for older turns).
-    sent: dict[str, Any] = field(default_factory=dict)
-    served_by: dict[str, Any] = field(default_factory=dict)
+    sent: ev.SentRecord | None = None
+    served_by: ev.ServedBy | None = None
 
 
 def turns(run: Run, events: list[Event], withheld: dict[int, str] | None = None) -> list[Turn]:
@@ -123,38 +125,36 @@ def turns(run: Run, events: list[Event], withheld: dict[int, str] | None = None)
     found: list[Turn] = []
     calls: dict[str, Call] = {}
     for event in events:
-        payload = event.payload
-        if event.type == ev.ASSISTANT:
+        data = ev.parse(event.type, event.payload)
+        if isinstance(data, ev.AssistantMessage):
             turn = Turn(
-                payload.get("step", len(found)),
+                len(found) if data.turn_index is None else data.turn_index,
                 event.sequence,
-                payload.get("text", ""),
+                data.text,
                 event.created_at,
-                turn_usage(payload, run.configuration),
-                sent=payload.get("sent") or {},
-                served_by=payload.get("served_by") or {},
+                turn_usage(data, run.configuration),
+                sent=data.sent,
+                served_by=data.served_by,
             )
-            for raw in payload.get("tool_calls", []):
-                call = Call(raw["id"], raw["name"], _pretty(raw.get("arguments")))
-                _timed(call, invocations.get(raw["id"]))
+            for proposed in data.tool_calls:
+                call = Call(proposed.id, proposed.name, _pretty(proposed.arguments))
+                _timed(call, invocations.get(proposed.id))
                 calls[call.id] = call
                 turn.calls.append(call)
             found.append(turn)
-        elif event.type == ev.TOOL_RESULT and payload.get("call_id") in calls:
-            call = calls[payload["call_id"]]
-            call.status, call.result = payload.get("status", ""), str(payload.get("content", ""))
+        elif isinstance(data, ev.ToolResult) and data.call_id in calls:
+            call = calls[data.call_id]
+            call.status, call.result = data.status, data.content
             call.withheld = (withheld or {}).get(event.sequence, "")
-        elif event.type == ev.TICKET_OPENED and payload.get("call_id") in calls:
-            calls[payload["call_id"]].ticket = {**payload, "open": True}
-            calls[payload["call_id"]].status = "awaiting"
-        elif event.type == ev.TICKET_DECIDED and payload.get("call_id") in calls:
-            call = calls[payload["call_id"]]
+        elif isinstance(data, ev.TicketOpened) and data.call_id in calls:
+            calls[data.call_id].ticket = {**data.to_payload(), "open": True}
+            calls[data.call_id].status = "awaiting"
+        elif isinstance(data, ev.TicketDecided) and data.call_id in calls:
+            call = calls[data.call_id]
             # A call that waited for a person ran from the decision on, not from its turn.
             _timed(call, invocations.get(call.id), since=event.created_at)
             ticket = call.ticket or {}
-            ticket.update(
-                {"open": False, "decision": payload, "said": ev.summary(event.type, payload)}
-            )
+            ticket.update({"open": False, "decision": data, "said": ev.describe(data)})
     return found
 
 

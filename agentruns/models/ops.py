@@ -19,6 +19,7 @@ from agentruns.models.catalog import Configuration, GateAudit
 from agentruns.outbound import url_problem
 
 USAGE_EVENTS = (ev.ASSISTANT, ev.COMPACTION)
+USAGE_RECORDS = ev.AssistantMessage | ev.Compaction
 
 
 class DailyUsage(models.Model):
@@ -97,9 +98,10 @@ class DailyUsage(models.Model):
         spent_in = spent_out = 0
         for event in events:
             if event.type in USAGE_EVENTS:
-                usage = event.payload.get("usage") or {}
-                spent_in += int(usage.get("input_tokens") or 0)
-                spent_out += int(usage.get("output_tokens") or 0)
+                data = ev.parse(event.type, event.payload)
+                usage = (data.usage if isinstance(data, USAGE_RECORDS) else None) or {}
+                spent_in += usage.get("input_tokens", 0)
+                spent_out += usage.get("output_tokens", 0)
         return spent_in, spent_out
 
 

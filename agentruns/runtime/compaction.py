@@ -77,21 +77,16 @@ def transcript(events: Sequence[LogEntry]) -> str:
     """What the summariser reads: plain text, so the request carries no tool blocks."""
     lines = []
     for event in events:
-        payload = event.payload
-        if event.type == ev.COMPACTION:
-            lines.append(f"Earlier summary: {payload.get('summary', '')}")
-        elif event.type == ev.USER:
-            lines.append(f"User: {payload.get('text', '')}")
-        elif event.type == ev.ASSISTANT:
+        data = event.data
+        if isinstance(data, ev.Compaction):
+            lines.append(f"Earlier summary: {data.summary}")
+        elif isinstance(data, ev.UserMessage):
+            lines.append(f"User: {data.text}")
+        elif isinstance(data, ev.AssistantMessage):
             calls = "; ".join(
-                f"{c['name']}({c.get('raw_arguments') or c.get('arguments')})"
-                for c in payload.get("tool_calls", [])
+                f"{c.name}({c.raw_arguments or c.arguments})" for c in data.tool_calls
             )
-            text = payload.get("text", "")
-            lines.append(f"Assistant: {text}" + (f" [called {calls}]" if calls else ""))
-        elif event.type == ev.TOOL_RESULT:
-            lines.append(
-                f"Result of {payload.get('tool')} ({payload.get('status')}): "
-                f"{payload.get('content', '')}"
-            )
+            lines.append(f"Assistant: {data.text}" + (f" [called {calls}]" if calls else ""))
+        elif isinstance(data, ev.ToolResult):
+            lines.append(f"Result of {data.tool} ({data.status}): {data.content}")
     return "\n".join(lines)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from agentruns import events as ev
@@ -79,8 +79,8 @@ def thread_mode(events: Iterable[LogEntry]) -> str | None:
     """DEF-1: the mode the thread's log last switched to; None is the default mode."""
     named = None
     for event in events:
-        if event.type == ev.MODE_SWITCHED:
-            named = event.payload.get("mode")
+        if isinstance(data := event.data, ev.ModeSwitched):
+            named = data.mode
     return named
 
 
@@ -94,23 +94,19 @@ def result_sources(effective: Sequence[LogEntry]) -> list[ResultSource]:
     its tool's live class (`result_class`)."""
     found = []
     for event in effective:
-        payload = event.payload
-        if event.type == ev.TOOL_RESULT and payload.get("status") in TOOL_OUTPUT:
-            tool = str(payload.get("tool", ""))
-            cls = result_class(tool, str(payload.get("class", "")))
-            found.append(ResultSource(event.sequence, TOOL_RESULT, tool, cls))
-        elif event.type == ev.COMPACTION and payload.get("results"):
-            found.append(_summary_source(event))
+        data = event.data
+        if isinstance(data, ev.ToolResult) and data.status in TOOL_OUTPUT:
+            cls = result_class(data.tool, data.data_class or "")
+            found.append(ResultSource(event.sequence, TOOL_RESULT, data.tool, cls))
+        elif isinstance(data, ev.Compaction) and data.results:
+            found.append(_summary_source(event.sequence, data.results))
     return found
 
 
-def _summary_source(compaction: LogEntry) -> ResultSource:
-    classes = [
-        (result_class(tool, recorded), tool)
-        for tool, recorded in sorted(compaction.payload["results"].items())
-    ]
+def _summary_source(sequence: int, results: Mapping[str, str]) -> ResultSource:
+    classes = [(result_class(tool, recorded), tool) for tool, recorded in sorted(results.items())]
     strictest = max(classes, key=lambda pair: pair[0] or 0)
-    return ResultSource(compaction.sequence, SUMMARY, strictest[1], strictest[0])
+    return ResultSource(sequence, SUMMARY, strictest[1], strictest[0])
 
 
 def summarised_results(events: Sequence[LogEntry]) -> dict[str, str]:
@@ -118,12 +114,12 @@ def summarised_results(events: Sequence[LogEntry]) -> dict[str, str]:
     the summary keeps their classes (MCP-4) after the results leave the context."""
     results: dict[str, str] = {}
     for event in events:
-        if event.type == ev.COMPACTION:
-            results.update(event.payload.get("results") or {})
-        elif event.type == ev.TOOL_RESULT and event.payload.get("status") in TOOL_OUTPUT:
-            tool = str(event.payload.get("tool", ""))
-            cls = result_class(tool, str(event.payload.get("class", "")))
-            results[tool] = cls.label if cls else ""
+        data = event.data
+        if isinstance(data, ev.Compaction):
+            results.update(data.results or {})
+        elif isinstance(data, ev.ToolResult) and data.status in TOOL_OUTPUT:
+            cls = result_class(data.tool, data.data_class or "")
+            results[data.tool] = cls.label if cls else ""
     return results
 
 
@@ -141,9 +137,12 @@ def withhold(
         if note is None:
             replaced.append(event)
             continue
-        field = "summary" if event.type == ev.COMPACTION else "content"
-        payload = {**event.payload, field: note, "withheld": True}
-        replaced.append(LogEntry(event.sequence, event.type, payload, event.run_id))
+        data = event.data
+        if isinstance(data, ev.Compaction):
+            data = replace(data, summary=note, withheld=True)
+        elif isinstance(data, ev.ToolResult):
+            data = replace(data, content=note, withheld=True)
+        replaced.append(LogEntry.of(event.sequence, data, event.run_id))
     return tuple(replaced)
 
 
@@ -162,10 +161,17 @@ def reply_sources(
             numbers[event.sequence] = f"turns 1-{turns}"
     found = []
     for event in effective:
-        label = parse_label(event.payload.get("label")) if event.sequence in numbers else None
+        label = parse_label(_label(event.data)) if event.sequence in numbers else None
         if label is not None:
             found.append(reply_source(event.sequence, numbers[event.sequence], label))
     return tuple(found), turns
+
+
+def _label(data: ev.Event) -> dict[str, Any] | None:
+    """CG-12: the label a reply or a summary carries."""
+    if isinstance(data, ev.AssistantMessage | ev.Compaction):
+        return data.label
+    return None
 
 
 @dataclass(frozen=True)
@@ -193,7 +199,7 @@ def log_view(
     config: RuntimeConfig,
     *,
     enforce: bool = True,
-    recorded: Mapping[str, Any] | None = None,
+    recorded: ev.SentRecord | None = None,
 ) -> LogView:
     """`recorded`: a past turn's own record (GOV-2, `message.assistant`'s `sent`): the
     zone it was sent to and the results it withheld, whatever the catalog says today."""
@@ -205,7 +211,7 @@ def log_view(
     if recorded is None:
         over = withheld(results, zone.ceiling)
     else:
-        zone, kept = parse_zone(recorded.get("zone")), set(recorded.get("withheld", ()))
+        zone, kept = parse_zone(recorded.zone), set(recorded.withheld)
         over = tuple(result for result in results if result.sequence in kept)
         enforce = True  # what it withheld is what it withheld, observing or not
     sent = withhold(effective, over, zone) if enforce else effective

@@ -43,55 +43,56 @@ def effective_events(events: Sequence[LogEntry]) -> Sequence[LogEntry]:
     events it kept and every event after it."""
     for index in range(len(events) - 1, -1, -1):
         compaction = events[index]
-        if compaction.type == ev.COMPACTION:
-            kept_from = compaction.payload.get("kept_from", compaction.sequence)
+        if isinstance(data := compaction.data, ev.Compaction):
+            kept_from = compaction.sequence if data.kept_from is None else data.kept_from
             return [compaction] + [
                 e for e in events if e.sequence >= kept_from and e.type != ev.COMPACTION
             ]
     return events
 
 
-def _result_text(payload: dict) -> str:
-    return str(payload.get("content", ""))
-
-
-def _result_message(payload: dict) -> ToolResultMessage:
+def _result_message(result: ev.ToolResult) -> ToolResultMessage:
     return ToolResultMessage(
-        call_id=payload["call_id"],
-        name=wire_name(payload.get("tool", "")),
-        content=_result_text(payload),
+        call_id=result.call_id,
+        name=wire_name(result.tool),
+        content=result.content,
         # MCP-4: a withheld result reads as a failed call, never as its output.
-        is_error=payload.get("status") != ev.OK or bool(payload.get("withheld")),
+        is_error=result.status != ev.OK or result.withheld,
     )
 
 
-def _assistant_message(payload: dict) -> AssistantMessage:
+def _assistant_message(turn: ev.AssistantMessage) -> AssistantMessage:
     calls = tuple(
         ToolCall(
-            id=c["id"],
-            name=wire_name(c["name"]),
-            arguments=c.get("arguments"),
-            raw_arguments=c.get("raw_arguments"),
+            id=c.id,
+            name=wire_name(c.name),
+            arguments=c.arguments,
+            raw_arguments=c.raw_arguments,
         )
-        for c in payload.get("tool_calls", [])
+        for c in turn.tool_calls
     )
-    return AssistantMessage(payload.get("text", ""), calls)
+    return AssistantMessage(turn.text, calls)
+
+
+def _summary_message(compaction: ev.Compaction) -> UserMessage:
+    return UserMessage(SUMMARY_PREFIX + compaction.summary)
 
 
 def project(events: Sequence[LogEntry]) -> list[Message]:
     results: dict[str, ToolResultMessage] = {}
     for event in events:
-        if event.type == ev.TOOL_RESULT:
-            results.setdefault(event.payload["call_id"], _result_message(event.payload))
+        if isinstance(data := event.data, ev.ToolResult):
+            results.setdefault(data.call_id, _result_message(data))
     messages: list[Message] = []
     placed: set[str] = set()
     for event in events:
-        if event.type == ev.COMPACTION:
-            messages.append(UserMessage(SUMMARY_PREFIX + event.payload.get("summary", "")))
-        elif event.type == ev.USER:
-            messages.append(UserMessage(event.payload.get("text", "")))
-        elif event.type == ev.ASSISTANT:
-            message = _assistant_message(event.payload)
+        data = event.data
+        if isinstance(data, ev.Compaction):
+            messages.append(_summary_message(data))
+        elif isinstance(data, ev.UserMessage):
+            messages.append(UserMessage(data.text))
+        elif isinstance(data, ev.AssistantMessage):
+            message = _assistant_message(data)
             messages.append(message)
             for call in message.tool_calls:
                 if call.id in results:
@@ -133,26 +134,27 @@ def extend_projection(known: Projection, added: Sequence[LogEntry]) -> Projectio
 def _in_order(known: Projection, added: Sequence[LogEntry]) -> Projection | None:
     messages, waiting, ids = list(known.messages), list(known.waiting), set(known.ids)
     for event in added:
-        if event.type == ev.TOOL_RESULT:
-            if not waiting or event.payload["call_id"] != waiting[0]:
+        data = event.data
+        if isinstance(data, ev.ToolResult):
+            if not waiting or data.call_id != waiting[0]:
                 return None
-            messages.append(_result_message(event.payload))
+            messages.append(_result_message(data))
             del waiting[0]
-        elif event.type in (ev.USER, ev.ASSISTANT, ev.COMPACTION):
+        elif isinstance(data, ev.UserMessage | ev.AssistantMessage | ev.Compaction):
             if waiting:
                 return None
-            if event.type == ev.ASSISTANT:
-                turn = _assistant_message(event.payload)
+            if isinstance(data, ev.AssistantMessage):
+                turn = _assistant_message(data)
                 calls = [call.id for call in turn.tool_calls]
                 if ids.intersection(calls) or len(set(calls)) != len(calls):
                     return None
                 ids.update(calls)
                 waiting = calls
                 messages.append(turn)
-            elif event.type == ev.USER:
-                messages.append(UserMessage(event.payload.get("text", "")))
+            elif isinstance(data, ev.UserMessage):
+                messages.append(UserMessage(data.text))
             else:
-                messages.append(UserMessage(SUMMARY_PREFIX + event.payload.get("summary", "")))
+                messages.append(_summary_message(data))
     return Projection(tuple(messages), tuple(waiting), frozenset(ids))
 
 

@@ -18,12 +18,13 @@ from agentruns.tools.registry import REGISTRY
 def active_deferred(effective: Sequence[LogEntry], catalog: Iterable[str]) -> set[str]:
     active: set[str] = set()
     for event in effective:
-        if event.type == ev.COMPACTION:
-            active.update(event.payload.get("active_deferred", []))
-        elif event.type == ev.TOOL_RESULT and event.payload.get("status") == ev.OK:
-            name = event.payload.get("tool", "")
+        data = event.data
+        if isinstance(data, ev.Compaction):
+            active.update(data.active_deferred)
+        elif isinstance(data, ev.ToolResult) and data.status == ev.OK:
+            name = data.tool
             if name == SEARCH_TOOL:
-                active.update(event.payload.get("added_tool_names", []))
+                active.update(data.added_tool_names or ())
             else:
                 tool = REGISTRY.get(name)
                 if tool is not None and tool.deferred:

@@ -16,8 +16,8 @@ the model next); with a new prompt everything copied is history, as for a follow
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from agentruns import events as ev
@@ -28,10 +28,8 @@ from agentruns.runtime.context import effective_events
 # What a send is composed of (runtime/context.project); everything else is the original
 # run's record (tickets, redactions, verdicts), not context.
 CONTEXT_TYPES = (ev.USER, ev.ASSISTANT, ev.TOOL_RESULT, ev.COMPACTION)
-# The counts a run's usage sums (OPS-1): the original paid for the copied turns.
-PAID_FIELDS = ("usage",)
-
-Item = tuple[str, dict[str, Any]]
+# A copy carries no `usage` (OPS-1): the original paid for the copied turns.
+Item = ev.Item
 
 
 class BadForkPoint(ValueError):
@@ -59,16 +57,17 @@ def plan_fork(
     run_id: int,
     at: int | None,
     new_prompt: bool,
-    forked: dict[str, Any],
+    forked: Mapping[str, Any],
 ) -> ForkPlan:
     """`log` is the original's thread log in order; `at` the sequence of one of `run_id`'s
     `message.assistant` events, or None for the run's end; `forked` the `run.forked`
-    payload the fork's log opens with (`forked_from` is added here)."""
+    payload the fork's log opens with ({configuration, carried}; `forked_from` is added
+    here)."""
     mine = [e for e in log if e.run_id == run_id]
     if not mine:
         raise BadForkPoint("The run has no events to fork from.")
     turn, upto = _fork_point(mine, at)
-    if turn is not None and not turn.payload.get("tool_calls") and not new_prompt:
+    if turn is not None and not _calls(turn) and not new_prompt:
         raise BadForkPoint(
             f"Event #{turn.sequence} is the run's final reply: a fork from it needs a new "
             "prompt (input)."
@@ -77,11 +76,12 @@ def plan_fork(
     prefix = [e for e in log if e.sequence <= upto or id(e) in kept]
     copied = [e for e in effective_events(prefix) if e.type in CONTEXT_TYPES]
     mode = thread_mode(prefix)
-    opening: list[tuple[bool, str, dict[str, Any]]] = [
-        (True, ev.RUN_FORKED, {**forked, "forked_from": {"run": run_id, "at": upto}})
-    ]
+    opening_event = ev.RunForked.from_payload(
+        {**forked, "forked_from": {"run": run_id, "at": upto}}
+    )
+    opening: list[tuple[bool, str, dict[str, Any]]] = [(True, *opening_event.item())]
     if mode:
-        opening.append((False, ev.MODE_SWITCHED, {"mode": mode}))
+        opening.append((False, *ev.ModeSwitched(mode).item()))
     renumbered = _renumbered(copied, first=len(opening) + 1)
     items = [
         *opening,
@@ -110,8 +110,13 @@ def _answers(event: LogEntry, turn: LogEntry | None) -> bool:
     have come long after the turn)."""
     if turn is None or event.type != ev.TOOL_RESULT or event.sequence <= turn.sequence:
         return False
-    ids = {call["id"] for call in turn.payload.get("tool_calls", [])}
-    return event.payload.get("call_id") in ids
+    ids = {call.id for call in _calls(turn)}
+    return isinstance(result := event.data, ev.ToolResult) and result.call_id in ids
+
+
+def _calls(turn: LogEntry) -> tuple[ev.ProposedCall, ...]:
+    data = turn.data
+    return data.tool_calls if isinstance(data, ev.AssistantMessage) else ()
 
 
 def _renumbered(copied: list[LogEntry], *, first: int) -> list[Item]:
@@ -121,22 +126,27 @@ def _renumbered(copied: list[LogEntry], *, first: int) -> list[Item]:
     new_sequence = {e.sequence: first + i for i, e in enumerate(copied)}
     items = []
     for event in copied:
-        payload = {k: v for k, v in event.payload.items() if k not in PAID_FIELDS}
-        if event.type == ev.COMPACTION:
-            payload["kept_from"] = new_sequence[event.sequence] + 1
-        payload["copied_from"] = {"run": event.run_id, "sequence": event.sequence}
-        items.append((event.type, payload))
+        data = event.data
+        origin = ev.CopiedFrom(event.run_id, event.sequence)
+        if isinstance(data, ev.Compaction):
+            kept_from = new_sequence[event.sequence] + 1
+            data = replace(data, kept_from=kept_from, usage=None, copied_from=origin)
+        elif isinstance(data, ev.AssistantMessage):
+            data = replace(data, usage=None, copied_from=origin)
+        elif isinstance(data, ev.UserMessage | ev.ToolResult):
+            data = replace(data, copied_from=origin)
+        items.append(data.item())
     return items
 
 
 def _closing(turn: LogEntry | None, copied: list[LogEntry], run_id: int) -> list[Item]:
     if turn is None:
         return []
-    answered = {e.payload.get("call_id") for e in copied if e.type == ev.TOOL_RESULT}
+    answered = {data.call_id for e in copied if isinstance(data := e.data, ev.ToolResult)}
     return [
-        ev.result_item(call["id"], call["name"], ev.REFUSED, not_decided(run_id))
-        for call in turn.payload.get("tool_calls", [])
-        if call["id"] not in answered
+        ev.result_item(call.id, call.name, ev.REFUSED, not_decided(run_id))
+        for call in _calls(turn)
+        if call.id not in answered
     ]
 
 
@@ -144,6 +154,6 @@ def carried_of(log: Sequence[LogEntry]) -> tuple[dict[str, Any], ...]:
     """The sources a fork's thread carries from its original, or a child's from its parent
     (DEL-2) ({kind, id, from}): its log opens with `run.forked` or `run.delegated`, so this
     reads one event, never the whole log."""
-    if log and log[0].type in (ev.RUN_FORKED, ev.RUN_DELEGATED):
-        return tuple(log[0].payload.get("carried", ()))
+    if log and isinstance(opening := log[0].data, ev.RunForked | ev.RunDelegated):
+        return opening.carried
     return ()

@@ -38,14 +38,9 @@ class Parent:
 
 def delegated_by(log: Sequence[LogEntry]) -> Parent | None:
     """A child's thread log opens with `run.delegated` (this reads one event)."""
-    if log and log[0].type == ev.RUN_DELEGATED:
-        payload = log[0].payload
-        parent = payload.get("delegated_by") or {}
+    if log and isinstance(opening := log[0].data, ev.RunDelegated):
         return Parent(
-            int(parent["run"]),
-            str(parent["call_id"]),
-            int(payload.get("depth", 1)),
-            payload.get("tool_call_budget"),
+            opening.parent_run, opening.parent_call_id, opening.depth, opening.tool_call_budget
         )
     return None
 
@@ -61,9 +56,9 @@ def child_class(child_id: int, log: Iterable[LogEntry]) -> DataClass | None:
     its results carried (MCP-4)."""
     classes = [parse_class(label) for label in audited_classes(child_id)]
     classes += [
-        result_class(str(e.payload.get("tool", "")), str(e.payload.get("class", "")))
+        result_class(result.tool, result.data_class or "")
         for e in log
-        if e.type == ev.TOOL_RESULT
+        if isinstance(result := e.data, ev.ToolResult)
     ]
     return max((c for c in classes if c is not None), default=None)
 
@@ -93,10 +88,14 @@ def hand_back(
 ) -> bool:
     """Answer the parent's delegation ticket for this child, inside the transaction that
     ends the child and after `lock_parent`; False when no such ticket is active."""
-    extra: dict[str, Any] = {"tool_calls": tool_calls}  # DEL-3: the child tree's, counted
-    if data_class:
-        extra["class"] = data_class.label
-    result = ev.result_item(parent.call_id, DELEGATE_TOOL, status, content, **extra)
+    result = ev.result_item(
+        parent.call_id,
+        DELEGATE_TOOL,
+        status,
+        content,
+        data_class=data_class.label if data_class else None,
+        tool_calls=tool_calls,  # DEL-3: the child tree's, counted
+    )
     return delegation_answer(
         parent_id=parent.run, call_id=parent.call_id, child_id=child_id, result=result
     )

@@ -7,36 +7,21 @@ run and a resumed one take the same path: fold, then `next_action`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from agentruns import events as ev
-from agentruns.events import LogEntry
+from agentruns.events import LogEntry, ProposedCall
 
-
-@dataclass(frozen=True)
-class ProposedCall:
-    id: str
-    name: str
-    arguments: dict[str, Any] | None
-    raw_arguments: str | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"id": self.id, "name": self.name, "arguments": self.arguments}
-        if self.raw_arguments is not None:
-            data["raw_arguments"] = self.raw_arguments
-        return data
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ProposedCall:
-        return cls(data["id"], data["name"], data.get("arguments"), data.get("raw_arguments"))
+__all__ = ["ProposedCall"]  # a call as the fold holds it is the one the log records
 
 
 @dataclass
 class Turn:
     """The newest model turn of the run and what became of its calls."""
 
-    index: int  # the turn's place in its run (the log's and the tables' `step`)
+    turn_index: int  # its place in its run (stored as `step` in the log and the tables)
     text: str
     calls: list[ProposedCall]
     granted: list[str]
@@ -53,7 +38,7 @@ class Turn:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "step": self.index,
+            "step": self.turn_index,
             "text": self.text if not self.calls else "",
             "calls": [call.as_dict() for call in self.calls],
             "granted": self.granted,
@@ -67,7 +52,7 @@ class Turn:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Turn:
         return cls(
-            index=data["step"],
+            turn_index=data["step"],
             text=data.get("text", ""),
             calls=[ProposedCall.from_dict(c) for c in data["calls"]],
             granted=list(data["granted"]),
@@ -94,7 +79,7 @@ class RunState:
     def apply(self, event: LogEntry) -> None:
         handler = _HANDLERS.get(event.type)
         if handler:
-            handler(self, event.payload)
+            handler(self, event.data)
         self.last_sequence = max(self.last_sequence, event.sequence)
 
     def as_dict(self) -> dict[str, Any]:
@@ -124,64 +109,70 @@ class RunState:
         )
 
 
-def _on_assistant(state: RunState, payload: dict[str, Any]) -> None:
-    calls = [ProposedCall.from_dict(c) for c in payload.get("tool_calls", [])]
-    granted = list(payload.get("granted", [c.id for c in calls]))
-    before = payload.get("tool_calls_before", state.tool_calls_used)
-    state.turn = Turn(payload["step"], payload.get("text", ""), calls, granted, before)
-    state.turns = max(state.turns, payload["step"] + 1)
+# Each takes the record of its event type (`LogEntry.data`), read once per entry.
+Handler = Callable[[RunState, Any], None]
+
+
+def _on_assistant(state: RunState, turn: ev.AssistantMessage) -> None:
+    calls = list(turn.tool_calls)
+    granted = list(turn.granted) if turn.granted is not None else [c.id for c in calls]
+    before = state.tool_calls_used if turn.tool_calls_before is None else turn.tool_calls_before
+    index = state.turns if turn.turn_index is None else turn.turn_index
+    state.turn = Turn(index, turn.text, calls, granted, before)
+    state.turns = max(state.turns, index + 1)
     state.tool_calls_used = before + len(granted)
     state.continuation = None
 
 
-def _on_result(state: RunState, payload: dict[str, Any]) -> None:
-    if state.turn and any(c.id == payload["call_id"] for c in state.turn.calls):
-        state.turn.results.setdefault(payload["call_id"], payload["status"])
+def _on_result(state: RunState, result: ev.ToolResult) -> None:
+    if state.turn and any(c.id == result.call_id for c in state.turn.calls):
+        state.turn.results.setdefault(result.call_id, result.status)
     # DEL-3: a delegation's result brings the tool calls its child's tree made.
-    state.tool_calls_used += int(payload.get("tool_calls", 0))
+    state.tool_calls_used += result.tool_calls or 0
 
 
-def _on_ticket_opened(state: RunState, payload: dict[str, Any]) -> None:
+def _on_ticket_opened(state: RunState, opened: ev.TicketOpened) -> None:
     if state.turn:
-        state.turn.ticket_call = payload.get("call_id") or None
+        state.turn.ticket_call = opened.call_id or None
 
 
-def _on_ticket_decided(state: RunState, payload: dict[str, Any]) -> None:
+def _on_ticket_decided(state: RunState, decided: ev.TicketDecided) -> None:
     if state.turn:
-        call_id = payload.get("call_id")
+        call_id = decided.call_id
         if call_id:
-            state.turn.decisions[call_id] = payload["decision"]
-            if payload["decision"] == ev.ALLOW and "arguments" in payload:
-                _edited(state.turn, call_id, payload)
+            state.turn.decisions[call_id] = decided.decision
+            if decided.decision == ev.ALLOW and decided.arguments is not None:
+                _edited(state.turn, call_id, decided)
         state.turn.ticket_call = None
 
 
-def _edited(turn: Turn, call_id: str, payload: dict[str, Any]) -> None:
+def _edited(turn: Turn, call_id: str, decided: ev.TicketDecided) -> None:
     """HITL-12: the approved call is the edited one, under the same id and tool."""
     turn.calls = [
-        ProposedCall(call.id, call.name, dict(payload["arguments"])) if call.id == call_id else call
+        ProposedCall(call.id, call.name, decided.arguments) if call.id == call_id else call
         for call in turn.calls
     ]
-    turn.edited[call_id] = str(payload.get("edited_by") or "")
+    edited_by = decided.edit.edited_by if decided.edit else None
+    turn.edited[call_id] = edited_by or ""
 
 
-def _on_observed(state: RunState, payload: dict[str, Any]) -> None:
+def _on_observed(state: RunState, observed: ev.ContextObserved) -> None:
     state.observed = True
 
 
-def _on_redacted(state: RunState, payload: dict[str, Any]) -> None:
-    if payload.get("where") == "system":
+def _on_redacted(state: RunState, redacted: ev.SecretRedacted) -> None:
+    if redacted.where == "system":
         state.system_redacted = True
 
 
-def _terminal(status: str) -> Any:
-    def handler(state: RunState, payload: dict[str, Any]) -> None:
+def _terminal(status: str) -> Handler:
+    def handler(state: RunState, event: ev.Event) -> None:
         state.terminal = status
 
     return handler
 
 
-_HANDLERS = {
+_HANDLERS: dict[str, Handler] = {
     ev.ASSISTANT: _on_assistant,
     ev.TOOL_RESULT: _on_result,
     ev.TICKET_OPENED: _on_ticket_opened,

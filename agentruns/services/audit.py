@@ -129,15 +129,15 @@ def _gate_records(flt: AuditFilter) -> Iterator[dict[str, Any]]:
 
 def _event_record(kind: str, payload: dict[str, Any]) -> tuple[str | None, str, str]:
     """(actor, decision, reason) of one event."""
-    if kind == ev.TICKET_DECIDED:
-        return payload.get("by"), str(payload.get("decision") or ""), payload.get("note") or ""
-    if kind == ev.TICKET_APPROVED:  # HITL-13: one allow of a quorum
-        count = f"{payload.get('approvals')} of {payload.get('required')}"
-        return payload.get("by"), "approval", f"{count}; {payload.get('note') or ''}".rstrip("; ")
-    if kind == ev.SECRET_REDACTED:
-        kinds = ", ".join(payload.get("kinds") or [])
-        return None, "redacted", f"{payload.get('where', '')}: {kinds}"
-    return payload.get("by"), "cancelled", payload.get("reason") or ""
+    data = ev.parse(kind, payload)
+    if isinstance(data, ev.TicketDecided):
+        return data.by, data.decision, data.note
+    if isinstance(data, ev.TicketApproved):  # HITL-13: one allow of a quorum
+        count = f"{data.approvals} of {data.required}"
+        return data.by, "approval", f"{count}; {data.note}".rstrip("; ")
+    if isinstance(data, ev.SecretRedacted):
+        return None, "redacted", f"{data.where}: {', '.join(data.kinds)}"
+    return (data.by if isinstance(data, ev.RunCancelled) else None), "cancelled", ""
 
 
 def _event_records(flt: AuditFilter) -> Iterator[dict[str, Any]]:

@@ -104,10 +104,9 @@ def run_fork(*, user: User, run_id: int, request: ForkRequest) -> Run:
         items: list[tuple[int | None, str, dict[str, Any]]] = [
             (run.pk if own else None, kind, payload) for own, kind, payload in plan.items
         ]
-        if kinds:
-            items.append((run.pk, ev.SECRET_REDACTED, {"where": "input", "kinds": kinds}))
+        items += [(run.pk, *item) for item in ev.redacted("input", kinds)]
         if prompt:
-            items.append((run.pk, ev.USER, {"text": text}))
+            items.append((run.pk, *ev.UserMessage(text).item()))
         append_attributed(thread_id=thread.pk, items=items)
         enqueue_wake(run.pk)
     return run

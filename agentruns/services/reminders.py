@@ -17,7 +17,6 @@ worker holds the run, so the append never interleaves with a step's.
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any
 
 from django.db import transaction
 from django.db.models import Q
@@ -60,19 +59,19 @@ def _record(ticket_id: int, mark: str, now: datetime) -> bool:
     return True
 
 
-def _event(ticket: Ticket, mark: str) -> tuple[str, dict[str, Any]]:
+def _event(ticket: Ticket, mark: str) -> ev.Item:
     """What a webhook receiver hears: which ticket, never its arguments or recipients."""
-    payload: dict[str, Any] = {
-        "correlation_id": str(ticket.correlation_id),
-        "call_id": ticket.call_id,
-        "kind": ticket.kind,
-        "tool": ticket.tool,
-        "deadline": ticket.deadline.isoformat() if ticket.deadline else None,
-    }
+    which = (
+        str(ticket.correlation_id),
+        ticket.call_id,
+        ticket.kind,
+        ticket.tool,
+        ticket.deadline.isoformat() if ticket.deadline else None,
+    )
     if mark == REMINDED:
-        return ev.TICKET_REMINDED, payload
+        return ev.TicketReminded(*which).item()
     group = ticket.run.configuration.escalation_group
-    return ev.TICKET_ESCALATED, {**payload, "group": group.name if group else None}
+    return ev.TicketEscalated(*which, group=group.name if group else None).item()
 
 
 def tickets_remind_and_escalate(*, limit: int = 500) -> tuple[int, int]:

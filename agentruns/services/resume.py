@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from django.db import transaction
@@ -172,47 +172,43 @@ def _approval_items(
 ) -> None:
     """One allow of a quorum not yet reached: the ticket stays active, the run awaiting."""
     note, note_kinds = redact(command.note)
-    approved = {
-        "correlation_id": str(ticket.correlation_id),
-        "call_id": ticket.call_id,
-        "by": user.get_username(),
-        "note": note,
-        "approvals": len(count.approvers),
-        "required": count.required,
-        "approvers": count.approvers,
-        **_edit_fields(ticket),
-    }
+    approved = ev.TicketApproved(
+        correlation_id=str(ticket.correlation_id),
+        call_id=ticket.call_id,
+        by=user.get_username(),
+        note=note,
+        approvals=len(count.approvers),
+        required=count.required,
+        approvers=tuple(count.approvers),
+        edit=_edit_record(ticket),
+    )
     append_events(
         thread_id=run.thread_id,
         run_id=run.pk,
-        items=[*_redacted_items(edit, note_kinds, {}), (ev.TICKET_APPROVED, approved)],
+        items=[*_redacted_items(edit, note_kinds, {}), approved.item()],
     )
 
 
-def _edit_fields(ticket: Ticket) -> dict[str, Any]:
+def _edit_record(ticket: Ticket) -> ev.EditRecord | None:
     """HITL-12: both digests and who edited, when the pending arguments are an edit."""
     if not ticket.edited_digest:
-        return {}
+        return None
     editor = ticket.edited_by
-    return {
-        "original_digest": ticket.arguments_digest,
-        "arguments_digest": ticket.edited_digest,
-        "edited_by": editor.get_username() if editor else None,
-    }
+    return ev.EditRecord(
+        original_digest=ticket.arguments_digest,
+        arguments_digest=ticket.edited_digest,
+        edited_by=editor.get_username() if editor else None,
+    )
 
 
 def _redacted_items(
     edit: Edit | None, note_kinds: dict[str, int], value_kinds: dict[str, int]
-) -> list[tuple[str, dict[str, Any]]]:
+) -> list[ev.Item]:
     edited_kinds = edit.redacted if edit else {}
     return [
-        (ev.SECRET_REDACTED, {"where": where, "kinds": kinds})
-        for where, kinds in (
-            ("approver_note", note_kinds),
-            ("answer", value_kinds),
-            ("edited_arguments", edited_kinds),
-        )
-        if kinds
+        *ev.redacted("approver_note", note_kinds),
+        *ev.redacted("answer", value_kinds),
+        *ev.redacted("edited_arguments", edited_kinds),
     ]
 
 
@@ -241,21 +237,25 @@ def _apply(
     note, note_kinds = redact(command.note)
     value, value_kinds = redact_value(command.value)
     items = _redacted_items(edit, note_kinds, value_kinds)
-    decided: dict[str, Any] = {
-        "correlation_id": str(ticket.correlation_id),
-        "call_id": ticket.call_id,
-        "decision": decision,
-        "by": who,
-        "note": note,
-    }
+    decided = ev.TicketDecided(
+        correlation_id=str(ticket.correlation_id),
+        call_id=ticket.call_id,
+        decision=decision or "",
+        by=who,
+        note=note,
+    )
     invocation_changes: dict[str, Any] = {}
     if count is not None:  # an allow: who agreed, and what exactly they allowed
-        decided.update(approvers=count.approvers, required=count.required)
-        decided.update(_edit_fields(ticket))
+        decided = replace(
+            decided,
+            approvers=tuple(count.approvers),
+            required=count.required,
+            edit=_edit_record(ticket),
+        )
         if ticket.edited_digest:
-            decided["arguments"] = ticket.edited_arguments
+            decided = replace(decided, arguments=ticket.edited_arguments)
             invocation_changes = edited_invocation(run, ticket)
-    items.append((ev.TICKET_DECIDED, decided))
+    items.append(decided.item())
     invocation_status = ToolInvocation.Status.EXECUTING
     result: dict[str, Any] | None = None
     if decision == ev.DENY:
@@ -275,7 +275,7 @@ def _apply(
             "note": note,
             "value": value,
             **({"approvers": count.approvers} if count else {}),
-            **_edit_fields(ticket),
+            **(edited.to_payload() if (edited := _edit_record(ticket)) else {}),
         },
     )
     assert moved == 1  # the run row lock makes this ours
@@ -314,19 +314,17 @@ def ticket_expire(*, ticket_id: int) -> bool:
     )
     if not moved:
         return False
-    decided = {
-        "correlation_id": str(ticket.correlation_id),
-        "call_id": ticket.call_id,
-        "decision": ev.EXPIRED,
-        "by": None,
-        "note": "",
-        "deadline": ticket.deadline.isoformat() if ticket.deadline else None,
-    }
+    decided = ev.TicketDecided(
+        correlation_id=str(ticket.correlation_id),
+        call_id=ticket.call_id,
+        decision=ev.EXPIRED,
+        deadline=ticket.deadline.isoformat() if ticket.deadline else None,
+    )
     content = "Expired: nobody answered before the deadline; treat this as a denial."
     append_events(
         thread_id=run.thread_id,
         run_id=run.pk,
-        items=[(ev.TICKET_DECIDED, decided), _result(ticket, ev.EXPIRED, content)],
+        items=[decided.item(), _result(ticket, ev.EXPIRED, content)],
     )
     ToolInvocation.objects.filter(run=run, call_id=ticket.call_id).update(
         status=ToolInvocation.Status.EXPIRED, completed_at=now

@@ -267,12 +267,11 @@ def _opening(
 ) -> list[tuple[str, dict[str, Any]]]:
     """The events a submission opens its run with (the input already redacted: SEC-4):
     a mode switch if it names another mode (DEF-1), what redaction found, the input."""
-    items: list[tuple[str, dict[str, Any]]] = []
+    items: list[ev.Item] = []
     if submission.mode and (thread is None or submission.mode != thread_mode_name(thread)):
-        items.append((ev.MODE_SWITCHED, {"mode": submission.mode}))
-    if kinds:
-        items.append((ev.SECRET_REDACTED, {"where": "input", "kinds": kinds}))
-    items.append((ev.USER, {"text": text}))
+        items.append(ev.ModeSwitched(submission.mode).item())
+    items += ev.redacted("input", kinds)
+    items.append(ev.UserMessage(text).item())
     return items
 
 
@@ -414,12 +413,12 @@ def _cancel_parked(run: Run, *, by: str) -> None:
     state = restore(None, log)
     turn = state.turn
     open_calls = turn.open_calls() if turn else []
-    rows = store().invocations(run.pk, turn.index, [c.id for c in open_calls]) if turn else []
+    rows = store().invocations(run.pk, turn.turn_index, [c.id for c in open_calls]) if turn else []
     sent = {call_id: (pk, sent_at is not None) for call_id, pk, _version, sent_at in rows}
     items, updates = close_open_calls(open_calls, sent, now)
     for pk, changes in updates:
         ToolInvocation.objects.filter(pk=pk).update(**changes)
-    items.append((ev.RUN_CANCELLED, {"by": by}))  # who, for the audit (OPS-5)
+    items.append(ev.RunCancelled(by).item())  # who, for the audit (OPS-5)
     append_events(thread_id=run.thread_id, run_id=run.pk, items=items)
     run_cancel_parked(run.pk)
     _cancel_children(run, by=by)
@@ -445,7 +444,5 @@ def thread_switch_mode(*, user: User, thread_id: int, mode: str) -> Thread:
         if Run.objects.filter(thread=thread).exclude(status__in=Run.TERMINAL).exists():
             raise Conflict("The thread has a run in progress; switch modes between runs.")
         if thread_mode_name(thread) != mode:
-            append_events(
-                thread_id=thread.pk, run_id=None, items=[(ev.MODE_SWITCHED, {"mode": mode})]
-            )
+            append_events(thread_id=thread.pk, run_id=None, items=[ev.ModeSwitched(mode).item()])
     return thread

@@ -44,13 +44,7 @@ def timer_fire(*, ticket_id: int) -> bool:
         return False
     waited = (now - ticket.created_at).total_seconds()
     content = f"Waited {waited:.0f} seconds; it is now {now.isoformat()}."
-    decided = {
-        "correlation_id": str(ticket.correlation_id),
-        "call_id": ticket.call_id,
-        "decision": TIMER,
-        "by": None,
-        "note": "",
-    }
+    decided = ev.TicketDecided(str(ticket.correlation_id), ticket.call_id, TIMER)
     ToolInvocation.objects.filter(run=run, call_id=ticket.call_id).update(
         status=ToolInvocation.Status.COMPLETED,
         result={"ok": True, "data": {"waited_seconds": round(waited)}},
@@ -60,7 +54,7 @@ def timer_fire(*, ticket_id: int) -> bool:
         thread_id=run.thread_id,
         run_id=run.pk,
         items=[
-            (ev.TICKET_DECIDED, decided),
+            decided.item(),
             ev.result_item(ticket.call_id, ticket.tool, ev.OK, content),
         ],
     )

@@ -20,6 +20,7 @@ from django.db.models import BigIntegerField, Sum
 from django.db.models.fields.json import KT
 from django.db.models.functions import Cast, Coalesce
 
+from agentruns import events as ev
 from agentruns.models import Configuration, DailyUsage, Event
 from agentruns.models.ops import USAGE_EVENTS
 
@@ -69,12 +70,10 @@ def priced(input_tokens: int, output_tokens: int, configuration: Any) -> Usage:
     return Usage(input_tokens, output_tokens, cost)
 
 
-def turn_usage(payload: dict[str, Any], configuration: Any) -> Usage:
-    """One model turn's usage, from its `message.assistant` payload."""
-    counts = payload.get("usage") or {}
-    return priced(
-        int(counts.get("input_tokens") or 0), int(counts.get("output_tokens") or 0), configuration
-    )
+def turn_usage(turn: ev.AssistantMessage, configuration: Any) -> Usage:
+    """One model turn's usage, from its `message.assistant` record."""
+    counts = turn.usage or {}
+    return priced(counts.get("input_tokens", 0), counts.get("output_tokens", 0), configuration)
 
 
 def _summed(field: str) -> Coalesce:

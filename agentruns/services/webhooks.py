@@ -76,10 +76,13 @@ def _content_class(event_type: str, payload: dict[str, Any]) -> DataClass | None
     """CG-12, CG-14: the class of what an event's content fields hold — a reply's (or a
     summary's) label, a result's tool class. None: nothing it carries was declared (the
     send that wrote it had no declared source), so it leaves like undeclared content."""
-    if event_type == ev.TOOL_RESULT:
-        return result_class(str(payload.get("tool", "")), str(payload.get("class", "")))
-    label = parse_label(payload.get("label"))
-    return label.data_class if label else None
+    data = ev.parse(event_type, payload)
+    if isinstance(data, ev.ToolResult):
+        return result_class(data.tool, data.data_class or "")
+    if isinstance(data, ev.AssistantMessage | ev.Compaction | ev.RunCompleted):
+        label = parse_label(data.label)
+        return label.data_class if label else None
+    return None
 
 
 # The fields of an event that hold content (CG-14): what the model wrote, what a tool

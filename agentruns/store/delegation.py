@@ -31,7 +31,7 @@ def audited_classes(run_id: int) -> set[str]:
 
 
 def child_create(
-    *, parent_id: int, call_id: str, slug: str, task: str, opening: dict[str, Any]
+    *, parent_id: int, call_id: str, slug: str, task: str, opening: ev.RunDelegated
 ) -> int:
     """A queued child run of `slug` for the parent's initiator, on a new thread whose log
     opens with `run.delegated` (`opening`) and the task; its wake-up commits with it."""
@@ -51,7 +51,7 @@ def child_create(
     append_events(
         thread_id=thread.pk,
         run_id=child.pk,
-        items=[(ev.RUN_DELEGATED, opening), (ev.USER, {"text": task})],
+        items=[opening.item(), ev.UserMessage(task).item()],
     )
     enqueue_wake(child.pk)
     return child.pk
@@ -88,17 +88,8 @@ def delegation_answer(
         result={"ok": ok, "data": {"child": child_id}},
         completed_at=now,
     )
-    decided = {
-        "correlation_id": str(ticket.correlation_id),
-        "call_id": call_id,
-        "decision": ev.DELEGATED,
-        "by": None,
-        "note": "",
-        "child": child_id,
-    }
-    append_events(
-        thread_id=ticket.thread_id, run_id=parent_id, items=[(ev.TICKET_DECIDED, decided), result]
-    )
+    decided = ev.TicketDecided(str(ticket.correlation_id), call_id, ev.DELEGATED, child=child_id)
+    append_events(thread_id=ticket.thread_id, run_id=parent_id, items=[decided.item(), result])
     run_requeue_answered(parent_id)
     enqueue_wake(parent_id)
     return True

@@ -51,10 +51,9 @@ class Command(BaseCommand):
         events = Event.objects.filter(run=run).order_by("sequence")
         for event in events:
             self.stdout.write(f"{event.sequence:3} {event.type:22} {_short(event.payload)}")
-        called = [e for e in events if e.type == ev.ASSISTANT and e.payload.get("tool_calls")]
-        answered = [
-            e for e in events if e.type == ev.TOOL_RESULT and e.payload.get("status") == ev.OK
-        ]
+        logged = [ev.parse(e.type, e.payload) for e in events]
+        called = [e for e in logged if isinstance(e, ev.AssistantMessage) and e.tool_calls]
+        answered = [e for e in logged if isinstance(e, ev.ToolResult) and e.status == ev.OK]
         round_trip = bool(called and answered and status == Run.Status.COMPLETED)
         self.stdout.write(f"run {run.pk}: {status}; final reply: {run.final_reply!r}")
         self.stdout.write(f"tool round trip: {str(round_trip).lower()}")

@@ -50,7 +50,7 @@ logger = logging.getLogger(__name__)
 # What a message is measured in (tokens, or bytes as their upper bound).
 Measure = Callable[[Message], int]
 
-Items = list[tuple[str, dict[str, Any]]]
+Items = list[ev.Item]
 
 
 class Outcome(StrEnum):
@@ -62,13 +62,6 @@ class Outcome(StrEnum):
     AWAITING = Run.Status.AWAITING.value
     RELEASED = "released"  # handed back to the queue (a shutdown)
     FENCED = "fenced"  # another worker holds the run now
-
-
-def redaction_items(where: str, kinds: dict[str, int]) -> Items:
-    """CG-11: what redaction found in a text, recorded before the text (kinds, no values)."""
-    if not kinds:
-        return []
-    return [(ev.SECRET_REDACTED, {"where": where, "kinds": kinds})]
 
 
 @dataclass
@@ -243,7 +236,7 @@ class RunContext:
     def load_invocations(self, turn: Turn, calls: Sequence[ProposedCall]) -> None:
         missing = [call.id for call in calls if call.id not in self.invocations]
         if missing:
-            rows = store().invocations(self.lease.run_id, turn.index, missing)
+            rows = store().invocations(self.lease.run_id, turn.turn_index, missing)
             for call_id, pk, version, sent in rows:
                 self.invocations[call_id] = Invocation(pk, version, sent)
 

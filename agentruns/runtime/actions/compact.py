@@ -33,7 +33,9 @@ SUMMARY_INSTRUCTION = (
 
 def _event_tokens(ctx: RunContext, event: LogEntry, measure: Measure = message_tokens) -> int:
     # MCP-4: a withheld result's note is shorter than the result.
-    key = (event.sequence, bool(event.payload.get("withheld")), measure is message_tokens)
+    data = event.data
+    withheld = isinstance(data, ev.ToolResult | ev.Compaction) and data.withheld
+    key = (event.sequence, withheld, measure is message_tokens)
     tokens = ctx.token_memo.get(key)
     if tokens is None:
         tokens = sum(measure(message) for message in project([event]))
@@ -78,18 +80,18 @@ def compact_if_needed(
         return sent  # the run's end, or None: the turn is composed again (the catalog moved)
     reply = sent.reply
     summary = truncate_tokens(redact(reply.text)[0], plan.summary_allowance)
-    payload = {
-        "summary": summary,
-        "kept_from": plan.kept_from,
-        "active_deferred": sorted(ctx.active_deferred()),
-        "summarised_events": len(summarised),
+    compacted = ev.Compaction(
+        summary=summary,
+        kept_from=plan.kept_from,
+        active_deferred=tuple(sorted(ctx.active_deferred())),
+        summarised_events=len(summarised),
         # MCP-4: the summary keeps the classes of the results it stands for.
-        **({"results": results} if (results := summarised_results(summarised)) else {}),
-        "usage": reply.token_usage,  # OPS-1: the summary call is paid for too
+        results=summarised_results(summarised) or None,
+        usage=reply.token_usage,  # OPS-1: the summary call is paid for too
         # CG-12: it restates the replies it summarised, so it carries their class.
-        **({"label": sent.label} if sent.label else {}),
-    }
-    ctx.commit([(ev.COMPACTION, payload)], durable=False)
+        label=sent.label or None,
+    )
+    ctx.commit([compacted.item()], durable=False)
     return _over_budget(ctx, fixed, budget)
 
 

@@ -11,10 +11,11 @@ classes as a fork's do, FORK-1), the child's depth and the tool calls its tree h
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from dataclasses import replace
 
 from django.conf import settings
 
+from agentruns import events as ev
 from agentruns.runtime.actions.base import RunContext
 from agentruns.runtime.actions.gating import sources
 from agentruns.runtime.handback import delegated_by
@@ -57,21 +58,22 @@ def child_starter(
             call_id=call.id,
             slug=slug,
             task=str(arguments["task"]),
-            opening={**opening(ctx, call, slug), "trace_parent": trace_parent},
+            opening=replace(opening(ctx, call, slug), trace_parent=trace_parent),
         )
 
     return start
 
 
-def opening(ctx: RunContext, call: ProposedCall, slug: str) -> dict[str, Any]:
+def opening(ctx: RunContext, call: ProposedCall, slug: str) -> ev.RunDelegated:
     """The `run.delegated` payload: the parent, the sources it carries (DEL-2), the depth
     and what is left of the tree's tool calls, the `agent.delegate` call included (DEL-3)."""
     run_id = ctx.lease.run_id
     carried = [{"kind": s.kind, "id": s.id, "from": s.carried_from or run_id} for s in sources(ctx)]
-    return {
-        "delegated_by": {"run": run_id, "call_id": call.id},
-        "configuration": slug,
-        "carried": carried,
-        "depth": depth_of(ctx) + 1,
-        "tool_call_budget": max(ctx.tool_call_limit - ctx.state.tool_calls_used, 0),
-    }
+    return ev.RunDelegated(
+        parent_run=run_id,
+        parent_call_id=call.id,
+        configuration=slug,
+        carried=tuple(carried),
+        depth=depth_of(ctx) + 1,
+        tool_call_budget=max(ctx.tool_call_limit - ctx.state.tool_calls_used, 0),
+    )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
@@ -97,20 +98,21 @@ def park(
         "schema": call.arguments.get("schema") if ask else None,
         "child_id": None,
     }
-    opened: dict[str, Any] = {
-        "correlation_id": str(ticket["correlation_id"]),
-        "call_id": call.id,
-        "kind": kind,
-        "tool": call.name,
-        "deadline": deadline.isoformat() if deadline else None,
-    }
+    opened = ev.TicketOpened(
+        correlation_id=str(ticket["correlation_id"]),
+        call_id=call.id,
+        kind=kind,
+        tool=call.name,
+        deadline=deadline.isoformat() if deadline else None,
+    )
     with transaction.atomic():
         cancelled = _cancel_landed(ctx)
         if not cancelled:
             if start_child is not None:
-                ticket["child_id"] = opened["child"] = start_child()
+                ticket["child_id"] = child = start_child()
+                opened = replace(opened, child=child)
             written = ctx.write(
-                [(ev.TICKET_OPENED, opened)],
+                [opened.item()],
                 checkpoints=((Checkpoint.Kind.SUSPENSION, None),),
                 run_update=_run_row(ctx, Run.Status.AWAITING),
                 new_ticket=ticket,
@@ -124,7 +126,7 @@ def park(
 def _cancelled(ctx: RunContext) -> Outcome:
     """HITL-11 for a running run; OPS-5: `by` names who asked, as a parked cancel's does."""
     by = cancel_requester(ctx.lease.run_id)
-    return finish(ctx, Run.Status.CANCELLED, [(ev.RUN_CANCELLED, {"by": by})])
+    return finish(ctx, Run.Status.CANCELLED, [ev.RunCancelled(by).item()])
 
 
 def _cancel_landed(ctx: RunContext) -> bool:
@@ -156,10 +158,9 @@ def finish_failed(
     fields: dict[str, Any] | None = None,
     extra: Items | None = None,
 ) -> Outcome:
-    failure = {"code": code, "detail": detail, **(fields or {})}
-    return finish(
-        ctx, Run.Status.FAILED, [*(extra or []), (ev.RUN_FAILED, failure)], failure=failure
-    )
+    failed = ev.RunFailed(code, detail, dict(fields or {}))
+    failure = failed.to_payload()  # the run row's `failure` too
+    return finish(ctx, Run.Status.FAILED, [*(extra or []), failed.item()], failure=failure)
 
 
 def finish(
@@ -173,11 +174,9 @@ def finish(
     """The one place a run's terminal state is written."""
     updates: list[tuple[int, dict[str, Any]]] = []
     if status == Run.Status.COMPLETED:
-        completed: dict[str, Any] = {"final_reply": final_reply}
-        label = _reply_label(ctx, items)
-        if label:  # CG-12: the final reply is the last reply's text, with its class
-            completed["label"] = label
-        items = [*items, (ev.RUN_COMPLETED, completed)]
+        # CG-12: the final reply is the last reply's text, with its class
+        completed = ev.RunCompleted(final_reply, _reply_label(ctx, items))
+        items = [*items, completed.item()]
     elif ctx.state.turn:
         interrupted, updates = _interrupted(ctx, ctx.state.turn)
         items = [*interrupted, *items]
@@ -208,14 +207,14 @@ def finish(
     return Outcome(status)
 
 
-def _reply_label(ctx: RunContext, items: Items) -> Any:
+def _reply_label(ctx: RunContext, items: Items) -> dict[str, Any] | None:
     """The label of the newest reply: among the items being written, else in the log."""
     for kind, payload in reversed(items):
         if kind == ev.ASSISTANT:
-            return payload.get("label")
+            return ev.AssistantMessage.from_payload(payload).label
     for event in reversed(ctx.events):
-        if event.type == ev.ASSISTANT:
-            return event.payload.get("label")
+        if isinstance(turn := event.data, ev.AssistantMessage):
+            return turn.label
     return None
 
 

@@ -38,7 +38,7 @@ def compose(ctx: RunContext) -> None:
     ctx.forced_skill_ids = tuple(s.id for s in skills)
     items: Items = []
     if dropped:
-        items.append((ev.SOURCES_DROPPED, {"sources": [d.as_dict() for d in dropped]}))
+        items.append(ev.SourcesDropped(tuple(d.as_dict() for d in dropped)).item())
     ctx.commit(
         items,
         run_update={
@@ -90,7 +90,7 @@ def assert_context(ctx: RunContext) -> Outcome | None:
                 "context_refused",
                 refused.detail,
                 fields=refused.fields,
-                extra=[(ev.CONTEXT_REFUSED, {"detail": refused.detail, **refused.fields})],
+                extra=[ev.ContextRefused(None, refused.detail, dict(refused.fields)).item()],
             )
         ctx.generation = asserted.generation
         ctx.decision = asserted.decision
@@ -98,7 +98,7 @@ def assert_context(ctx: RunContext) -> Outcome | None:
             if ctx.trace:
                 ctx.trace.verdict = verdict_label(asserted.decision.verdict, asserted.enforcement)
             if asserted.observed_refusal and not ctx.state.observed:
-                ctx.commit([(ev.CONTEXT_OBSERVED, {"verdict": "refused (observed)"})])
+                ctx.commit([ev.ContextObserved("refused (observed)").item()])
             return None
     return unstable(ctx)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from django.conf import settings
@@ -16,7 +16,7 @@ from agentruns.answers import schema_problems
 from agentruns.gate.core import ResultSource, parse_label
 from agentruns.models import Checkpoint, Run, ToolInvocation
 from agentruns.providers.base import Link, ProviderRequest, Reply
-from agentruns.runtime.actions.base import Outcome, RunContext, redaction_items
+from agentruns.runtime.actions.base import Outcome, RunContext
 from agentruns.runtime.actions.compact import compact_if_needed
 from agentruns.runtime.actions.endings import finish, finish_failed
 from agentruns.runtime.actions.gating import sources
@@ -83,7 +83,7 @@ def model_turn(ctx: RunContext, turn_index: int) -> Outcome | None:
     composed_on = ctx.generation
     composed = _composed(ctx)
     if composed.system_redacted and not ctx.state.system_redacted:
-        ctx.commit([(ev.SECRET_REDACTED, {"where": "system", "kinds": composed.system_redacted})])
+        ctx.commit(ev.redacted("system", composed.system_redacted))
     logged = len(ctx.events)
     stopped = compact_if_needed(ctx, list(composed.system), composed.specs)
     if stopped:
@@ -114,11 +114,7 @@ def model_turn(ctx: RunContext, turn_index: int) -> Outcome | None:
     if trace:
         trace.turn_done(ctx, span, reply, link, parse_label(sent.label))
     continuation = {"link": link.slug, "data": reply.continuation} if reply.continuation else None
-    served_by = {
-        "configuration": link.slug,
-        "provider": link.provider_slug,
-        "model": reply.model,
-    }
+    served_by = ev.ServedBy(link.slug, link.provider_slug, reply.model)
     offered = {t.name for t in composed.tools}
     sent_under = sent_record(ctx, link, composed, withheld)
     return _record_turn(
@@ -128,21 +124,21 @@ def model_turn(ctx: RunContext, turn_index: int) -> Outcome | None:
 
 def sent_record(
     ctx: RunContext, link: Link, composed: Composed, withheld: Sequence[ResultSource]
-) -> dict[str, Any]:
+) -> ev.SentRecord:
     """GOV-2: what this turn was sent under, kept in its `message.assistant` so pages show
     it as it was, never recomposed from today's catalog: the versions of the configuration,
     the provider that answered and each source carried, the zone and ceiling the gate
     judged, and the results it withheld."""
     view = ctx.config.view
-    return {
-        "configuration_version": view.primary.version,
-        "link_version": link.version,
-        "provider_version": link.provider_version,
-        "zone": link.zone.label,
-        "ceiling": ctx.config.ceiling.label,
-        "sources": {f"{s.kind}:{s.name}": s.version for s in composed.sources if s.version},
-        "withheld": [result.sequence for result in withheld],
-    }
+    return ev.SentRecord(
+        configuration_version=view.primary.version,
+        link_version=link.version,
+        provider_version=link.provider_version,
+        zone=link.zone.label,
+        ceiling=ctx.config.ceiling.label,
+        sources={f"{s.kind}:{s.name}": s.version for s in composed.sources if s.version},
+        withheld=tuple(result.sequence for result in withheld),
+    )
 
 
 def _composed(ctx: RunContext) -> Composed:
@@ -155,8 +151,8 @@ def _record_turn(
     reply: Reply,
     offered: set[str],
     continuation: Any = None,
-    served_by: dict[str, Any] | None = None,
-    sent_under: dict[str, Any] | None = None,
+    served_by: ev.ServedBy | None = None,
+    sent_under: ev.SentRecord | None = None,
     label: dict[str, Any] | None = None,
 ) -> Outcome | None:
     reply, unstorable = storable_reply(reply)  # SEC-7: before any of it is stored
@@ -170,26 +166,21 @@ def _record_turn(
             f"The model reused call ids {', '.join(sorted(reused))}; a history pairing "
             "them cannot exist (LOOP-7), so nothing was run.",
         )
-    payload: dict[str, Any] = {
-        "text": text,
-        "tool_calls": [call.as_dict() for call in calls],
-        "step": turn_index,
-        "tool_calls_before": ctx.state.tool_calls_used,
-        "served_by": served_by or {},  # LOOP-3: which link of the chain answered (TZ-5)
-        "usage": reply.token_usage,  # OPS-1
-        "sent": sent_under or {},  # GOV-2
-    }
-    if label:  # CG-12: its text and its calls' arguments carry the class of what it read
-        payload["label"] = label
-    redaction = redaction_items("model_reply", redacted)
+    turn = ev.AssistantMessage(
+        text=text,
+        tool_calls=tuple(calls),
+        turn_index=turn_index,
+        tool_calls_before=ctx.state.tool_calls_used,
+        served_by=served_by,  # LOOP-3: which link of the chain answered (TZ-5)
+        usage=reply.token_usage,  # OPS-1
+        sent=sent_under,  # GOV-2
+        # CG-12: its text and its calls' arguments carry the class of what it read
+        label=label or None,
+    )
+    redaction = ev.redacted("model_reply", redacted)
     if not calls:
-        payload["granted"] = []
-        return finish(
-            ctx,
-            Run.Status.COMPLETED,
-            [*redaction, (ev.ASSISTANT, payload)],
-            final_reply=text,
-        )
+        done = replace(turn, granted=())
+        return finish(ctx, Run.Status.COMPLETED, [*redaction, done.item()], final_reply=text)
     verdicts = [_judge(ctx, call, offered, unstorable.get(call.id)) for call in calls]
     candidates = [v.call.id for v in verdicts if v.status is None]
     limit = ctx.tool_call_limit
@@ -201,14 +192,14 @@ def _record_turn(
                 f"Refused: the tool budget of {limit} calls for this "
                 "run is used up. Answer with what you have."
             )
-    payload["granted"] = granted
+    turn = replace(turn, granted=tuple(granted))
     refusals = [
         ev.result_item(v.call.id, v.call.name, v.status, v.content)
         for v in verdicts
         if v.status is not None
     ]
     ctx.commit(
-        [*redaction, (ev.ASSISTANT, payload), *refusals],
+        [*redaction, turn.item(), *refusals],
         new_invocations=[_new_invocation(ctx, turn_index, c) for c in calls if c.id in granted],
         checkpoints=(
             (Checkpoint.Kind.MODEL_RESPONSE, len(redaction) + 1),
@@ -248,8 +239,8 @@ def _earlier_call_ids(ctx: RunContext) -> set[str]:
     rather than the whole log once per turn."""
     read, seen = ctx.call_ids_memo
     for event in ctx.events[read:]:
-        if event.type == ev.ASSISTANT:
-            seen.update(call["id"] for call in event.payload.get("tool_calls", []))
+        if isinstance(turn := event.data, ev.AssistantMessage):
+            seen.update(call.id for call in turn.tool_calls)
     ctx.call_ids_memo = (len(ctx.events), seen)
     return seen
 

@@ -17,7 +17,7 @@ from django.utils import timezone
 from agentruns import events as ev
 from agentruns.models import Checkpoint, ToolInvocation
 from agentruns.runtime import faults
-from agentruns.runtime.actions.base import Invocation, Items, Outcome, RunContext, redaction_items
+from agentruns.runtime.actions.base import Invocation, Items, Outcome, RunContext
 from agentruns.runtime.actions.delegation import child_starter, delegation_refusal
 from agentruns.runtime.actions.endings import boundary, park
 from agentruns.runtime.actions.gating import assert_context
@@ -165,7 +165,7 @@ def _ready(ctx: RunContext, turn: Turn, call: ProposedCall) -> Ready | None:
     context = ToolContext(
         run_id=ctx.lease.run_id,
         thread_id=ctx.lease.thread_id,
-        turn_index=turn.index,
+        turn_index=turn.turn_index,
         call_id=call.id,
         configuration_id=ctx.lease.configuration_id,
         catalog=ctx.mode.deferred,
@@ -291,12 +291,17 @@ def _output_items(ready: Ready, output: ToolOutput) -> Items:
     call, tool = ready.call, ready.tool
     content, redacted = redact(_edited_note(ready) + output.content)
     status = ev.OK if output.ok else ev.ERROR
-    extra: dict[str, Any] = {"class": tool.output_class.label}
-    if output.ok and "added_tool_names" in output.data:
-        extra["added_tool_names"] = output.data["added_tool_names"]
+    added = output.data.get("added_tool_names") if output.ok else None
     return [
-        *redaction_items(f"tool:{call.name}", redacted),
-        ev.result_item(call.id, call.name, status, content, **extra),
+        *ev.redacted(f"tool:{call.name}", redacted),
+        ev.result_item(
+            call.id,
+            call.name,
+            status,
+            content,
+            data_class=tool.output_class.label,
+            added_tool_names=None if added is None else list(added),
+        ),
     ]
 
 

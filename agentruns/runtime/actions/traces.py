@@ -79,10 +79,11 @@ class RunTrace:
         self.verdict = ""  # the gate's, on the latest send (set by `assert_context`)
         self.content_ok = False  # the latest send's effective class is within the limit
         opening = ctx.events[0] if ctx.events else None
-        forked = opening.payload["forked_from"] if opening and opening.type == ev.RUN_FORKED else {}
+        data = opening.data if opening else None
+        forked = data.forked_from if isinstance(data, ev.RunForked) else {}
         first = self.stored.get("run")
-        if first is None and opening and opening.type == ev.RUN_DELEGATED:
-            first = opening.payload.get("trace_parent")  # DEL-5: under the parent's tool span
+        if first is None and isinstance(data, ev.RunDelegated):
+            first = data.trace_parent  # DEL-5: under the parent's tool span
         previous = self.stored.get("last")
         self.span = tracing.start_span(
             f"invoke_agent {config.slug}",
@@ -103,9 +104,9 @@ class RunTrace:
         self.turn_index = self.stored.get("turn_index")
 
     def end(self, ctx: RunContext, outcome: str = "", *, error: str = "") -> None:
-        failure = ctx.events[-1].payload if ctx.events else {}
+        last = ctx.events[-1].data if ctx.events else None
         if not error and outcome == ev.TERMINAL_EVENTS[ev.RUN_FAILED]:
-            error = str(failure.get("code") or outcome)
+            error = (last.code if isinstance(last, ev.RunFailed) else None) or outcome
         tracing.end_span(
             self.span,
             {"agentruns.outcome": outcome or None, "agentruns.gate.verdict": self.verdict or None},
@@ -163,9 +164,9 @@ class RunTrace:
         attributes: dict[str, Any] = {"agentruns.gate.verdict": self.verdict or None}
         error = ""
         if reply is None:
-            last = ctx.events[-1] if ctx.events else None
-            if last is not None and last.type == ev.RUN_FAILED:
-                error = str(last.payload.get("code") or "failed")
+            last = ctx.events[-1].data if ctx.events else None
+            if isinstance(last, ev.RunFailed):
+                error = last.code or "failed"
         else:
             usage = reply.token_usage
             attributes.update(
@@ -192,7 +193,7 @@ class RunTrace:
 
     def tool(self, ctx: RunContext, turn: Turn, call: ProposedCall) -> Any:
         parent: Any = self.span
-        if self.turn_index == turn.index:
+        if self.turn_index == turn.turn_index:
             parent = self.turn_span or self.turn_ref or self.span
         attributes: dict[str, Any] = {
             **self.common,
@@ -200,7 +201,7 @@ class RunTrace:
             "gen_ai.tool.name": call.name,
             "gen_ai.tool.call.id": call.id,
             "gen_ai.tool.type": "function",
-            "agentruns.turn": turn.index,
+            "agentruns.turn": turn.turn_index,
         }
         if self._tool_content(call.name):
             attributes["gen_ai.tool.call.arguments"] = json.dumps(call.arguments)
@@ -209,16 +210,16 @@ class RunTrace:
     def tool_done(self, ctx: RunContext, span: Any, call: ProposedCall) -> None:
         result = next(
             (
-                e.payload
+                data
                 for e in reversed(ctx.events)
-                if e.type == ev.TOOL_RESULT and e.payload.get("call_id") == call.id
+                if isinstance(data := e.data, ev.ToolResult) and data.call_id == call.id
             ),
-            {},
+            None,
         )
-        status = str(result.get("status", ""))
+        status = result.status if result else ""
         attributes: dict[str, Any] = {"agentruns.tool.status": status or None}
         if result and self._tool_content(call.name):
-            attributes["gen_ai.tool.call.result"] = str(result.get("content", ""))
+            attributes["gen_ai.tool.call.result"] = result.content
         error = status if status and status != ev.OK else ""
         tracing.end_span(span, attributes, error=error)
 
