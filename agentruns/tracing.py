@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from agentruns.classes import DataClass, may_leave, parse_class
 from agentruns.egress import withheld_marker
@@ -29,6 +30,7 @@ class _State:
     tracer: Any = None
     content_class: DataClass | None = None
     django: bool = False
+    destination: str = ""  # where spans go, as an audit row names it (CG-14)
 
 
 _state = _State()
@@ -41,6 +43,11 @@ def enabled() -> bool:
 def content_class() -> DataClass | None:
     """The highest class whose content spans may carry; None: no content."""
     return _state.content_class
+
+
+def destination() -> str:
+    """The exporter's endpoint without credentials or a query (an audit row's name)."""
+    return _state.destination
 
 
 def configure(endpoint: str | None = None, *, instrument_django: bool = True) -> bool:
@@ -63,6 +70,9 @@ def configure(endpoint: str | None = None, *, instrument_django: bool = True) ->
     _state.provider = provider
     _state.tracer = provider.get_tracer("agentruns")
     _state.content_class = parse_class(os.environ.get("AGENTRUNS_OTEL_CONTENT_CLASS"))
+    parts = urlsplit(traces)
+    host = parts.netloc.rsplit("@", 1)[-1]  # no user or password in an audit row
+    _state.destination = urlunsplit((parts.scheme, host, parts.path, "", ""))
     if instrument_django:
         from opentelemetry.instrumentation.django import DjangoInstrumentor
 
@@ -107,6 +117,7 @@ def shutdown() -> None:
         _state.provider.shutdown()
     _state.provider = _state.tracer = _state.content_class = None
     _state.django = False
+    _state.destination = ""
 
 
 # A span context travels between processes (a parked run resumes elsewhere) as plain

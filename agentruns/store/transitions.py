@@ -22,7 +22,7 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from agentruns.errors import Fenced
-from agentruns.models import Run
+from agentruns.models import GateAudit, Run
 from agentruns.store import store
 from agentruns.store.records import Claim, Lease, Signals
 
@@ -103,6 +103,12 @@ def trace_context_save(lease: Lease, data: dict[str, Any]) -> None:
     """OPS-7: kept for the next drive of the run; written under this worker's epoch only
     (a parked run keeps its epoch until its next claim)."""
     Run.objects.filter(pk=lease.run_id, epoch=lease.epoch).update(trace_context=data)
+
+
+def audits_save(rows: list[dict[str, Any]]) -> None:
+    """Audit rows that justify no send (CG-14's `egress.withheld` of a trace), in one
+    statement; a send's own ride with its step (`RunContext.audit`)."""
+    GateAudit.objects.bulk_create(GateAudit(**row) for row in rows)
 
 
 _CLAIM_NUMBERS = itertools.count(1)

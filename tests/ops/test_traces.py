@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from agentruns import tracing
-from agentruns.models import Event, Run
+from agentruns.models import Event, GateAudit, Run
 from agentruns.runtime.loop import execute_run
 from tests.conftest import grant
 from tests.support.catalog import make_openai_configuration, make_snippet
@@ -154,12 +154,18 @@ def test_ops7_content_only_at_or_below_the_class_named(fake, staff, otlp, monkey
     }
     (mixed_chat,) = named(by_run[mixed.pk], "chat")
     instructions = json.loads(mixed_chat.attributes["gen_ai.system_instructions"])
-    assert [part["content"] for part in instructions] == ["OPEN-TEXT"]  # not CLOSED-TEXT
+    # CG-14: the closed snippet's text is held back in its part, which says so.
+    assert [part["content"] for part in instructions] == ["OPEN-TEXT", "withheld: confidential"]
     # The send's class is confidential: its conversation could repeat it, so none of it
     # (CG-14: the field holds the marker).
     assert mixed_chat.attributes["gen_ai.input.messages"] == "withheld: confidential"
     assert mixed_chat.attributes["gen_ai.output.messages"] == "withheld: confidential"
     assert "CLOSED-TEXT" not in str(spans) and "MIXED-PROMPT" not in str(spans)
+    # ... and audited once for the drive, naming the exporter; the plain run held nothing.
+    (audit,) = GateAudit.objects.filter(verdict="withheld")
+    assert (audit.run_id, audit.configuration, audit.source_kind) == (mixed.pk, "mixed", "trace")
+    assert (audit.data_class, audit.ceiling) == ("confidential", "internal")
+    assert audit.source_name == f"{otlp.url}/v1/traces"
 
     first, second = named(by_run[plain.pk], "chat")
     messages = json.loads(first.attributes["gen_ai.input.messages"])
@@ -224,6 +230,11 @@ def test_ops7_cg14_a_calls_arguments_leave_in_no_span_the_tool_span_keeps_them_f
     assert (call["name"], call["arguments"]) == ("notes.write", "withheld: internal")
     quoted = json.loads(second.attributes["gen_ai.input.messages"])[1]["parts"][1]
     assert quoted["arguments"] == "withheld: internal"
+    (tool,) = named(spans, "execute_tool")  # the tool span's fields say so too
+    assert tool.attributes["gen_ai.tool.call.arguments"] == "withheld: internal"
+    assert tool.attributes["gen_ai.tool.call.result"] == "withheld: internal"
+    (audit,) = GateAudit.objects.filter(verdict="withheld", run_id=run.pk)
+    assert (audit.source_kind, audit.data_class, audit.ceiling) == ("trace", "internal", "public")
 
 
 def test_ops7_cg14_a_requests_query_string_is_not_exported(staff, otlp, client, monkeypatch):
@@ -286,6 +297,26 @@ def test_ops7_tracing_costs_no_statement_per_step(fake, staff, otlp):
     tracing.configure(otlp.url, instrument_django=False)
     on = statements_of_a_run(fake, staff, "counted")
     assert on - off == 2
+
+
+def test_ops7_cg14_withholding_is_audited_once_per_drive_not_per_span(
+    fake, staff, otlp, monkeypatch
+):
+    """CG-14's audit of a trace costs one statement for a drive that held anything back,
+    however many spans did: each of this run's three turns and four calls withholds."""
+    monkeypatch.setenv("AGENTRUNS_OTEL_CONTENT_CLASS", "public")
+    secret = make_snippet("ledger", data_class="confidential", text="LEDGER-TEXT")
+    make_openai_configuration("held", fake, allowed_tools=["test"], snippets=[secret])
+    statements_of_a_run(fake, staff, "held")  # the caches warm
+    off = statements_of_a_run(fake, staff, "held")
+    tracing.configure(otlp.url, instrument_django=False)
+    on = statements_of_a_run(fake, staff, "held")
+    assert on - off == 3  # where the trace stands, read and kept; the audit
+    spans = received(otlp)
+    assert len(named(spans, "chat")) == 3 and len(named(spans, "execute_tool")) == 4
+    assert "LEDGER-TEXT" not in str([s.attributes for s in spans])
+    audits = GateAudit.objects.filter(verdict="withheld", source_kind="trace")
+    assert [a.data_class for a in audits] == ["confidential"]
 
 
 def test_ops7_a_childs_run_span_is_parented_under_its_parents_tool_span_DEL_5(fake, staff, otlp):

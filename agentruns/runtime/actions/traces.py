@@ -19,25 +19,28 @@ class is (undeclared places no constraint, TZ-1); the conversation only if the s
 effective class is (it may repeat any source or carried reply, CG-3, CG-12); a reply only
 if its label is; a tool's arguments — in the tool span and in every chat span that quotes
 the call alike — and its result only if, besides, its output class is. What is held back
-is replaced in its field by "withheld: <class>". Nothing of this module runs while
-tracing is off: the loop holds no `RunTrace`.
+is replaced in its field by "withheld: <class>", and a drive that withheld anything is
+audited once when it ends (`egress.withheld`, naming the exporter; one row per class held
+back, so the audit costs one statement per such drive, none per span). Nothing of this
+module runs while tracing is off: the loop holds no `RunTrace`.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from agentruns import events as ev
 from agentruns import tracing
-from agentruns.classes import DataClass, may_leave
-from agentruns.egress import withheld_marker
+from agentruns.classes import DataClass, Enforcement, may_leave, parse_class
+from agentruns.egress import EGRESS_WITHHELD_VERDICT, WayOut, withheld_marker
 from agentruns.gate.core import Label, effective_source
 from agentruns.providers.base import AssistantMessage, Message, ToolResultMessage
 from agentruns.runtime.actions.gating import sources
 from agentruns.runtime.context import system_texts
 from agentruns.runtime.redaction import redact
-from agentruns.store.transitions import trace_context_of, trace_context_save
+from agentruns.store.transitions import audits_save, trace_context_of, trace_context_save
 from agentruns.tools.registry import REGISTRY
 
 if TYPE_CHECKING:
@@ -48,6 +51,9 @@ if TYPE_CHECKING:
 
 _within = may_leave  # CG-14: the one rule of every way out, the trace's ceiling its `limit`
 
+# Marks a class held back and returns what the field holds instead (`RunTrace.withhold`).
+Withhold = Callable[[DataClass], str]
+
 
 def _tool_class(name: str) -> DataClass:
     """A tool's output class; an unknown tool's is the strictest."""
@@ -55,11 +61,13 @@ def _tool_class(name: str) -> DataClass:
     return tool.output_class if tool else DataClass.SECRET
 
 
-def _call_part(call_id: str, name: str, arguments: Any, limit: DataClass) -> dict[str, Any]:
+def _call_part(
+    call_id: str, name: str, arguments: Any, limit: DataClass, withhold: Withhold
+) -> dict[str, Any]:
     """A proposed call as a span carries it: its arguments only where the tool span would
     carry them (its tool's class within the limit), else the marker (CG-14)."""
     cls = _tool_class(name)
-    shown = arguments if _within(cls, limit) else withheld_marker(cls)
+    shown = arguments if _within(cls, limit) else withhold(cls)
     return {"type": "tool_call", "id": call_id, "name": name, "arguments": shown}
 
 
@@ -77,7 +85,10 @@ class RunTrace:
         self.provider = config.links[0].provider_kind or None
         self.model = config.model or None
         self.verdict = ""  # the gate's, on the latest send (set by `assert_context`)
-        self.content_ok = False  # the latest send's effective class is within the limit
+        # The latest send's effective class, and whether it is within the limit: kept with
+        # the trace, so a parked turn's calls, run on the next drive, are judged by it.
+        self.send_class = parse_class(self.stored.get("send_class"))
+        self.content_ok = bool(self.stored.get("content_ok"))
         opening = ctx.events[0] if ctx.events else None
         data = opening.data if opening else None
         forked = data.forked_from if isinstance(data, ev.RunForked) else {}
@@ -102,6 +113,13 @@ class RunTrace:
         self.turn_span: Any = None
         self.turn_ref = self.stored.get("turn")
         self.turn_index = self.stored.get("turn_index")
+        self.withheld: set[DataClass] = set()  # CG-14: the classes this drive held back
+
+    def withhold(self, data_class: DataClass) -> str:
+        """CG-14: what a field holds in place of content of `data_class`, noted for the
+        drive's audit."""
+        self.withheld.add(data_class)
+        return withheld_marker(data_class)
 
     def end(self, ctx: RunContext, outcome: str = "", *, error: str = "") -> None:
         last = ctx.events[-1].data if ctx.events else None
@@ -113,6 +131,8 @@ class RunTrace:
             error=error,
         )
         me = tracing.span_ref(self.span)
+        if self.withheld:
+            audits_save([self._withheld_row(ctx, cls) for cls in sorted(self.withheld)])
         trace_context_save(
             ctx.lease,
             {
@@ -120,7 +140,25 @@ class RunTrace:
                 "last": me,
                 "turn": self.turn_ref,
                 "turn_index": self.turn_index,
+                "send_class": self.send_class.label if self.send_class else None,
+                "content_ok": self.content_ok,
             },
+        )
+
+    def _withheld_row(self, ctx: RunContext, data_class: DataClass) -> dict[str, Any]:
+        """CG-14: `egress.withheld`, naming the destination (the exporter) and its ceiling."""
+        limit = tracing.content_class()
+        return dict(
+            verdict=EGRESS_WITHHELD_VERDICT,
+            enforcement=Enforcement.ENFORCE.recorded,
+            configuration=ctx.config.slug,
+            run_id=ctx.lease.run_id,
+            zone="",
+            ceiling=limit.label if limit else "",
+            source_kind=WayOut.TRACE.value,
+            source_name=tracing.destination()[:200],
+            data_class=data_class.label,
+            forced=False,
         )
 
     # --- a model turn ---------------------------------------------------------------
@@ -137,20 +175,21 @@ class RunTrace:
         if limit is not None:
             listed = sources(ctx)
             effective = effective_source(listed)
-            self.content_ok = _within(effective.data_class if effective else None, limit)
+            self.send_class = effective.data_class if effective else None
+            self.content_ok = _within(self.send_class, limit)
             instructions = [
-                {"type": "text", "content": redact(text)[0]}
+                {"type": "text", "content": self._instruction(text, source.data_class, limit)}
                 for source in listed
-                if source.carried_from is None and _within(source.data_class, limit)
+                if source.carried_from is None
                 for text in system_texts([source])
             ]
             attributes["gen_ai.system_instructions"] = json.dumps(instructions)
             if self.content_ok:
-                messages = [_message(m, limit) for m in composed.messages]
+                messages = [_message(m, limit, self.withhold) for m in composed.messages]
                 attributes["gen_ai.input.messages"] = json.dumps(messages)
             else:  # CG-14: the field says what it held back, never a word of it
                 assert effective is not None and effective.data_class is not None
-                attributes["gen_ai.input.messages"] = withheld_marker(effective.data_class)
+                attributes["gen_ai.input.messages"] = self.withhold(effective.data_class)
         span = tracing.start_span(f"chat {self.model or ''}".strip(), attributes, parent=self.span)
         self.turn_span, self.turn_ref, self.turn_index = span, tracing.span_ref(span), turn_index
         return span
@@ -181,12 +220,15 @@ class RunTrace:
             limit = tracing.content_class()
             cls = label.data_class if label else None
             if self.content_ok and limit is not None and _within(cls, limit):
-                calls = [_call_part(c.id, c.name, c.arguments, limit) for c in reply.tool_calls]
+                calls = [
+                    _call_part(c.id, c.name, c.arguments, limit, self.withhold)
+                    for c in reply.tool_calls
+                ]
                 text = [{"type": "text", "content": redact(reply.text)[0]}] if reply.text else []
                 output = [{"role": "assistant", "parts": [*text, *calls]}]
                 attributes["gen_ai.output.messages"] = json.dumps(output)
             elif limit is not None and cls is not None:
-                attributes["gen_ai.output.messages"] = withheld_marker(cls)
+                attributes["gen_ai.output.messages"] = self.withhold(cls)
         tracing.end_span(span, attributes, error=error)
 
     # --- a tool call ------------------------------------------------------------------
@@ -203,8 +245,11 @@ class RunTrace:
             "gen_ai.tool.type": "function",
             "agentruns.turn": turn.turn_index,
         }
-        if self._tool_content(call.name):
-            attributes["gen_ai.tool.call.arguments"] = json.dumps(call.arguments)
+        limit = tracing.content_class()
+        if limit is not None:
+            held = self._tool_withheld(call.name, limit)
+            shown = json.dumps(call.arguments) if held is None else self.withhold(held)
+            attributes["gen_ai.tool.call.arguments"] = shown
         return tracing.start_span(f"execute_tool {call.name}", attributes, parent=parent)
 
     def tool_done(self, ctx: RunContext, span: Any, call: ProposedCall) -> None:
@@ -218,26 +263,43 @@ class RunTrace:
         )
         status = result.status if result else ""
         attributes: dict[str, Any] = {"agentruns.tool.status": status or None}
-        if result and self._tool_content(call.name):
-            attributes["gen_ai.tool.call.result"] = result.content
+        limit = tracing.content_class()
+        if result and limit is not None:
+            held = self._tool_withheld(call.name, limit)
+            content = result.content
+            attributes["gen_ai.tool.call.result"] = content if held is None else self.withhold(held)
         error = status if status and status != ev.OK else ""
         tracing.end_span(span, attributes, error=error)
 
-    def _tool_content(self, name: str) -> bool:
-        return self.content_ok and _within(_tool_class(name), tracing.content_class())
+    def _tool_withheld(self, name: str, limit: DataClass) -> DataClass | None:
+        """None when a call's words leave with its span, else the class they are held back
+        for: the tool's, or the send's when the model that wrote them read something above
+        the limit (CG-12)."""
+        cls = _tool_class(name)
+        if not _within(cls, limit):
+            return cls
+        return None if self.content_ok else max(cls, self.send_class or cls)
+
+    def _instruction(self, text: str, data_class: DataClass | None, limit: DataClass) -> str:
+        """A source's text, or the marker where its class is above the limit."""
+        if data_class is None or _within(data_class, limit):
+            return redact(text)[0]
+        return self.withhold(data_class)
 
 
-def _message(message: Message, limit: DataClass) -> dict[str, Any]:
+def _message(message: Message, limit: DataClass, withhold: Withhold) -> dict[str, Any]:
     """One message of the conversation in the GenAI conventions' shape; a tool result
     whose tool's output class is above the limit is withheld."""
     if isinstance(message, ToolResultMessage):
         cls = _tool_class(message.name)
-        response = message.content if _within(cls, limit) else withheld_marker(cls)
+        response = message.content if _within(cls, limit) else withhold(cls)
         part = {"type": "tool_call_response", "id": message.call_id, "response": response}
         return {"role": "tool", "parts": [part]}
     if isinstance(message, AssistantMessage):
         parts: list[dict[str, Any]] = [{"type": "text", "content": message.text}]
-        parts += [_call_part(c.id, c.name, c.arguments, limit) for c in message.tool_calls]
+        parts += [
+            _call_part(c.id, c.name, c.arguments, limit, withhold) for c in message.tool_calls
+        ]
         return {"role": "assistant", "parts": parts}
     return {"role": "user", "parts": [{"type": "text", "content": message.text}]}
 
