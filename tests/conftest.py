@@ -119,9 +119,7 @@ def _nothing_cached_across_tests():
     generation; a rolled-back test takes the generation back and a sequence reset reuses
     ids, so each test starts from the tools registered in code and an empty cache."""
     yield
-    forget_pinned()
-    forget_cached_configs()
+    forget_caches()
 
 
-from agentruns.runtime.config import forget_cached_configs  # noqa: E402
-from agentruns.tools.mcp.pinned import forget_pinned  # noqa: E402
+from agentruns.runtime.config import forget_caches  # noqa: E402

@@ -7,14 +7,14 @@ import threading
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from agentruns.classes import DataClass, Zone
 from agentruns.gate.core import ConfigView, Source, reachable_zone
 from agentruns.gate.lookups import carried_for_send, config_view, forced_for_resume
 from agentruns.models import Configuration
 from agentruns.providers.base import Link, link_for
-from agentruns.tools.mcp.pinned import sync_pinned
+from agentruns.tools.mcp.pinned import forget_pinned, sync_pinned
 from agentruns.tools.policy import Mode, modes_from
 from agentruns.tools.registry import DELEGATE_TOOL, REGISTRY, digest
 
@@ -128,54 +128,84 @@ def build_runtime_config(
     )
 
 
-_lock = threading.Lock()
-_configs: dict[int, tuple[int, RuntimeConfig]] = {}
-_forced: dict[tuple, tuple[int, tuple[list[Source], list[Source]]]] = {}
-_carried: dict[tuple, tuple[int, list[Source]]] = {}
-_loading: dict[tuple[int, Hashable], threading.Lock] = {}
-
+K = TypeVar("K", bound=Hashable)
 T = TypeVar("T")
 
 
-def forget_cached_configs() -> None:
-    """Drop every cached configuration (the test suite: a rolled-back transaction takes the
-    generation back and a sequence reset reuses ids, so (id, generation) can repeat)."""
-    with _lock:
-        _configs.clear()
-        _forced.clear()
-        _carried.clear()
+class GenerationCache(Generic[K, T]):
+    """Values by key, each as loaded at one catalog generation: a caller at a newer
+    generation loads it again (CG-9), and threads that miss one key together wait for the
+    first one's load rather than each paying it (PERF-6: a burst of runs starting at once
+    built the same configuration a dozen times, about 30 ms each). A key's loading lock
+    lives only while its load is under way. `forget` is the only invalidation."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._values: dict[K, tuple[int, T]] = {}
+        self._loading: dict[K, threading.Lock] = {}
+
+    def get(self, key: K, generation: int, load: Callable[[], T]) -> T:
+        with self._lock:
+            cached = self._values.get(key)
+            if cached and cached[0] == generation:
+                return cached[1]
+            loading = self._loading.setdefault(key, threading.Lock())
+        with loading:
+            with self._lock:
+                cached = self._values.get(key)
+            if cached and cached[0] == generation:
+                return cached[1]
+            try:
+                value = load()
+                with self._lock:
+                    newest = self._values.get(key)
+                    if newest is None or newest[0] <= generation:  # never back to an older one
+                        self._values[key] = (generation, value)
+            finally:
+                with self._lock:
+                    if self._loading.get(key) is loading:
+                        del self._loading[key]
+            return value
+
+    def forget(self) -> None:
+        with self._lock:
+            self._values.clear()
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    @property
+    def loading(self) -> int:
+        """Loads under way (their locks)."""
+        return len(self._loading)
 
 
-def _memo(
-    cache: dict[Any, tuple[int, T]], key: Hashable, generation: int, load: Callable[[], T]
-) -> T:
-    """`key`'s value at `generation`, loaded once: threads that miss it together wait for
-    the first one's load rather than each paying it (PERF-6: a burst of runs starting at
-    once built the same configuration a dozen times, about 30 ms each)."""
-    with _lock:
-        cached = cache.get(key)
-        if cached and cached[0] == generation:
-            return cached[1]
-        loading = _loading.setdefault((id(cache), key), threading.Lock())
-    with loading:
-        with _lock:
-            cached = cache.get(key)
-        if cached and cached[0] == generation:
-            return cached[1]
-        value = load()
-        with _lock:
-            cache[key] = (generation, value)
-        return value
+_configs: GenerationCache[int, RuntimeConfig] = GenerationCache()
+_forced: GenerationCache[
+    tuple[tuple[int, ...], tuple[int, ...]], tuple[list[Source], list[Source]]
+] = GenerationCache()
+_carried: GenerationCache[tuple[tuple[Any, Any, Any], ...], list[Source]] = GenerationCache()
+
+
+def forget_caches() -> None:
+    """The one invalidation of this process's catalog caches: every configuration and
+    source set above, and the pinned MCP tools of the global registry they were built
+    with (the test suite: a rolled-back transaction takes the generation back and a
+    sequence reset reuses ids, so (id, generation) can repeat)."""
+    for cache in (_configs, _forced, _carried):
+        cache.forget()
+    forget_pinned()
 
 
 def runtime_config(configuration_id: int, generation: int) -> RuntimeConfig:
-    sync_pinned(generation)
+    """The configuration at `generation`; loading it (only then) brings the registry's
+    pinned tools up to that generation (`build_runtime_config`)."""
 
     def load() -> RuntimeConfig:
         configuration = Configuration.objects.select_related("provider").get(pk=configuration_id)
         return build_runtime_config(configuration, generation)
 
-    return _memo(_configs, configuration_id, generation, load)
+    return _configs.get(configuration_id, generation, load)
 
 
 def forced_sources(
@@ -185,13 +215,13 @@ def forced_sources(
     key = (tuple(snippet_ids or ()), tuple(skill_ids or ()))
     if not key[0] and not key[1]:
         return [], []
-    return _memo(_forced, key, generation, lambda: forced_for_resume(key[0], key[1]))
+    return _forced.get(key, generation, lambda: forced_for_resume(key[0], key[1]))
 
 
-def carried_sources(carried: Sequence[dict], generation: int) -> list[Source]:
+def carried_sources(carried: Sequence[dict[str, Any]], generation: int) -> list[Source]:
     """FORK-1: the sources a fork carried, by identity, re-read whenever the catalog
     changed (as `forced_sources`)."""
     if not carried:
         return []
     key = tuple((c.get("kind"), c.get("id"), c.get("from")) for c in carried)
-    return _memo(_carried, key, generation, lambda: carried_for_send(carried))
+    return _carried.get(key, generation, lambda: carried_for_send(carried))

@@ -26,6 +26,8 @@ the loop acts on it; CG-4: the audit row before the send it justifies).
 
 from __future__ import annotations
 
+from typing import Any
+
 from agentruns.events import LogEntry
 from agentruns.store import store
 from agentruns.store.records import Lease, Log, Step, Written
@@ -39,7 +41,7 @@ def write(lease: Lease, step: Step, *, durable: bool = True, count_today: bool =
     return store().write_step(lease, step, durable=durable, count_today=count_today)
 
 
-def read(lease: Lease, claimed: Log | None = None) -> tuple[list[LogEntry], dict | None]:
+def read(lease: Lease, claimed: Log | None = None) -> tuple[list[LogEntry], dict[str, Any] | None]:
     """The thread's events in order and the run's newest checkpoint state: as the claim
     read them, or read now."""
     rows, state = claimed or store().read_log(lease.thread_id, lease.run_id)
