@@ -19,9 +19,10 @@ from django.contrib.auth import get_user_model
 from mcp.server.mcpserver import MCPServer
 from playwright.sync_api import Page, expect
 
+from agentruns import events as ev
 from agentruns.demo import load_demo_data, load_demo_users
 from agentruns.demo_mcp import build_tracker
-from agentruns.models import Configuration, Provider, Run, Ticket
+from agentruns.models import Configuration, Event, Provider, Run, Ticket
 from tests.support.clusters import Clusters
 from tests.support.mcp import serve_http
 
@@ -102,7 +103,6 @@ def test_mcp5_the_demo_calls_an_mcp_tool_asks_approval_and_refuses_what_read_the
         timeout=LIVE,
     )
     expect(page.locator("#failure")).not_to_contain_text("J. Doe")
-    screenshot(page, "mcp-refused-reply")
     assert Run.objects.get(pk=run_id).status == Run.Status.FAILED
 
     refused_run = run_in_playground(page, "mcp-demo-global")
@@ -112,6 +112,47 @@ def test_mcp5_the_demo_calls_an_mcp_tool_asks_approval_and_refuses_what_read_the
     expect(page.locator("#final-reply")).to_be_visible(timeout=LIVE)
     screenshot(page, "mcp-refused")
     assert Run.objects.get(pk=refused_run).status == Run.Status.COMPLETED
+
+
+def test_cg12_fork1_a_fork_of_mcp_demo_onto_the_global_provider_is_refused_naming_the_reply(
+    mcp_cluster, page_as, screenshot
+):
+    """The demo of issue 47: `mcp-demo` reads the restricted customer record and, once the
+    comment is approved, ends; forking its last turn onto `mcp-demo-global` is refused by
+    the context gate, naming the reply that carried the record's class and the lookup that
+    set it (CG-12, CG-13, FORK-1) — and never a word of the record."""
+    page = page_as(admin_user())
+    run_id = run_in_playground(page, "mcp-demo")
+    comment = page.locator("[data-call]").filter(has_text="tracker.add_comment")
+    expect(comment).to_contain_text("Waiting for approval", timeout=LIVE)
+
+    inbox = page_as(admin_user())
+    inbox.goto("/inbox/")
+    card = inbox.locator("[data-ticket]").filter(has_text="tracker.add_comment")
+    card.get_by_role("button", name="Approve").click()
+    expect(inbox.get_by_role("status").first).to_contain_text("Approved: tracker.add_comment")
+    expect(page.locator("[data-status]").first).to_have_text("completed", timeout=LIVE)
+
+    last = Event.objects.filter(run_id=run_id, type=ev.ASSISTANT).order_by("-sequence")[0]
+    page.locator(f"#fork-inspector-{last.sequence} > summary").click()
+    form = page.get_by_role("form", name=f"Fork from event #{last.sequence}")
+    form.get_by_label("Configuration").select_option("mcp-demo-global")
+    form.get_by_label("New prompt (optional)").fill("Summarise it for the customer.")
+    form.get_by_role("button", name="Fork").click()
+
+    fork = Run.objects.get(forked_from_id=run_id)
+    expect(page).to_have_url(f"/playground/runs/{fork.pk}/")
+    failure = page.locator("#failure")
+    expect(failure).to_contain_text(
+        'reply of turn 3 (set by tool result "tracker.customer_lookup", restricted)',
+        timeout=LIVE,
+    )
+    expect(failure).to_contain_text("above the ceiling internal of the reachable zone")
+    expect(failure).not_to_contain_text("J. Doe")
+    screenshot(page, "mcp-refused-reply", full_page=False)
+    fork.refresh_from_db()
+    assert (fork.status, fork.failure["source_kind"]) == (Run.Status.FAILED, "reply")
+    assert fork.failure["origin"] == {"kind": "tool_result", "name": "tracker.customer_lookup"}
 
 
 def test_mcp2_the_admin_refreshes_the_trackers_tools_and_shows_the_difference(
