@@ -416,8 +416,8 @@ def _cancel_parked(run: Run, *, by: str) -> None:
     rows = store().invocations(run.pk, turn.turn_index, [c.id for c in open_calls]) if turn else []
     sent = {call_id: (pk, sent_at is not None) for call_id, pk, _version, sent_at in rows}
     items, updates = close_open_calls(open_calls, sent, now)
-    for pk, changes in updates:
-        ToolInvocation.objects.filter(pk=pk).update(**changes)
+    for change in updates:
+        ToolInvocation.objects.filter(pk=change.pk).update(**change.changes())
     items.append(ev.RunCancelled(by).item())  # who, for the audit (OPS-5)
     append_events(thread_id=run.thread_id, run_id=run.pk, items=items)
     run_cancel_parked(run.pk)
