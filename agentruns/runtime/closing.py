@@ -12,6 +12,7 @@ from typing import Any
 from agentruns import events as ev
 from agentruns.models import ToolInvocation
 from agentruns.runtime.state import ProposedCall
+from agentruns.store.rows import InvocationChange
 
 UNKNOWN = (
     "Outcome unknown: the effect may have happened before the worker stopped. It will not "
@@ -22,11 +23,12 @@ INTERRUPTED = "Interrupted: the run ended before this call ran."
 
 def close_open_calls(
     calls: Sequence[ProposedCall], invocations: Mapping[str, tuple[int, bool]], now: datetime
-) -> tuple[list[tuple[str, dict[str, Any]]], list[tuple[int, dict[str, Any]]]]:
+) -> tuple[list[tuple[str, dict[str, Any]]], list[InvocationChange]]:
     """A result for each open call, uncertain if its effect may have happened, else an
     interruption; and the final status of each one's invocation row, by row id.
     `invocations` maps a call id to (its row id, whether its effect was sent)."""
-    items, updates = [], []
+    items: list[tuple[str, dict[str, Any]]] = []
+    updates: list[InvocationChange] = []
     for call in calls:
         row, sent = invocations.get(call.id, (None, False))
         if sent:
@@ -35,5 +37,5 @@ def close_open_calls(
             items.append(ev.result_item(call.id, call.name, ev.ERROR, INTERRUPTED))
         if row is not None:
             status = ToolInvocation.Status.UNCERTAIN if sent else ToolInvocation.Status.INTERRUPTED
-            updates.append((row, {"status": status, "completed_at": now}))
+            updates.append(InvocationChange(row, status, completed_at=now))
     return items, updates

@@ -18,6 +18,7 @@ from agentruns.policy import may_decide
 from agentruns.runtime.actions.model_turn import idempotency_key
 from agentruns.runtime.redaction import redact_value
 from agentruns.runtime.state import ProposedCall
+from agentruns.store.tickets import ticket_edit
 from agentruns.tools.registry import REGISTRY, digest
 
 
@@ -105,12 +106,12 @@ def approval_record(run: Run, ticket: Ticket, user: Any, edit: Edit | None) -> C
         ticket.edited_arguments = None if back_to_original else edit.arguments
         ticket.edited_digest = "" if back_to_original else edit.digest
         ticket.edited_by = None if back_to_original else user
-        moved = Ticket.objects.filter(pk=ticket.pk, status=Ticket.Status.ACTIVE).update(
-            edited_arguments=ticket.edited_arguments,
-            edited_digest=ticket.edited_digest,
-            edited_by=ticket.edited_by,
+        ticket_edit(  # the run row lock makes this ours
+            ticket.pk,
+            arguments=ticket.edited_arguments,
+            digest=ticket.edited_digest,
+            by=ticket.edited_by,
         )
-        assert moved == 1  # the run row lock makes this ours
     TicketApproval.objects.create(ticket=ticket, user=user, arguments_digest=ticket.pending_digest)
     return approval_count(run, ticket)
 

@@ -32,6 +32,7 @@ from django.utils import timezone
 
 from agentruns.models import Ticket
 from agentruns.policy import approvers, recipients
+from agentruns.store.tickets import TicketRaced, ticket_mark, ticket_unmark
 
 logger = logging.getLogger(__name__)
 
@@ -73,11 +74,11 @@ def message(ticket: Ticket, *, mark: str) -> tuple[str, str]:
 
 
 def _claim(ticket_id: int, mark: str) -> bool:
-    return bool(
-        Ticket.objects.filter(pk=ticket_id, status=Ticket.Status.ACTIVE, **{mark: None}).update(
-            **{mark: timezone.now()}
-        )
-    )
+    try:
+        ticket_mark(ticket_id, mark, now=timezone.now())
+    except TicketRaced:  # another pass mailed it, or it was resolved meanwhile
+        return False
+    return True
 
 
 def _send(tickets: list[Ticket], mark: str, budget_seconds: float) -> int:
@@ -97,7 +98,7 @@ def _send(tickets: list[Ticket], mark: str, budget_seconds: float) -> int:
             send_mass_mail([(subject, body, settings.DEFAULT_FROM_EMAIL, [email]) for email in to])
         except Exception:
             logger.exception("mail for ticket %s failed; retried on the next pass", ticket.pk)
-            Ticket.objects.filter(pk=ticket.pk).update(**{mark: None})
+            ticket_unmark(ticket.pk, mark)
             continue
         sent += 1
     return sent

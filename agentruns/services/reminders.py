@@ -26,6 +26,7 @@ from agentruns import events as ev
 from agentruns.models import Configuration, Run, Ticket
 from agentruns.policy import any_of, escalation_due
 from agentruns.services.log import append_events
+from agentruns.store.tickets import TicketRaced, ticket_mark
 
 REMINDED, ESCALATED = "reminded_at", "escalated_at"
 
@@ -48,10 +49,9 @@ def _record(ticket_id: int, mark: str, now: datetime) -> bool:
             pk=ticket_id
         )
         Run.objects.select_for_update().filter(pk=ticket.run_id).values_list("pk").get()
-        moved = Ticket.objects.filter(
-            pk=ticket_id, status=Ticket.Status.ACTIVE, **{mark: None}
-        ).update(**{mark: now})
-        if moved != 1:
+        try:
+            ticket_mark(ticket_id, mark, now=now)
+        except TicketRaced:
             return False
         append_events(
             thread_id=ticket.thread_id, run_id=ticket.run_id, items=[_event(ticket, mark)]

@@ -45,6 +45,12 @@ from agentruns.services.approvals import (
     edited_invocation,
 )
 from agentruns.services.log import append_events
+from agentruns.store.tickets import (
+    TicketRaced,
+    invocation_settle,
+    ticket_resolve_answered,
+    ticket_resolve_expired,
+)
 from agentruns.store.transitions import run_requeue_answered
 from agentruns.store.wakeups import enqueue_wake
 
@@ -266,10 +272,10 @@ def _apply(
         invocation_status = ToolInvocation.Status.COMPLETED
         result = {"ok": True, "data": {"value": value}}
         items.append(_result(ticket, ev.OK, json.dumps(value, ensure_ascii=False)))
-    moved = Ticket.objects.filter(pk=ticket.pk, status=Ticket.Status.ACTIVE).update(
-        status=Ticket.Status.ANSWERED,
-        resolved_at=now,
-        resolved_by=user,
+    ticket_resolve_answered(  # the run row lock makes this ours
+        ticket.pk,
+        now=now,
+        by=user,
         resolution={
             "decision": decision,
             "note": note,
@@ -278,10 +284,9 @@ def _apply(
             **(edited.to_payload() if (edited := _edit_record(ticket)) else {}),
         },
     )
-    assert moved == 1  # the run row lock makes this ours
-    ToolInvocation.objects.filter(run=run, call_id=ticket.call_id).exclude(
-        status=ToolInvocation.Status.COMPLETED
-    ).update(
+    invocation_settle(
+        run.pk,
+        ticket.call_id,
         status=invocation_status,
         result=result,
         completed_at=now if result else None,
@@ -307,12 +312,9 @@ def ticket_expire(*, ticket_id: int) -> bool:
     ticket = Ticket.objects.select_related("run").get(pk=ticket_id)
     run = Run.objects.select_for_update().get(pk=ticket.run_id)
     now = timezone.now()
-    moved = (
-        Ticket.objects.filter(pk=ticket.pk, status=Ticket.Status.ACTIVE, deadline__lt=now)
-        .exclude(kind=Ticket.Kind.TIMER)
-        .update(status=Ticket.Status.EXPIRED, resolved_at=now, resolution={"decision": ev.EXPIRED})
-    )
-    if not moved:
+    try:
+        ticket_resolve_expired(ticket.pk, now=now, resolution={"decision": ev.EXPIRED})
+    except TicketRaced:  # answered, voided, or not past its deadline after all
         return False
     decided = ev.TicketDecided(
         correlation_id=str(ticket.correlation_id),
@@ -326,8 +328,8 @@ def ticket_expire(*, ticket_id: int) -> bool:
         run_id=run.pk,
         items=[decided.item(), _result(ticket, ev.EXPIRED, content)],
     )
-    ToolInvocation.objects.filter(run=run, call_id=ticket.call_id).update(
-        status=ToolInvocation.Status.EXPIRED, completed_at=now
+    invocation_settle(
+        run.pk, ticket.call_id, status=ToolInvocation.Status.EXPIRED, completed_at=now
     )
     if run.status == Run.Status.AWAITING:
         _requeue(run)

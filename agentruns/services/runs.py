@@ -35,8 +35,6 @@ from agentruns.models import (
     Skill,
     Snippet,
     Thread,
-    Ticket,
-    ToolInvocation,
 )
 from agentruns.policy import may_cancel, may_see_run, may_steer, may_submit, visible_threads
 from agentruns.providers.base import AssistantMessage, Message, ToolResultMessage, UserMessage
@@ -49,6 +47,7 @@ from agentruns.runtime.redaction import redact
 from agentruns.runtime.state import restore
 from agentruns.services.log import append_events
 from agentruns.store import store
+from agentruns.store.tickets import invocation_close, tickets_void
 from agentruns.store.transitions import run_cancel_parked
 from agentruns.store.wakeups import enqueue_wake
 from agentruns.tools.registry import canonical_json
@@ -406,9 +405,7 @@ def _hand_back_cancelled(run: Run, log: list[LogEntry]) -> None:
 
 def _cancel_parked(run: Run, *, by: str) -> None:
     now = timezone.now()
-    Ticket.objects.filter(run=run, status=Ticket.Status.ACTIVE).update(
-        status=Ticket.Status.VOID, resolved_at=now
-    )
+    tickets_void(run.pk, now=now)
     log = log_entries(Event.objects.filter(run=run))
     state = restore(None, log)
     turn = state.turn
@@ -416,8 +413,8 @@ def _cancel_parked(run: Run, *, by: str) -> None:
     rows = store().invocations(run.pk, turn.turn_index, [c.id for c in open_calls]) if turn else []
     sent = {call_id: (pk, sent_at is not None) for call_id, pk, _version, sent_at in rows}
     items, updates = close_open_calls(open_calls, sent, now)
-    for pk, changes in updates:
-        ToolInvocation.objects.filter(pk=pk).update(**changes)
+    for change in updates:
+        invocation_close(change)
     items.append(ev.RunCancelled(by).item())  # who, for the audit (OPS-5)
     append_events(thread_id=run.thread_id, run_id=run.pk, items=items)
     run_cancel_parked(run.pk)

@@ -14,6 +14,7 @@ from django.utils import timezone
 from agentruns import events as ev
 from agentruns.models import Run, Ticket, ToolInvocation
 from agentruns.services.log import append_events
+from agentruns.store.tickets import TicketRaced, invocation_settle, ticket_resolve_answered
 from agentruns.store.transitions import run_requeue_answered
 from agentruns.store.wakeups import enqueue_wake
 
@@ -37,15 +38,16 @@ def timer_fire(*, ticket_id: int) -> bool:
     ticket = Ticket.objects.get(pk=ticket_id)
     run = Run.objects.select_for_update().get(pk=ticket.run_id)
     now = timezone.now()
-    moved = Ticket.objects.filter(
-        pk=ticket.pk, status=Ticket.Status.ACTIVE, kind=Ticket.Kind.TIMER, deadline__lte=now
-    ).update(status=Ticket.Status.ANSWERED, resolved_at=now, resolution={"decision": TIMER})
-    if not moved:
+    try:
+        ticket_resolve_answered(ticket.pk, now=now, due=True, resolution={"decision": TIMER})
+    except TicketRaced:
         return False
     waited = (now - ticket.created_at).total_seconds()
     content = f"Waited {waited:.0f} seconds; it is now {now.isoformat()}."
     decided = ev.TicketDecided(str(ticket.correlation_id), ticket.call_id, TIMER)
-    ToolInvocation.objects.filter(run=run, call_id=ticket.call_id).update(
+    invocation_settle(
+        run.pk,
+        ticket.call_id,
         status=ToolInvocation.Status.COMPLETED,
         result={"ok": True, "data": {"waited_seconds": round(waited)}},
         completed_at=now,

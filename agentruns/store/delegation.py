@@ -12,6 +12,7 @@ from django.utils import timezone
 from agentruns import events as ev
 from agentruns.models import Configuration, GateAudit, Run, Thread, Ticket, ToolInvocation
 from agentruns.store.appends import append_events
+from agentruns.store.tickets import TicketRaced, invocation_settle, ticket_resolve_answered
 from agentruns.store.transitions import run_requeue_answered
 from agentruns.store.wakeups import enqueue_wake
 
@@ -75,15 +76,14 @@ def delegation_answer(
         return False
     status = result[1]["status"]
     resolution = {"decision": ev.DELEGATED, "child": child_id, "status": status}
-    moved = Ticket.objects.filter(pk=ticket.pk, status=Ticket.Status.ACTIVE).update(
-        status=Ticket.Status.ANSWERED, resolved_at=now, resolution=resolution
-    )
-    if moved != 1:
+    try:
+        ticket_resolve_answered(ticket.pk, now=now, resolution=resolution)
+    except TicketRaced:
         return False
     ok = status == ev.OK
-    ToolInvocation.objects.filter(run_id=parent_id, call_id=call_id).exclude(
-        status=ToolInvocation.Status.COMPLETED
-    ).update(
+    invocation_settle(
+        parent_id,
+        call_id,
         status=ToolInvocation.Status.COMPLETED if ok else ToolInvocation.Status.FAILED,
         result={"ok": ok, "data": {"child": child_id}},
         completed_at=now,

@@ -73,14 +73,16 @@ class PortableStore(SystemStore):
                 Checkpoint(**checkpoint_row(lease, cp, now)) for cp in step.checkpoints
             )
             created = ToolInvocation.objects.bulk_create(
-                ToolInvocation(**row, created_at=now) for row in step.new_invocations
+                ToolInvocation(**row.row(), created_at=now) for row in step.new_invocations
             )
             if step.new_ticket is not None:
-                Ticket.objects.create(**step.new_ticket)
+                Ticket.objects.create(**step.new_ticket.row())
             GateAudit.objects.bulk_create(GateAudit(**row, created_at=now) for row in step.audits)
-            for pk, changes in step.invocation_updates:
-                ToolInvocation.objects.filter(pk=pk).update(**changes)
-            if step.run_update and not Run.objects.filter(lease.fence).update(**step.run_update):
+            for change in step.invocation_updates:
+                ToolInvocation.objects.filter(pk=change.pk).update(**change.changes())
+            run_update = step.run_update
+            fenced = Run.objects.filter(lease.fence)
+            if run_update is not None and not fenced.update(**run_update.columns()):
                 _lost()
             return Written(
                 invocations={invocation.call_id: invocation.pk for invocation in created},

@@ -128,13 +128,13 @@ class PostgresStore(SystemStore):
 
     def write_step(self, lease: Lease, step: Step, *, durable: bool, count_today: bool) -> Written:
         row = step_statement(lease, step, fast=fast_commit(durable), count_today=count_today)
-        held, cancel, generation, created, used = row[:5]  # then the outbox's, set_config's
-        if not held:
+        if not row.held:
             raise Fenced("the lease was taken by another worker, or the log lost its steps")
+        used = row.used_today
         return Written(
-            invocations={call_id: pk for call_id, pk in (created or [])},
-            cancel_requested=bool(cancel),
-            generation=generation,
+            invocations={call_id: pk for call_id, pk in (row.created or [])},
+            cancel_requested=bool(row.cancel_requested),
+            generation=row.generation,
             used_today=None if used is None else (DailyUsage.today(), int(used)),
         )
 

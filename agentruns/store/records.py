@@ -14,6 +14,7 @@ from django.conf import settings
 from django.db.models import Q
 
 from agentruns.events import LogEntry
+from agentruns.store.rows import InvocationChange, NewInvocation, NewTicket, RunUpdate
 
 # (sequence, type, payload, run_id) in log order.
 LogRow = tuple[int, str, dict[str, Any], int | None]
@@ -128,11 +129,11 @@ class Step:
 
     events: Sequence[LogEntry] = field(default_factory=list)
     checkpoints: list[tuple[str, int, dict[str, Any]]] = field(default_factory=list)
-    new_invocations: list[dict[str, Any]] = field(default_factory=list)
-    invocation_updates: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
-    run_update: dict[str, Any] = field(default_factory=dict)
-    # HITL-2: the ticket a parking step opens (its Ticket columns), written with the step.
-    new_ticket: dict[str, Any] | None = None
+    new_invocations: list[NewInvocation] = field(default_factory=list)
+    invocation_updates: list[InvocationChange] = field(default_factory=list)
+    run_update: RunUpdate | None = None
+    # HITL-2: the ticket a parking step opens, written with the step.
+    new_ticket: NewTicket | None = None
     # The newest sequence of the thread this worker has seen (0: none). The step is written
     # only if the log still holds it: a database crash can lose a tail of steps committed
     # without waiting for the WAL flush, and a worker that carried on over a fresh
@@ -153,7 +154,7 @@ class Step:
             checkpoints=later.checkpoints or self.checkpoints,
             new_invocations=[*self.new_invocations, *later.new_invocations],
             invocation_updates=[*self.invocation_updates, *later.invocation_updates],
-            run_update={**self.run_update, **later.run_update},
+            run_update=RunUpdate.merged(self.run_update, later.run_update),
             new_ticket=later.new_ticket if later.new_ticket is not None else self.new_ticket,
             after=self.after,
             audits=[*self.audits, *later.audits],

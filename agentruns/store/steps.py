@@ -27,6 +27,7 @@ from agentruns.models import (
 )
 from agentruns.store.ops_sql import USAGE_UPSERT, USAGE_USED, delivery_insert, usage_params
 from agentruns.store.records import Lease, Step, checkpoint_row, event_row
+from agentruns.store.rows import StepResult
 from agentruns.store.statements import JsonText, prepared
 
 RUN = Run._meta.db_table
@@ -239,12 +240,11 @@ def _updates_sql(name: str, columns: tuple[str, ...]) -> str:
     )
 
 
-def step_statement(lease: Lease, step: Step, *, fast: bool, count_today: bool) -> tuple:
+def step_statement(lease: Lease, step: Step, *, fast: bool, count_today: bool) -> StepResult:
     """The whole step (and the audit rows of the send after it) as data-modifying CTEs
-    behind a `FOR SHARE` fence on the run row; returns (fence held, cancel flag, catalog
-    generation, [[call_id, invocation id]], the configuration's tokens today if the step
-    used any and `count_today` asks, whether any webhook is active). `fast`: its commit does
-    not wait for the WAL flush (only a statement that is its own transaction)."""
+    behind a `FOR SHARE` fence on the run row; the tokens today only if the step used any
+    and `count_today` asks. `fast`: its commit does not wait for the WAL flush (only a
+    statement that is its own transaction)."""
     params: list[Any] = [lease.run_id, lease.epoch]
     used_params: list[Any] = []
     held = ""
@@ -274,17 +274,18 @@ def step_statement(lease: Lease, step: Step, *, fast: bool, count_today: bool) -
         rows = [checkpoint_row(lease, cp, STAMPED_LATER) for cp in step.checkpoints]
         parts.append(_insert("cp", Checkpoint, CHECKPOINT_COLUMNS, rows, params))
     if step.new_invocations:
-        invocations = step.new_invocations
-        parts.append(_insert("inv", ToolInvocation, INVOCATION_COLUMNS, invocations, params))
+        rows = [invocation.row() for invocation in step.new_invocations]
+        parts.append(_insert("inv", ToolInvocation, INVOCATION_COLUMNS, rows, params))
     if step.new_ticket is not None:
-        row = {**step.new_ticket, "status": Ticket.Status.ACTIVE}
+        row = {**step.new_ticket.row(), "status": Ticket.Status.ACTIVE}
         parts.append(_insert("tk", Ticket, TICKET_COLUMNS, [row], params))
-    parts.extend(_invocation_updates(step.invocation_updates, params))
+    changes = [(change.pk, change.changes()) for change in step.invocation_updates]
+    parts.extend(_invocation_updates(changes, params))
     if step.audits:
         parts.append(_insert("au", GateAudit, AUDIT_COLUMNS, step.audits, params))
-    if step.run_update:
+    if step.run_update is not None:
         fenced = "id = %s AND epoch = %s" + (f" AND NOT {SUBSCRIBED}" if unsubscribed else "")
-        parts.append(_update("run", RUN, step.run_update, fenced, params))
+        parts.append(_update("run", RUN, step.run_update.columns(), fenced, params))
         params.extend([lease.run_id, lease.epoch])
     used = USAGE_USED if used_params else "NULL"
     created = (
@@ -300,9 +301,9 @@ def step_statement(lease: Lease, step: Step, *, fast: bool, count_today: bool) -
         f"{RELAX_COMMIT if fast else ''}"
     )
     params.extend(used_params)
-    result = prepared(sql, params)
-    Subscribers.seen = result[5]
-    if unsubscribed and result[5] and not result[0]:
+    result = StepResult(*prepared(sql, params)[:6])  # then set_config's, if fast
+    Subscribers.seen = result.subscribed
+    if unsubscribed and result.subscribed and not result.held:
         # A webhook came: the step again, with the outbox.
         return step_statement(lease, step, fast=fast, count_today=count_today)
     return result

@@ -2,8 +2,8 @@
 whose row count is checked, with ONE set of "release the lease" columns. Claims
 (queued/expired → running, CLU-2) run the store's claim statement on the database clock
 and come back as a `Claim`; a running run's own endings and parkings go through the step
-statement with `released(...)` as its run update, fenced by the lease. Heartbeat renewals
-of many leases at once: `renew_many`."""
+statement with a `RunUpdate` (store/rows.py) that frees the same columns, fenced by the
+lease. Heartbeat renewals of many leases at once: `renew_many`."""
 
 from __future__ import annotations
 
@@ -19,12 +19,12 @@ from typing import Any
 from django.conf import settings
 from django.db.models import Q
 from django.db.models.functions import Now
-from django.utils import timezone
 
 from agentruns.errors import Fenced
 from agentruns.models import GateAudit, Run
 from agentruns.store import store
 from agentruns.store.records import Claim, Lease, Signals
+from agentruns.store.rows import release_columns
 
 Status = Run.Status
 
@@ -33,18 +33,10 @@ class LostTransition(AssertionError):
     """A transition the caller's row lock guaranteed did not change exactly one row."""
 
 
-def release_columns() -> dict[str, Any]:
-    """The run holds no worker and no lease (parked, handed back or ended)."""
-    return {"lease_owner": "", "lease_expires_at": None, "updated_at": timezone.now()}
-
-
-def released(status: str, **changes: Any) -> dict[str, Any]:
-    """A run update that moves the run to `status` and frees its lease."""
-    return {**changes, "status": status, **release_columns()}
-
-
-def _move(condition: Q, status: str, **changes: Any) -> bool:
-    return Run.objects.filter(condition).update(**released(status, **changes)) == 1
+def _move(condition: Q, status: str) -> bool:
+    """To `status`, freeing the lease (a running run's own steps do so with a `RunUpdate`
+    of the same columns, fenced by its lease)."""
+    return Run.objects.filter(condition).update(status=status, **release_columns()) == 1
 
 
 def _must(moved: bool, what: str) -> None:

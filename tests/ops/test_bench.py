@@ -78,7 +78,7 @@ def test_a_daily_limit_is_checked_on_the_total_the_steps_return_ops2_perf2():
 def test_a_tool_completion_writes_no_indexed_column_so_it_is_a_hot_update_perf1():
     """A completion changes no value an index of the table reads (its columns, expressions
     and predicates), so PostgreSQL updates the row in its heap page alone."""
-    written = set(completion(ToolOutput("done")))
+    written = set(completion(1, ToolOutput("done")).changes())
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT pg_get_indexdef(indexrelid) FROM pg_index WHERE indrelid = %s::regclass",

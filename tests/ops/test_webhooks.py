@@ -22,6 +22,7 @@ from agentruns.runtime.loop import execute_run
 from agentruns.services.webhooks import NO_RESPONSE, backoff_seconds, webhook_deliver_due
 from agentruns.store import store
 from agentruns.store.records import Lease, Step
+from agentruns.store.rows import RunUpdate
 from agentruns.store.steps import Subscribers
 from tests.support.catalog import make_configuration, make_provider
 from tests.support.ops import Receiver, client_for, hook_owner, refused_port
@@ -259,7 +260,7 @@ def _claimed_lease(run_id: int) -> Lease:
 
 def _step(run_id: int, sequence: int) -> Step:
     entry = LogEntry(sequence, "message.assistant", {"text": "hi", "tool_calls": []}, run_id)
-    return Step(events=[entry], after=sequence - 1, run_update={"steps": sequence})
+    return Step(events=[entry], after=sequence - 1, run_update=RunUpdate(steps=sequence))
 
 
 def test_ops4_while_nobody_subscribed_a_step_leaves_the_outbox_out_but_not_a_new_webhook(staff):

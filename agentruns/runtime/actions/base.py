@@ -36,6 +36,7 @@ from agentruns.runtime.state import (
 )
 from agentruns.store import store
 from agentruns.store.records import Claim, Lease, Signals, Written
+from agentruns.store.rows import InvocationChange, NewInvocation, NewTicket, RunUpdate
 from agentruns.tools.mcp.pinned import sync_pinned
 from agentruns.tools.policy import (
     Mode,
@@ -252,16 +253,17 @@ class RunContext:
         *,
         checkpoints: Sequence[tuple[str, int | None]] = (),
         continuation: Any = None,
-        new_invocations: Sequence[dict[str, Any]] = (),
-        invocation_updates: Sequence[tuple[int, dict[str, Any]]] = (),
-        run_update: dict[str, Any] | Callable[[], dict[str, Any]] | None = None,
-        new_ticket: dict[str, Any] | None = None,
+        new_invocations: Sequence[NewInvocation] = (),
+        invocation_updates: Sequence[InvocationChange] = (),
+        run_update: RunUpdate | Callable[[], RunUpdate] | None = None,
+        new_ticket: NewTicket | None = None,
         durable: bool = True,
         hold: bool = False,
     ) -> list[LogEntry]:
         """Events fenced by the lease, folded into the state, with the checkpoints taken
         on the way and the step's row changes — written as one unit (journal.write), with
-        the step held before it if any; or, with `hold`, held itself."""
+        the step held before it if any; or, with `hold`, held itself. A `run_update`
+        given as a function is taken of the state with `items` folded in."""
         written = [
             LogEntry(self.next_sequence + offset, kind, payload, self.lease.run_id)
             for offset, (kind, payload) in enumerate(items)
@@ -272,18 +274,19 @@ class RunContext:
             checkpoints=snapshots,
             new_invocations=list(new_invocations),
             invocation_updates=list(invocation_updates),
-            run_update=(run_update() if callable(run_update) else run_update) or {},
+            run_update=run_update() if callable(run_update) else run_update,
             new_ticket=new_ticket,
             after=self.next_sequence - 1,
         )
         if hold:
-            assert not (durable or step.new_invocations or new_ticket), "only a re-doable step"
+            redoable = not (durable or step.new_invocations or new_ticket or step.run_update)
+            assert redoable, "only a re-doable step"
             self.held = step if self.held is None else self.held.then(step)
             return written
         result = self._write(step, durable)
         for row in new_invocations:
-            self.invocations[row["call_id"]] = Invocation(
-                result.invocations[row["call_id"]], row["tool_version"], None
+            self.invocations[row.call_id] = Invocation(
+                result.invocations[row.call_id], row.tool_version, None
             )
         return written
 

@@ -30,10 +30,10 @@ from agentruns.runtime.state import (
     ProposedCall,
     Turn,
 )
+from agentruns.store.rows import Ending, InvocationChange, NewTicket, RunUpdate
 from agentruns.store.transitions import (
     cancel_requester,
     lease_cancel_flag,
-    released,
     renew_if_due,
 )
 from agentruns.store.wakeups import enqueue_wake
@@ -82,24 +82,23 @@ def park(
         deadline, kind = due, Ticket.Kind.TIMER
     if start_child is not None:
         kind, deadline = Ticket.Kind.DELEGATION, None
-    ticket: dict[str, Any] = {
-        "correlation_id": uuid.uuid4(),
-        "run_id": ctx.lease.run_id,
-        "thread_id": ctx.lease.thread_id,
-        "snapshot_id": config.snapshot_id,
-        "catalog_fingerprint": catalog_fingerprint(ctx.offered(), ctx.mode.deferred),
-        "deadline": deadline,
-        "kind": kind,
-        "call_id": call.id,
-        "tool": call.name,
-        "arguments": call.arguments,
-        "arguments_digest": digest(call.arguments),
-        "question": call.arguments.get("question", "") if ask else "",
-        "schema": call.arguments.get("schema") if ask else None,
-        "child_id": None,
-    }
+    ticket = NewTicket(
+        correlation_id=uuid.uuid4(),
+        run_id=ctx.lease.run_id,
+        thread_id=ctx.lease.thread_id,
+        snapshot_id=config.snapshot_id,
+        catalog_fingerprint=catalog_fingerprint(ctx.offered(), ctx.mode.deferred),
+        deadline=deadline,
+        kind=kind,
+        call_id=call.id,
+        tool=call.name,
+        arguments=call.arguments,
+        arguments_digest=digest(call.arguments),
+        question=call.arguments.get("question", "") if ask else "",
+        schema=call.arguments.get("schema") if ask else None,
+    )
     opened = ev.TicketOpened(
-        correlation_id=str(ticket["correlation_id"]),
+        correlation_id=str(ticket.correlation_id),
         call_id=call.id,
         kind=kind,
         tool=call.name,
@@ -109,8 +108,8 @@ def park(
         cancelled = _cancel_landed(ctx)
         if not cancelled:
             if start_child is not None:
-                ticket["child_id"] = child = start_child()
-                opened = replace(opened, child=child)
+                child = start_child()
+                ticket, opened = replace(ticket, child_id=child), replace(opened, child=child)
             written = ctx.write(
                 [opened.item()],
                 checkpoints=((Checkpoint.Kind.SUSPENSION, None),),
@@ -172,7 +171,7 @@ def finish(
     failure: dict[str, Any] | None = None,
 ) -> Outcome:
     """The one place a run's terminal state is written."""
-    updates: list[tuple[int, dict[str, Any]]] = []
+    updates: list[InvocationChange] = []
     if status == Run.Status.COMPLETED:
         # CG-12: the final reply is the last reply's text, with its class
         completed = ev.RunCompleted(final_reply, _reply_label(ctx, items))
@@ -185,7 +184,7 @@ def finish(
         items,
         checkpoints=((Checkpoint.Kind.TERMINAL, None),),
         invocation_updates=updates,
-        run_update=lambda: _run_row(ctx, status, final_reply=final_reply, failure=failure),
+        run_update=lambda: _run_row(ctx, status, Ending(final_reply, failure)),
     )
     parent = delegated_by(ctx.events)
     if parent is None:
@@ -218,7 +217,7 @@ def _reply_label(ctx: RunContext, items: Items) -> dict[str, Any] | None:
     return None
 
 
-def _interrupted(ctx: RunContext, turn: Turn) -> tuple[Items, list[tuple[int, dict[str, Any]]]]:
+def _interrupted(ctx: RunContext, turn: Turn) -> tuple[Items, list[InvocationChange]]:
     """The open calls of a run that ends early, closed (`close_open_calls`)."""
     open_calls = turn.open_calls()
     ctx.load_invocations(turn, open_calls)
@@ -230,12 +229,12 @@ def _interrupted(ctx: RunContext, turn: Turn) -> tuple[Items, list[tuple[int, di
     return close_open_calls(open_calls, rows, timezone.now())
 
 
-def _run_row(ctx: RunContext, status: str, **changes: Any) -> dict[str, Any]:
+def _run_row(ctx: RunContext, status: str, ending: Ending | None = None) -> RunUpdate:
     """The run row's cached columns as of the folded state; parking or ending frees
     the lease."""
-    return released(
-        status,
-        **changes,
+    return RunUpdate(
+        status=status,
+        ending=ending,
         steps=ctx.state.turns,
         tool_calls_used=ctx.state.tool_calls_used,
         last_sequence=ctx.state.last_sequence,

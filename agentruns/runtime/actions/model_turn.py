@@ -28,6 +28,7 @@ from agentruns.runtime.redaction import redact, redact_value
 from agentruns.runtime.state import ProposedCall
 from agentruns.runtime.storable import storable_reply, unstorable_arguments
 from agentruns.store import store
+from agentruns.store.rows import NewInvocation
 from agentruns.tools.policy import (
     needs_human,
     tool_refusal,
@@ -274,23 +275,23 @@ def _judge(
     return Screened(call)
 
 
-def _new_invocation(ctx: RunContext, turn_index: int, call: ProposedCall) -> dict[str, Any]:
+def _new_invocation(ctx: RunContext, turn_index: int, call: ProposedCall) -> NewInvocation:
     tool = REGISTRY.get(call.name)
-    assert tool is not None
+    assert tool is not None and call.arguments is not None
     human = needs_human(tool, ctx.config.exempt)
     arguments_digest = digest(call.arguments)
-    return {
-        "run_id": ctx.lease.run_id,
-        "step": turn_index,
-        "call_id": call.id,
-        "tool": call.name,
-        "tool_version": tool.version,
-        "arguments": call.arguments,
-        "arguments_digest": arguments_digest,
-        "idempotency_key": idempotency_key(
+    return NewInvocation(
+        run_id=ctx.lease.run_id,
+        turn_index=turn_index,
+        call_id=call.id,
+        tool=call.name,
+        tool_version=tool.version,
+        arguments=call.arguments,
+        arguments_digest=arguments_digest,
+        idempotency_key=idempotency_key(
             ctx.lease.run_id, turn_index, call, tool, arguments_digest=arguments_digest
         ),
-        "status": (
+        status=(
             ToolInvocation.Status.AWAITING_APPROVAL if human else ToolInvocation.Status.AUTHORISED
         ),
-    }
+    )

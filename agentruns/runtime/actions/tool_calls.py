@@ -30,6 +30,7 @@ from agentruns.runtime.state import (
 from agentruns.runtime.storable import storable_output
 from agentruns.store import store
 from agentruns.store.connection import close_thread_connections, connection_given_back
+from agentruns.store.rows import InvocationChange
 from agentruns.tools.builtin import wait_due
 from agentruns.tools.policy import (
     TIMER,
@@ -263,7 +264,7 @@ def _run_transactional(ctx: RunContext, ready: Ready) -> None:
         output = run_tool(ready.tool, ready.call, ready.context, savepoint=True)
         written = ctx.write(
             _output_items(ready, output),
-            invocation_updates=[(ready.invocation.pk, completion(output))],
+            invocation_updates=[completion(ready.invocation.pk, output)],
             checkpoints=((Checkpoint.Kind.TOOL_COMPLETED, None),),
         )
     ctx.committed(written)
@@ -271,8 +272,9 @@ def _run_transactional(ctx: RunContext, ready: Ready) -> None:
 
 def _mark_effect_sent(ctx: RunContext, invocations: Sequence[Invocation]) -> None:
     now = timezone.now()
-    sent = {"effect_sent_at": now, "status": ToolInvocation.Status.EXECUTING}
-    ctx.commit([], invocation_updates=[(invocation.pk, sent) for invocation in invocations])
+    executing = ToolInvocation.Status.EXECUTING
+    sent = [InvocationChange(i.pk, executing, effect_sent_at=now) for i in invocations]
+    ctx.commit([], invocation_updates=sent)
     for invocation in invocations:
         invocation.effect_sent_at = now
     faults.fault_point(faults.EFFECT_SENT)
@@ -318,7 +320,7 @@ def _record_output(ctx: RunContext, ready: Ready, output: ToolOutput, *, redoabl
     the call again is held for the next write (the audit before the next send)."""
     ctx.commit(
         _output_items(ready, output),
-        invocation_updates=[(ready.invocation.pk, completion(output))],
+        invocation_updates=[completion(ready.invocation.pk, output)],
         checkpoints=((Checkpoint.Kind.TOOL_COMPLETED, None),),
         durable=not redoable,
         hold=redoable,
@@ -336,9 +338,7 @@ def _record_result(
     invocation = ctx.invocations.get(call.id)
     updates = []
     if invocation and invocation_status:
-        updates.append(
-            (invocation.pk, {"status": invocation_status, "completed_at": timezone.now()})
-        )
+        updates.append(InvocationChange(invocation.pk, invocation_status, timezone.now()))
     ctx.commit(
         [ev.result_item(call.id, call.name, status, content)],
         invocation_updates=updates,
@@ -346,12 +346,13 @@ def _record_result(
     )
 
 
-def completion(output: ToolOutput) -> dict[str, Any]:
-    return {
-        "status": (ToolInvocation.Status.COMPLETED if output.ok else ToolInvocation.Status.FAILED),
-        "result": {"ok": output.ok, "data": output.data},
-        "completed_at": timezone.now(),
-    }
+def completion(pk: int, output: ToolOutput) -> InvocationChange:
+    return InvocationChange(
+        pk,
+        ToolInvocation.Status.COMPLETED if output.ok else ToolInvocation.Status.FAILED,
+        completed_at=timezone.now(),
+        result={"ok": output.ok, "data": output.data},
+    )
 
 
 def run_tool(

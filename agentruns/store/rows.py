@@ -1,0 +1,167 @@
+"""The rows a durable step writes besides its events and checkpoints, as types (LOOP-3,
+TOOL-3, HITL-2): the invocations a model turn authorises, the ticket a parking step
+opens, the changes of invocation rows and of the run row. A misspelt column is a type
+error here, not a `KeyError` in the hot path. Each row gives its columns as a dict in
+one fixed order, so a step's statement text (and its prepared plan) depends only on
+which rows it carries (store/steps.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from datetime import datetime
+from typing import Any, NamedTuple
+from uuid import UUID
+
+from django.utils import timezone
+
+
+def release_columns() -> dict[str, Any]:
+    """The run holds no worker and no lease (parked, handed back or ended)."""
+    return {"lease_owner": "", "lease_expires_at": None, "updated_at": timezone.now()}
+
+
+@dataclass(frozen=True, slots=True)
+class NewInvocation:
+    """TOOL-3: a call the model turn granted, recorded before it may run; its status says
+    whether it waits for a person (HITL-1)."""
+
+    run_id: int
+    turn_index: int
+    call_id: str
+    tool: str
+    tool_version: str
+    arguments: dict[str, Any]
+    arguments_digest: str
+    idempotency_key: str
+    status: str
+
+    def row(self) -> dict[str, Any]:
+        """Its `ToolInvocation` columns (the turn index's column is still named `step`)."""
+        return {
+            "run_id": self.run_id,
+            "step": self.turn_index,
+            "call_id": self.call_id,
+            "tool": self.tool,
+            "tool_version": self.tool_version,
+            "arguments": self.arguments,
+            "arguments_digest": self.arguments_digest,
+            "idempotency_key": self.idempotency_key,
+            "status": self.status,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class NewTicket:
+    """HITL-2: the ticket a parking step opens, active from the step's commit on."""
+
+    correlation_id: UUID
+    run_id: int
+    thread_id: int
+    snapshot_id: str
+    catalog_fingerprint: str
+    deadline: datetime | None
+    kind: str
+    call_id: str
+    tool: str
+    arguments: dict[str, Any]
+    arguments_digest: str
+    question: str
+    schema: Any
+    child_id: int | None = None
+
+    def row(self) -> dict[str, Any]:
+        """Its `Ticket` columns but the status, which the store sets."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass(frozen=True, slots=True)
+class InvocationChange:
+    """A new status of an invocation row, with what comes with it: when it ended and its
+    result, or when its effect was sent (TOOL-4's watermark). None: unchanged."""
+
+    pk: int
+    status: str
+    completed_at: datetime | None = None
+    result: dict[str, Any] | None = None
+    effect_sent_at: datetime | None = None
+
+    def changes(self) -> dict[str, Any]:
+        changed: dict[str, Any] = {"status": self.status}
+        if self.effect_sent_at is not None:
+            changed["effect_sent_at"] = self.effect_sent_at
+        if self.result is not None:
+            changed["result"] = self.result
+        if self.completed_at is not None:
+            changed["completed_at"] = self.completed_at
+        return changed
+
+
+@dataclass(frozen=True, slots=True)
+class Ending:
+    """What a run's terminal step writes beside its status: the final reply (empty
+    unless it completed) and the failure (None unless it failed)."""
+
+    final_reply: str
+    failure: dict[str, Any] | None
+
+
+@dataclass(frozen=True, slots=True)
+class RunUpdate:
+    """The columns of the run row a step changes, fenced by the lease; None: unchanged. A
+    `status` also frees the lease (`release_columns`): a running run's step moves it only
+    to park, hand it back or end it."""
+
+    status: str | None = None
+    ending: Ending | None = None
+    steps: int | None = None
+    tool_calls_used: int | None = None
+    last_sequence: int | None = None
+    forced_snippet_ids: tuple[int, ...] | None = None
+    forced_skill_ids: tuple[int, ...] | None = None
+    composed_at: datetime | None = None
+
+    def columns(self) -> dict[str, Any]:
+        changed: dict[str, Any] = {}
+        if self.ending is not None:
+            changed["final_reply"] = self.ending.final_reply
+            changed["failure"] = self.ending.failure
+        for name in COUNTERS:
+            value = getattr(self, name)
+            if value is not None:
+                changed[name] = value
+        if self.forced_snippet_ids is not None:
+            changed["forced_snippet_ids"] = list(self.forced_snippet_ids)
+        if self.forced_skill_ids is not None:
+            changed["forced_skill_ids"] = list(self.forced_skill_ids)
+        if self.composed_at is not None:
+            changed["composed_at"] = self.composed_at
+        if self.status is not None:
+            changed["status"] = self.status
+            changed.update(release_columns())
+        return changed
+
+    @staticmethod
+    def merged(earlier: RunUpdate | None, later: RunUpdate | None) -> RunUpdate | None:
+        """Two steps' updates as one write's: the later one's values win."""
+        if earlier is None or later is None:
+            return later or earlier
+        values = {f.name: getattr(later, f.name) for f in fields(later)}
+        kept = {name: getattr(earlier, name) for name, value in values.items() if value is None}
+        return RunUpdate(**{**values, **kept})
+
+
+COUNTERS = ("steps", "tool_calls_used", "last_sequence")
+
+
+class StepResult(NamedTuple):
+    """The step statement's row (store/steps.py): whether the fence held (1 or 0), the run's cancel
+    flag, the live catalog generation, [[call id, invocation id]] of the step's new
+    invocations, the configuration's tokens today (when the step used any and the
+    caller counts them), and whether any webhook is active."""
+
+    held: int
+    cancel_requested: bool | None
+    generation: int
+    created: list[list[Any]] | None
+    used_today: int | None
+    subscribed: bool
