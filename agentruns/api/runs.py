@@ -278,7 +278,8 @@ class RunViewSet(viewsets.GenericViewSet):
         responses={200: RunOut(many=True)},
     )
     def list(self, request: Request) -> Response:
-        runs = self.get_queryset().filter(**query(RunFilter, request))
+        # GOV-4: a replay's runs are listed in its table, not among the caller's runs.
+        runs = self.get_queryset().filter(replay__isnull=True, **query(RunFilter, request))
         page = self.paginate_queryset(runs) or []
         usage = runs_usage(page)  # one query for the page
         return self.get_paginated_response(
