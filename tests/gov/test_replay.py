@@ -11,11 +11,13 @@ from typing import Any
 import pytest
 
 from agentruns import events as ev
-from agentruns.models import Event, Replay, Run, Ticket, ToolInvocation
+from agentruns.models import Event, Replay, Run, Ticket, ToolInvocation, Webhook, WebhookDelivery
 from agentruns.runtime.loop import execute_run
+from agentruns.services.webhooks import REPLAYED, webhook_deliver_due
 from tests.conftest import grant
 from tests.support.catalog import make_openai_configuration, make_snippet, scripted_configuration
 from tests.support.fake_provider import FakeProvider
+from tests.support.ops import Receiver, hook_owner
 from tests.support.runs import submit
 
 pytestmark = pytest.mark.django_db
@@ -226,3 +228,27 @@ def test_gov4_replay_runs_are_not_listed_among_the_callers_runs(ledger, fake, ap
 
     assert ledger.pk in listed and run.pk not in listed
     assert api.get(f"/api/runs/{run.pk}/").status_code == 200
+
+
+def test_gov4_a_replays_events_go_to_no_webhook(ledger, fake, api, settings):
+    """Its original's events were delivered when they happened; a receiver must not act
+    on a re-enactment of them (SEC-15's withholding, with its own reason)."""
+    settings.AGENTRUNS_WEBHOOK_ALLOWED_HOSTS = ["127.0.0.1"]
+    receiver = Receiver([200])
+    try:
+        Webhook.objects.create(
+            url=receiver.url, events=[], secret="s" * 32, created_by=hook_owner()
+        )
+        make_openai_configuration("candidate", fake, allowed_tools=["test"])
+        fake.queue(write("v1"), {"text": "done"})
+        body = replay(api, [ledger.pk], "candidate").json()
+        drive(body["id"])
+        queued = WebhookDelivery.objects.all()
+        assert queued.count() >= 4  # opening, turn, result, turn, end
+
+        webhook_deliver_due()
+
+        assert receiver.received == []
+        assert set(queued.values_list("status", "last_error")) == {("withheld", REPLAYED)}
+    finally:
+        receiver.close()
