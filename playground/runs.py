@@ -77,6 +77,8 @@ def run_list(request: HttpRequest) -> HttpResponse:
         example_task=EXAMPLE_TASK,
         statuses=Run.Status.values,
         configurations=Configuration.objects.order_by("slug").values_list("slug", flat=True),
+        # GOV-4: the page's ended runs, for its "Replay these runs" link.
+        ended=[run.pk for run, _ in context["rows"] if run.is_terminal],
     )
     return render(request, "playground/runs.html", context)
 

@@ -10,6 +10,7 @@ from rest_framework import serializers, status, viewsets
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from agentruns.api import docs
 from agentruns.api.shapes import RUN_STATUSES, UsageOut
 from agentruns.policy import visible_replays
 from agentruns.services.replays import (
@@ -84,8 +85,9 @@ class ReplayViewSet(viewsets.GenericViewSet):
         return visible_replays(self.request.user)
 
     @extend_schema(
-        summary="Replay runs on a candidate configuration (staff with use_playground)",
+        summary="Replay runs on a candidate configuration (playground staff)",
         request=ReplayIn,
+        examples=docs.REPLAY_EXAMPLES,
         responses={201: ReplayStarted},
     )
     def create(self, request: Request) -> Response:

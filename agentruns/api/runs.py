@@ -227,6 +227,9 @@ def run_dict(
         "forked_from": (  # FORK-1
             {"run": run.forked_from_id, "at": run.forked_at} if run.forked_at is not None else None
         ),
+        "replay": (  # GOV-4: the replay it belongs to and the run it re-ran
+            {"id": run.replay_id, "of": run.replay_of_id} if run.replay_id else None
+        ),
         "trigger": run.trigger,  # SCHED-5: null for a run a person started
         "parent": (  # DEL-5
             {"run": run.parent_id, "call_id": run.parent_call_id} if run.parent_id else None

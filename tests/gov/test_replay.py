@@ -6,9 +6,11 @@ changed over the API and on a page."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
+from django.test import Client
 
 from agentruns import events as ev
 from agentruns.models import Event, Replay, Run, Ticket, ToolInvocation, Webhook, WebhookDelivery
@@ -227,7 +229,9 @@ def test_gov4_replay_runs_are_not_listed_among_the_callers_runs(ledger, fake, ap
     listed = [row["id"] for row in api.get("/api/runs/").json()["results"]]
 
     assert ledger.pk in listed and run.pk not in listed
-    assert api.get(f"/api/runs/{run.pk}/").status_code == 200
+    detail = api.get(f"/api/runs/{run.pk}/").json()
+    assert detail["replay"] == {"id": body["id"], "of": ledger.pk}
+    assert api.get(f"/api/runs/{ledger.pk}/").json()["replay"] is None
 
 
 def test_gov4_a_replays_events_go_to_no_webhook(ledger, fake, api, settings):
@@ -252,3 +256,56 @@ def test_gov4_a_replays_events_go_to_no_webhook(ledger, fake, api, settings):
         assert set(queued.values_list("status", "last_error")) == {("withheld", REPLAYED)}
     finally:
         receiver.close()
+
+
+def test_gov4_the_page_replays_the_runs_lists_ended_runs_and_shows_the_table(
+    ledger, fake, staff, effects
+):
+    """Without JavaScript: the runs list links its ended runs to the replay form, a plain
+    POST with CSRF starts the replay, and its page shows the same table as the API."""
+    before = effects.read_text()
+    make_openai_configuration("candidate", fake, allowed_tools=["test"])
+    fake.queue(write("v1"), {"text": "only v1"})
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(staff)
+    runs_page = client.get("/runs/").content.decode()
+    assert f'href="/replays/?runs={ledger.pk}"' in runs_page
+
+    form = client.get(f"/replays/?runs={ledger.pk}").content.decode()
+    assert f'name="runs" id="id_replay_runs" value="{ledger.pk}"' in form
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form)
+    assert token
+    refused = client.post("/replays/", {"runs": str(ledger.pk), "configuration": "candidate"})
+    assert refused.status_code == 403 and not Replay.objects.exists()  # CSRF
+    started = client.post(
+        "/replays/",
+        {"runs": str(ledger.pk), "configuration": "candidate", "csrfmiddlewaretoken": token[1]},
+    )
+    replay_row = Replay.objects.get()
+    assert started.status_code == 302 and started["Location"] == f"/replays/{replay_row.pk}/"
+    drive(replay_row.pk)
+
+    table = client.get(f"/replays/{replay_row.pk}/").content.decode()
+    run = Run.objects.get(replay=replay_row)
+    row = re.search(
+        rf'<tr data-original="{ledger.pk}" data-replay-run="{run.pk}">(.*?)</tr>', table, re.S
+    )
+    assert row, table
+    assert 'data-final-reply-changed="true"' in row[1] and "only v1" in row[1]
+    assert f"removed {WRITE}" in row[1] and "<td>sent</td>" in row[1]
+    assert '<div id="replay-table">' in table  # done: its table polls no more
+    assert effects.read_text() == before
+    assert f'data-run="{run.pk}"' not in client.get("/runs/").content.decode()
+    run_page = client.get(f"/runs/{run.pk}/").content.decode()
+    assert f'href="/replays/{replay_row.pk}/"' in run_page
+
+
+def test_gov4_the_page_is_the_playgrounds(ledger, django_user_model, client):
+    colleague = django_user_model.objects.create_user("colleague", is_staff=True)
+    client.force_login(colleague)
+
+    assert client.get("/replays/").status_code == 403
+    assert (
+        client.post("/replays/", {"runs": str(ledger.pk), "configuration": "x"}).status_code == 403
+    )
+    assert "/replays/" not in client.get("/runs/").content.decode()
