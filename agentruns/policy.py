@@ -34,7 +34,7 @@ from django.db.models import (
 from django.db.models.lookups import LessThanOrEqual
 from django.utils import timezone
 
-from agentruns.models import Configuration, Note, Run, Thread, Ticket
+from agentruns.models import Configuration, Note, Replay, Run, Thread, Ticket
 from agentruns.models.runs import sees_all_runs
 
 Row = TypeVar("Row", bound=Model)
@@ -105,6 +105,17 @@ def of_visible_threads(rows: QuerySet[Row], user: Any, *, thread: str = "thread"
 
 def may_use_playground(user: Any) -> bool:
     return bool(user.is_authenticated and user.is_staff and user.has_perm(USE_PLAYGROUND))
+
+
+def visible_replays(user: Any) -> QuerySet[Replay]:
+    """GOV-4: a replay is its initiator's, like its runs (SEC-2); those who see every run
+    see every replay."""
+    replays = Replay.objects.select_related("configuration", "created_by")
+    if sees_all_runs(user):
+        return replays
+    if not user.is_authenticated:
+        return replays.none()
+    return replays.filter(created_by=user)
 
 
 def may_submit(user: Any, *, forcing: bool, dry_run: bool) -> bool:

@@ -130,10 +130,15 @@ def _sources(
     return list(compose_sources(view, snippets, skills, carried_for_send(carried), replies))
 
 
+# The openings of a thread that copies another run's: a fork's (FORK-1), a replay's (GOV-4).
+COPIES = (ev.RUN_FORKED, ev.RUN_REPLAYED)
+
+
 def _carried(runs: Sequence[Run]) -> dict[int, tuple[dict, ...]]:
-    """FORK-1: what each fork's thread carries (by thread id), in one query for all."""
+    """FORK-1, GOV-4: what each fork's (replay's) thread carries (by thread id), in one
+    query for all."""
     openings = Event.objects.filter(
-        thread__in={run.thread_id for run in runs}, sequence=1, type=ev.RUN_FORKED
+        thread__in={run.thread_id for run in runs}, sequence=1, type__in=COPIES
     ).values_list("thread_id", *LOG_FIELDS)
     return {thread: carried_of([LogEntry(*row)]) for thread, *row in openings}
 

@@ -280,6 +280,8 @@ SPECTACULAR_SETTINGS = {
         "DataClassEnum": "agentruns.classes.DATA_CLASS_CHOICES",
         "RunStatusEnum": "agentruns.api.shapes.RUN_STATUSES",
         "TicketStatusEnum": "agentruns.api.shapes.TICKET_STATUSES",
+        "ReplayStatusEnum": "agentruns.api.replays.REPLAY_STATUSES",
+        "VerdictEnum": "agentruns.api.replays.VERDICTS",
     },
 }
 

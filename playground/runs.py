@@ -77,6 +77,8 @@ def run_list(request: HttpRequest) -> HttpResponse:
         example_task=EXAMPLE_TASK,
         statuses=Run.Status.values,
         configurations=Configuration.objects.order_by("slug").values_list("slug", flat=True),
+        # GOV-4: the page's ended runs, for its "Replay these runs" link.
+        ended=[run.pk for run, _ in context["rows"] if run.is_terminal],
     )
     return render(request, "playground/runs.html", context)
 
@@ -93,7 +95,8 @@ def run_list_live(request: HttpRequest) -> HttpResponse:
 def _listed(request: HttpRequest) -> dict[str, Any]:
     """One page of the runs the viewer may see, filtered as asked, and what its poll
     compares: the page's runs and their statuses, and how many there are."""
-    runs = visible_runs(request.user).order_by("-created_at", "-id")
+    # GOV-4: a replay's runs are its table's (the replays page), not the viewer's work.
+    runs = visible_runs(request.user).filter(replay__isnull=True).order_by("-created_at", "-id")
     status = request.GET.get("status", "")
     if status in Run.Status.values:
         runs = runs.filter(status=status)

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from playground import changes, inbox, playground, runs, views
+from playground import changes, inbox, playground, replays, runs, views
 
 app_name = "playground"
 
@@ -16,6 +16,8 @@ urlpatterns = [
     path("runs/<int:run_id>/", runs.run_detail, name="run"),
     path("runs/<int:run_id>/live/", runs.run_live, name="run-live"),
     path("runs/<int:run_id>/fork/", runs.run_fork_page, name="run-fork"),
+    path("replays/", replays.replays, name="replays"),
+    path("replays/<int:replay_id>/", replays.replay, name="replay"),
     path("inbox/", inbox.inbox, name="inbox"),
     path("inbox/count/", views.inbox_count, name="inbox-count"),
     path("inbox/cards/", inbox.cards, name="inbox-cards"),

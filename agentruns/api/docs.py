@@ -148,6 +148,13 @@ FORK_EXAMPLES = [
     ),
 ]
 
+REPLAY_EXAMPLES = [
+    example(
+        "Replay a finished run on a candidate configuration (GOV-4)",
+        {"runs": [1], "configuration": "multi-tool-demo"},
+    ),
+]
+
 MODE_EXAMPLES = [example("Switch a deferred-demo thread to its chat mode", {"mode": "chat"})]
 
 PROVIDERS = crud(

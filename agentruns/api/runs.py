@@ -227,6 +227,9 @@ def run_dict(
         "forked_from": (  # FORK-1
             {"run": run.forked_from_id, "at": run.forked_at} if run.forked_at is not None else None
         ),
+        "replay": (  # GOV-4: the replay it belongs to and the run it re-ran
+            {"id": run.replay_id, "of": run.replay_of_id} if run.replay_id else None
+        ),
         "trigger": run.trigger,  # SCHED-5: null for a run a person started
         "parent": (  # DEL-5
             {"run": run.parent_id, "call_id": run.parent_call_id} if run.parent_id else None
@@ -278,7 +281,8 @@ class RunViewSet(viewsets.GenericViewSet):
         responses={200: RunOut(many=True)},
     )
     def list(self, request: Request) -> Response:
-        runs = self.get_queryset().filter(**query(RunFilter, request))
+        # GOV-4: a replay's runs are listed in its table, not among the caller's runs.
+        runs = self.get_queryset().filter(replay__isnull=True, **query(RunFilter, request))
         page = self.paginate_queryset(runs) or []
         usage = runs_usage(page)  # one query for the page
         return self.get_paginated_response(

@@ -79,6 +79,13 @@ class ForkedFromOut(serializers.Serializer):
     at = serializers.IntegerField()
 
 
+class ReplayOfOut(serializers.Serializer):
+    """GOV-4: the replay a run belongs to and the run it re-ran (null once deleted)."""
+
+    id = serializers.IntegerField()
+    of = serializers.IntegerField(allow_null=True)
+
+
 class RunOut(serializers.Serializer):
     id = serializers.IntegerField()
     thread = serializers.IntegerField()
@@ -94,6 +101,7 @@ class RunOut(serializers.Serializer):
     forced_skills = serializers.ListField(child=serializers.IntegerField())
     usage = UsageOut()
     forked_from = ForkedFromOut(allow_null=True)
+    replay = ReplayOfOut(allow_null=True)
 
 
 class RunDetailOut(RunOut):

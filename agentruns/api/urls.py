@@ -1,7 +1,17 @@
 from django.urls import include, path
 from rest_framework.routers import DefaultRouter
 
-from agentruns.api import audit, catalog, governance, mcp, runs, schedules, usage, webhooks
+from agentruns.api import (
+    audit,
+    catalog,
+    governance,
+    mcp,
+    replays,
+    runs,
+    schedules,
+    usage,
+    webhooks,
+)
 
 router = DefaultRouter()
 router.register("providers", catalog.ProviderViewSet)
@@ -17,6 +27,7 @@ router.register("mcp-servers", mcp.McpServerViewSet)
 router.register("schedules", schedules.ScheduleViewSet)
 router.register("triggers", schedules.TriggerViewSet)
 router.register("change-requests", governance.ChangeRequestViewSet)
+router.register("replays", replays.ReplayViewSet, basename="replay")
 
 urlpatterns = [
     path("audit/", audit.AuditExportView.as_view(), name="audit-export"),

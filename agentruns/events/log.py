@@ -20,6 +20,7 @@ from agentruns.events.records import (
     RunDelegated,
     RunFailed,
     RunForked,
+    RunReplayed,
     SecretRedacted,
     SourcesDropped,
     ToolResult,
@@ -61,6 +62,7 @@ RECORDS: dict[str, type[Event]] = {
         RunCancelled,
         RunForked,
         RunDelegated,
+        RunReplayed,
     )
 }
 assert set(RECORDS) == set(EVENT_TYPES), "every event type has its record"

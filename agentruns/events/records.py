@@ -36,6 +36,7 @@ from agentruns.events.vocabulary import (
     RUN_DELEGATED,
     RUN_FAILED,
     RUN_FORKED,
+    RUN_REPLAYED,
     SECRET_REDACTED,
     SOURCES_DROPPED,
     TOOL_RESULT,
@@ -428,6 +429,83 @@ class RunDelegated(Event):
             _int(get("depth"), 1),
             _opt_int(get("tool_call_budget")),
             get("trace_parent"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """GOV-4: one result of a replay's original, by its call's tool name and the digest
+    of its arguments (`tools.registry.digest`), with the class it was produced under and
+    the deferred tools it activated."""
+
+    tool: str
+    arguments: str
+    status: str
+    content: str
+    data_class: str | None = None
+    added_tool_names: tuple[str, ...] | None = None
+
+    def as_dict(self) -> Payload:
+        payload: Payload = {
+            "tool": self.tool,
+            "arguments": self.arguments,
+            "status": self.status,
+            "content": self.content,
+        }
+        if self.data_class is not None:
+            payload["class"] = self.data_class
+        if self.added_tool_names is not None:
+            payload["added_tool_names"] = list(self.added_tool_names)
+        return payload
+
+    @classmethod
+    def parse(cls, value: Mapping[str, Any]) -> Recorded:
+        get = value.get
+        return cls(
+            _str(get("tool")),
+            _str(get("arguments")),
+            _str(get("status")),
+            _str(get("content")),
+            _opt_str(get("class")),
+            _opt_strs(get("added_tool_names")),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RunReplayed(Event):
+    """GOV-4: a replay's log opens with its configuration, the sources it carries from its
+    original ({kind, id, from} each), its replay, the run it re-runs (`replay_of` {run,
+    at}: the original's thread sequence the copy ends at) and that run's recording."""
+
+    TYPE: ClassVar[str] = RUN_REPLAYED
+    configuration: str
+    carried: tuple[dict[str, Any], ...]
+    replay: int
+    replay_of: dict[str, Any]
+    recording: tuple[Recorded, ...] = ()
+
+    @property
+    def original(self) -> int:
+        return _int(self.replay_of.get("run"))
+
+    def to_payload(self) -> Payload:
+        return {
+            "configuration": self.configuration,
+            "carried": [dict(c) for c in self.carried],
+            "replay": self.replay,
+            "replay_of": dict(self.replay_of),
+            "recording": [entry.as_dict() for entry in self.recording],
+        }
+
+    @classmethod
+    def from_payload(cls, payload: Mapping[str, Any]) -> Self:
+        get = payload.get
+        return cls(
+            _str(get("configuration")),
+            _dicts(get("carried")),
+            _int(get("replay")),
+            _dict(get("replay_of")),
+            tuple(Recorded.parse(entry) for entry in _dicts(get("recording"))),
         )
 
 

@@ -26,6 +26,9 @@ RUN_CANCELLED = "run.cancelled"
 RUN_FORKED = "run.forked"
 # DEL-1: a child run's log opens with who delegated it ({run, call_id}) and what it carries.
 RUN_DELEGATED = "run.delegated"
+# GOV-4: a replay's run opens with the run it re-runs ({run, at}), its replay, what it
+# carries, and the original's recording: every tool result by tool name and arguments.
+RUN_REPLAYED = "run.replayed"
 
 EVENT_TYPES = (
     USER,
@@ -47,6 +50,7 @@ EVENT_TYPES = (
     RUN_CANCELLED,
     RUN_FORKED,
     RUN_DELEGATED,
+    RUN_REPLAYED,
 )
 
 # OPS-5: the events the audit export carries (beside the gate's rows). The log indexes them

@@ -15,6 +15,7 @@ from agentruns.events.records import (
     Failure,
     RunCompleted,
     RunDelegated,
+    RunReplayed,
     ToolResult,
     UserMessage,
 )
@@ -97,6 +98,11 @@ def describe(event: Event) -> str:
             return event.final_reply[:SUMMARY_CHARS]
         case RunDelegated():
             return f"delegated by run #{event.parent_run} ({event.parent_call_id})"
+        case RunReplayed():
+            return (
+                f"replay #{event.replay} of run #{event.original} on {event.configuration}: "
+                f"its {len(event.recording)} recorded tool results answer the calls"
+            )
         case Failure():
             return (event.code or "") + " " + event.detail[:200]
     return json.dumps(event.to_payload())[:200]

@@ -9,7 +9,7 @@ from agentruns.models.catalog import (
     Skill,
     Snippet,
 )
-from agentruns.models.governance import ChangeRequest
+from agentruns.models.governance import ChangeRequest, Replay
 from agentruns.models.mcp import McpServer, McpTool
 from agentruns.models.ops import (
     AuditRecord,
@@ -47,6 +47,7 @@ __all__ = [
     "McpTool",
     "Note",
     "Provider",
+    "Replay",
     "Run",
     "Schedule",
     "ScheduleFiring",

@@ -84,3 +84,23 @@ class ChangeRequest(models.Model):
 
     def __str__(self) -> str:
         return f"change request #{self.pk}: {self.kind} {self.key} ({self.status})"
+
+
+class Replay(models.Model):
+    """GOV-4: recorded runs re-run on a candidate configuration before it is promoted.
+    Its runs are `Run` rows with `replay` set (one per original, `replay_of`), driven by
+    the loop like any run but with every tool call answered from the original's log."""
+
+    configuration = models.ForeignKey(
+        Configuration, on_delete=models.CASCADE, related_name="replays"
+    )
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="replays"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-id"]
+
+    def __str__(self) -> str:
+        return f"replay #{self.pk} on {self.configuration_id}"

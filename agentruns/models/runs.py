@@ -143,6 +143,20 @@ class Run(models.Model):
     root = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    # GOV-4: a replay's run and the run whose recorded task it re-runs; both empty for
+    # every other run (no index of its own: only replays look them up, through the partial
+    # index below).
+    replay = models.ForeignKey(
+        "agentruns.Replay",
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="runs",
+        db_index=False,
+    )
+    replay_of = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_index=False
+    )
 
     objects = RunQuerySet.as_manager()
 
@@ -164,6 +178,9 @@ class Run(models.Model):
             models.Index(fields=["status", "lease_expires_at"], name="run_status_lease"),
             # PERF-8: the run list, newest first, pages through this without sorting.
             models.Index(fields=["created_at", "id"], name="run_newest"),
+            models.Index(
+                fields=["replay"], condition=models.Q(replay__isnull=False), name="run_replay"
+            ),
         ]
         permissions = [
             ("use_playground", "Can use the tool playground"),

@@ -82,7 +82,7 @@ def plan_fork(
     opening: list[tuple[bool, str, dict[str, Any]]] = [(True, *opening_event.item())]
     if mode:
         opening.append((False, *ev.ModeSwitched(mode).item()))
-    renumbered = _renumbered(copied, first=len(opening) + 1)
+    renumbered = renumbered_items(copied, first=len(opening) + 1)
     items = [
         *opening,
         *(
@@ -119,7 +119,7 @@ def _calls(turn: LogEntry) -> tuple[ev.ProposedCall, ...]:
     return data.tool_calls if isinstance(data, ev.AssistantMessage) else ()
 
 
-def _renumbered(copied: list[LogEntry], *, first: int) -> list[Item]:
+def renumbered_items(copied: list[LogEntry], *, first: int) -> list[Item]:
     """The copied events as new items: sequences from `first` in the new thread, a
     compaction's `kept_from` pointing at its own kept events there, the original's
     usage left with the original (OPS-1), and where each came from."""
@@ -152,8 +152,9 @@ def _closing(turn: LogEntry | None, copied: list[LogEntry], run_id: int) -> list
 
 def carried_of(log: Sequence[LogEntry]) -> tuple[dict[str, Any], ...]:
     """The sources a fork's thread carries from its original, or a child's from its parent
-    (DEL-2) ({kind, id, from}): its log opens with `run.forked` or `run.delegated`, so this
-    reads one event, never the whole log."""
-    if log and isinstance(opening := log[0].data, ev.RunForked | ev.RunDelegated):
+    (DEL-2) or a replay's from its original (GOV-4) ({kind, id, from}): its log opens with
+    `run.forked`, `run.delegated` or `run.replayed`, so this reads one event, never the
+    whole log."""
+    if log and isinstance(opening := log[0].data, ev.RunForked | ev.RunDelegated | ev.RunReplayed):
         return opening.carried
     return ()

@@ -17,8 +17,9 @@ receiver deduplicates by `X-Agentruns-Delivery`.
 
 Whose events (SEC-15): a webhook sends only events of runs (threads, for events between
 runs) its owner may see, asked when it is sent, so that a right lost meanwhile counts; the
-rest are recorded `withheld` and never sent. The check is here, not in the step statement
-that queues the rows, which runs on every model turn.
+rest are recorded `withheld` and never sent, and so are a replay's events (GOV-4). The
+checks are here, not in the step statement that queues the rows, which runs on every
+model turn.
 """
 
 from __future__ import annotations
@@ -258,7 +259,7 @@ def webhook_deliver_due(*, limit: int = 100, budget_seconds: float = 20.0) -> in
     timeout = httpx.Timeout(seconds)
     sent = 0
     rows = WebhookDelivery.objects.select_related("webhook__created_by").filter(pk__in=ids)
-    sees = OwnerSees()
+    sees, replayed = OwnerSees(), Replayed()
     # SEC-9: each connection goes to an address checked after DNS; redirects are not
     # followed (a 3xx is recorded as a failed attempt). SEC-8: the deadline is per attempt.
     transport = PinnedTransport(deadline_seconds=seconds)
@@ -277,6 +278,11 @@ def webhook_deliver_due(*, limit: int = 100, budget_seconds: float = 20.0) -> in
             if not sees(delivery):
                 WebhookDelivery.objects.filter(pk=delivery.pk).update(
                     status=WebhookDelivery.Status.WITHHELD, last_error=WITHHELD
+                )
+                continue
+            if replayed(delivery):
+                WebhookDelivery.objects.filter(pk=delivery.pk).update(
+                    status=WebhookDelivery.Status.WITHHELD, last_error=REPLAYED
                 )
                 continue
             _record(delivery, _send(client, delivery))
@@ -306,6 +312,25 @@ class OwnerSees:
                 seen = Thread.objects.visible_to(owner).filter(pk=delivery.thread_id).exists()
             self.known[key] = seen
         return self.known[key]
+
+
+REPLAYED = "withheld: a replay's event (GOV-4): nothing a replay does happened"
+
+
+class Replayed:
+    """GOV-4: whether a delivery is of a replay's thread, asked once per thread in a
+    batch. A replay re-enacts its original's events: they were delivered when they
+    happened, and a receiver must not act on them again."""
+
+    def __init__(self) -> None:
+        self.known: dict[int, bool] = {}
+
+    def __call__(self, delivery: WebhookDelivery) -> bool:
+        thread = delivery.thread_id
+        if thread not in self.known:
+            runs = Run.objects.filter(thread_id=thread, replay__isnull=False)
+            self.known[thread] = runs.exists()
+        return self.known[thread]
 
 
 def _in_order(rows: Iterable[WebhookDelivery], ids: list[int]) -> list[WebhookDelivery]:

@@ -21,8 +21,10 @@ from agentruns.runtime.actions.base import Invocation, Items, Outcome, RunContex
 from agentruns.runtime.actions.delegation import child_starter, delegation_refusal
 from agentruns.runtime.actions.endings import boundary, park
 from agentruns.runtime.actions.gating import assert_context
+from agentruns.runtime.actions.replayed import answer_from_recording
 from agentruns.runtime.closing import UNKNOWN
 from agentruns.runtime.redaction import redact
+from agentruns.runtime.replay import recording_in
 from agentruns.runtime.state import (
     ProposedCall,
     Turn,
@@ -54,7 +56,11 @@ logger = logging.getLogger(__name__)
 def call_tools(ctx: RunContext, turn: Turn, calls: Sequence[ProposedCall]) -> Outcome | None:
     """HITL-1: calls that need no person run now; then the first that needs one parks
     the run. Results reach the model only when the whole turn is answered. Calls that
-    wait on something outside this process (an MCP server, the web) run together."""
+    wait on something outside this process (an MCP server, the web) run together. A
+    replay's calls run nothing: its original's recording answers them (GOV-4)."""
+    recording = recording_in(ctx.events)
+    if recording is not None:
+        return answer_from_recording(ctx, turn, calls, recording)
     ctx.load_invocations(turn, calls)
     if any(turn.decisions.get(call.id) == ev.ALLOW for call in calls):
         # RG-1..RG-4: a resumed run re-gates before the approved call runs; if its

@@ -1,0 +1,208 @@
+"""Replay before promoting (GOV-4): the one path the API and the pages use.
+
+`replay_start` re-runs the recorded task of each chosen run on a candidate configuration:
+per original a new run on a new thread, planned as a fork from just before the
+original's first model turn (`runtime/replay.py`), carrying the original's sources
+(CG-13) and its recording. The loop drives these runs like any other, gated before each
+send (a refused send fails the run `context_refused`: a refused verdict), with every
+tool call answered from the recording (`runtime/actions/replayed.py`): no tool runs, no
+ticket opens, no child run starts. A replay's runs are kept out of the run lists, and
+their events go to no webhook; their tokens are spent on the candidate and counted
+against its daily limit like any (OPS-1, OPS-2).
+
+`replay_table` is what changed per original: final reply, tool calls by name, verdict,
+tokens and cost, read from the runs (nothing is stored beside them).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from django.db import transaction
+
+from agentruns import events as ev
+from agentruns.errors import InvalidRequest, NotFound, NotPermitted
+from agentruns.models import Event, Replay, Run, Thread
+from agentruns.policy import may_use_playground, visible_replays, visible_runs
+from agentruns.runtime.fork import BadForkPoint
+from agentruns.runtime.replay import plan_replay
+from agentruns.selectors import copied_sources
+from agentruns.services.log import append_attributed
+from agentruns.services.runs import (
+    User,
+    check_daily_limit,
+    log_entries,
+    startable_configuration,
+)
+from agentruns.services.usage import runs_usage
+from agentruns.store.wakeups import enqueue_wake
+
+MAX_RUNS = 100
+
+# The gate's verdict on a run's sends, as the table shows it.
+SENT = "sent"
+REFUSED = "refused"
+OBSERVED = "refused (observed)"
+
+
+def replay_start(*, user: User, runs: Sequence[int], configuration: str) -> Replay:
+    if not may_use_playground(user):
+        raise NotPermitted(
+            "Replays need staff with the playground permission (agentruns.use_playground)."
+        )
+    ids = list(dict.fromkeys(runs))
+    if not ids or len(ids) > MAX_RUNS:
+        raise InvalidRequest(
+            "Name between 1 and 100 runs.",
+            fields={"runs": [f"Give 1 to {MAX_RUNS} run ids; {len(ids)} given."]},
+        )
+    originals = visible_runs(user).in_bulk(ids)
+    unknown = [str(pk) for pk in ids if pk not in originals]
+    if unknown:  # SEC-2: a run the caller may not see is as unknown as one that is not
+        raise InvalidRequest(
+            "Unknown runs.", fields={"runs": [f"Unknown run ids: {', '.join(unknown)}."]}
+        )
+    live = [str(pk) for pk in ids if not originals[pk].is_terminal]
+    if live:
+        raise InvalidRequest(
+            "Runs still going.",
+            fields={"runs": [f"Runs {', '.join(live)} have not ended: nothing is recorded yet."]},
+        )
+    candidate = startable_configuration(configuration)
+    check_daily_limit(candidate)
+    owner: Any = user
+    with transaction.atomic():
+        replay = Replay.objects.create(configuration=candidate, created_by=owner)
+        for pk in ids:
+            _start_one(replay, originals[pk], owner)
+    return replay
+
+
+def _start_one(replay: Replay, original: Run, owner: Any) -> Run:
+    """The original's replay run, on a new thread whose log is planned from the
+    original's (`runtime/replay.py`), and its wake-up (CLU-4)."""
+    candidate = replay.configuration
+    log = log_entries(Event.objects.filter(thread=original.thread_id))
+    first = next((e.sequence for e in log if e.run_id == original.pk), 0)
+    # CG-13: the copy holds the thread's runs before this one, so it carries their sources.
+    copied = {e.run_id for e in log if e.run_id is not None and e.sequence <= first}
+    runs = Run.objects.select_related("configuration").filter(pk__in={*copied, original.pk})
+    carried = copied_sources(sorted(runs, key=lambda run: run.pk))
+    try:
+        plan = plan_replay(
+            log,
+            run_id=original.pk,
+            replay=replay.pk,
+            configuration=candidate.slug,
+            carried=carried,
+        )
+    except BadForkPoint as bad:
+        raise InvalidRequest(str(bad), fields={"runs": [f"Run {original.pk}: {bad}"]}) from bad
+    thread = Thread.objects.create(configuration=candidate, created_by=owner)
+    run = Run.objects.create(
+        thread=thread,
+        configuration=candidate,
+        configuration_version=candidate.version,
+        input=original.input,
+        created_by=owner,
+        forced_snippet_ids=list(original.forced_snippet_ids or ()),
+        forced_skill_ids=list(original.forced_skill_ids or ()),
+        replay=replay,
+        replay_of=original,
+    )
+    append_attributed(
+        thread_id=thread.pk,
+        items=[(run.pk if own else None, kind, payload) for own, kind, payload in plan.items],
+    )
+    enqueue_wake(run.pk)
+    return run
+
+
+def replay_get(*, user: User, replay_id: int) -> Replay:
+    replay = visible_replays(user).filter(pk=replay_id).first()
+    if replay is None:
+        raise NotFound("No such replay.")
+    return replay
+
+
+def replay_table(replay: Replay) -> dict[str, Any]:
+    """{id, configuration, status (running | done), results: one row per original}."""
+    runs = list(
+        Run.objects.filter(replay=replay)
+        .select_related("configuration", "replay_of__configuration")
+        .order_by("pk")
+    )
+    originals = [run.replay_of for run in runs if run.replay_of is not None]
+    everyone = [*runs, *originals]
+    usage = runs_usage(everyone)
+    calls = _tool_calls([run.pk for run in everyone])
+    observed = set(
+        Event.objects.filter(run__in=everyone, type=ev.CONTEXT_OBSERVED).values_list(
+            "run_id", flat=True
+        )
+    )
+    results = []
+    for run in runs:
+        original = run.replay_of
+        made = calls.get(run.pk, Counter())
+        before = calls.get(original.pk, Counter()) if original is not None else Counter()
+        results.append(
+            {
+                "run": run.replay_of_id,
+                "replay_run": run.pk,
+                "status": run.status,
+                "original_status": original.status if original else None,
+                "final_reply": run.final_reply,
+                "final_reply_changed": (
+                    run.is_terminal
+                    and (original is None or run.final_reply != original.final_reply)
+                ),
+                "tool_calls": {
+                    "added": sorted((made - before).elements()),
+                    "removed": sorted((before - made).elements()),
+                },
+                "verdict": _verdict(run, observed),
+                "original_verdict": _verdict(original, observed) if original else None,
+                "usage": usage[run.pk].as_dict(),
+                "original_usage": usage[original.pk].as_dict() if original else None,
+            }
+        )
+    done = all(run.is_terminal for run in runs)
+    return {
+        "id": replay.pk,
+        "configuration": replay.configuration.slug,
+        "created_by": replay.created_by.get_username() if replay.created_by else None,
+        "created_at": replay.created_at,
+        "status": "done" if done else "running",
+        "results": results,
+    }
+
+
+def _verdict(run: Run, observed: set[int]) -> str | None:
+    """The gate's verdict on the run's sends once it ended: a refusal ends it failed with
+    `context_refused` (CG-7); an observing gate lets the send go and records it (CG-6)."""
+    if not run.is_terminal:
+        return None
+    if run.failure and run.failure.get("code") == "context_refused":
+        return REFUSED
+    return OBSERVED if run.pk in observed else SENT
+
+
+def _tool_calls(run_ids: list[int]) -> dict[int, Counter[str]]:
+    """The tool names each run's own model turns called (a fork's copied turns are its
+    original's, not its own)."""
+    turns = Event.objects.filter(run__in=run_ids, type=ev.ASSISTANT)
+    calls: dict[int, Counter[str]] = {}
+    for run_id, payload in turns.values_list("run_id", "payload"):
+        turn = ev.parse(ev.ASSISTANT, payload)
+        if not isinstance(turn, ev.AssistantMessage) or turn.copied_from is not None:
+            continue
+        calls.setdefault(run_id, Counter()).update(call.name for call in turn.tool_calls)
+    return calls
+
+
+def replays_of(user: User) -> list[Replay]:
+    """The caller's replays, newest first (the page's list)."""
+    return list(visible_replays(user)[:50])
