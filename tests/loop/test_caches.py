@@ -76,7 +76,7 @@ def test_a_failed_load_leaves_no_lock_and_no_value():
 def test_mcp2_forget_caches_is_the_one_invalidation_of_configurations_and_pinned_tools():
     pinned = replace(REGISTRY.in_code()[0], name="srv.pinned_probe", group="srv")
     REGISTRY.replace_pinned([pinned])
-    config._configs.get(1, 1, lambda: object())  # type: ignore[arg-type]
+    config._configs.get(1, 1, lambda: object())
     config._carried.get((("snippet", 1, 2),), 1, list)
     assert REGISTRY.get("srv.pinned_probe") is pinned and len(config._configs) == 1
     forget_caches()
