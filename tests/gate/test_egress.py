@@ -124,6 +124,18 @@ def test_cg10_cg12_the_readout_lists_carried_replies_with_their_origin(staff, ap
     ]
 
 
+def test_cg10_cg12_the_pages_readout_names_what_set_a_carried_replys_class(staff, client):
+    """The run page (and every page that includes the readout) says which source a carried
+    reply's class came from, as the refusal does, never the reply's text."""
+    _, second = secret_thread(staff)
+    client.force_login(staff)
+    page = client.get(f"/runs/{second.pk}/").content.decode()
+    origin = '<span class="set-by">snippet “merger-plans”</span>'
+    assert f"(set by reply “turn 2”, which read {origin})" in page
+    assert f"turn 1 (its class set by {origin})" in page
+    assert MARKER not in page.split("Context readout", 1)[1].split("</section>", 1)[0]
+
+
 @pytest.fixture
 def receivers(settings):
     settings.AGENTRUNS_WEBHOOK_ALLOWED_HOSTS = ["127.0.0.1"]
