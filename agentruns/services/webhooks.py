@@ -44,7 +44,14 @@ from agentruns import events as ev
 from agentruns.classes import DataClass, Enforcement, may_leave, parse_zone
 from agentruns.egress import EGRESS_WITHHELD_VERDICT, WayOut, withheld_marker
 from agentruns.gate.core import parse_label
-from agentruns.models import GateAudit, Run, Thread, Webhook, WebhookAttempt, WebhookDelivery
+from agentruns.models import (
+    Event,
+    GateAudit,
+    Run,
+    Thread,
+    WebhookAttempt,
+    WebhookDelivery,
+)
 from agentruns.outbound import PinnedTransport, TargetRefused
 from agentruns.tools.policy import result_class
 
@@ -61,7 +68,7 @@ EVENT_HEADER = "X-Agentruns-Event"
 def delivery_body(delivery: WebhookDelivery) -> bytes:
     """The JSON a receiver gets; the same bytes on every retry of one delivery. Content
     above the webhook's ceiling is withheld (CG-14, `bounded_payload`)."""
-    payload, _ = bounded_payload(delivery.event_type, delivery.payload, delivery.webhook)
+    payload, _ = bounded_payload(delivery)
     body = {
         "type": delivery.event_type,
         "run": delivery.run_id,
@@ -73,17 +80,31 @@ def delivery_body(delivery: WebhookDelivery) -> bytes:
     return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
 
 
-def _content_class(event_type: str, payload: dict[str, Any]) -> DataClass | None:
+def _content_class(delivery: WebhookDelivery) -> DataClass | None:
     """CG-12, CG-14: the class of what an event's content fields hold — a reply's (or a
-    summary's) label, a result's tool class. None: nothing it carries was declared (the
-    send that wrote it had no declared source), so it leaves like undeclared content."""
-    data = ev.parse(event_type, payload)
+    summary's) label, a result's tool class, an approver's edit of a call's arguments the
+    label of the reply that proposed the call (HITL-12). None: nothing it carries was
+    declared (the send that wrote it had no declared source), so it leaves like
+    undeclared content."""
+    data: ev.Event | None = ev.parse(delivery.event_type, delivery.payload)
     if isinstance(data, ev.ToolResult):
         return result_class(data.tool, data.data_class or "")
+    if isinstance(data, ev.TicketDecided) and data.arguments and delivery.run_id:
+        data = _proposing_reply(delivery.run_id, delivery.thread_id, delivery.sequence)
     if isinstance(data, ev.AssistantMessage | ev.Compaction | ev.RunCompleted):
         label = parse_label(data.label)
         return label.data_class if label else None
     return None
+
+
+def _proposing_reply(run_id: int, thread_id: int, sequence: int) -> ev.AssistantMessage | None:
+    """The reply whose call a decided ticket answers: the run's latest before the decision
+    (a run waits at one turn; every ticket it waits on is of that turn's calls)."""
+    replies = Event.objects.filter(
+        thread_id=thread_id, run_id=run_id, type=ev.ASSISTANT, sequence__lt=sequence
+    )
+    payload = replies.order_by("-sequence").values_list("payload", flat=True).first()
+    return ev.AssistantMessage.from_payload(payload) if payload else None
 
 
 # The fields of an event that hold content (CG-14): what the model wrote, what a tool
@@ -93,24 +114,24 @@ CONTENT_FIELDS = {
     ev.TOOL_RESULT: ("content",),
     ev.COMPACTION: ("summary",),
     ev.RUN_COMPLETED: ("final_reply",),
+    ev.TICKET_DECIDED: ("arguments",),  # an approver's edit of the model's (HITL-12)
 }
 CALL_FIELDS = ("arguments", "raw_arguments")
 
 
-def bounded_payload(
-    event_type: str, payload: dict[str, Any], webhook: Webhook
-) -> tuple[dict[str, Any], list[dict[str, str]]]:
+def bounded_payload(delivery: WebhookDelivery) -> tuple[dict[str, Any], list[dict[str, str]]]:
     """The payload as the webhook may receive it, and what was withheld ({field, class}):
     each content field above the ceiling of the webhook's `trust_zone` holds
     "withheld: <class>" instead (CG-14), calls keep their ids and names."""
-    label = _content_class(event_type, payload)
-    ceiling = parse_zone(webhook.trust_zone).ceiling
+    payload = delivery.payload
+    label = _content_class(delivery)
+    ceiling = parse_zone(delivery.webhook.trust_zone).ceiling
     if may_leave(label, ceiling):
         return payload, []
     assert label is not None
     marker = withheld_marker(label)
     bounded, withheld = dict(payload), []
-    for field in CONTENT_FIELDS.get(event_type, ()):
+    for field in CONTENT_FIELDS.get(delivery.event_type, ()):
         if bounded.get(field):
             bounded[field] = marker
             withheld.append({"field": field, "class": label.label})
@@ -224,7 +245,7 @@ def _record(delivery: WebhookDelivery, result: AttemptResult) -> None:
     }
     withheld: list[dict[str, str]] = []
     if delivery.attempts == 0:  # CG-14: recorded and audited once, with the first attempt
-        _, withheld = bounded_payload(delivery.event_type, delivery.payload, delivery.webhook)
+        _, withheld = bounded_payload(delivery)
         if withheld:
             changes["withheld"] = withheld
     if result.ok:

@@ -23,9 +23,9 @@ from tests.support.catalog import (
     scripted_configuration,
 )
 from tests.support.fake_provider import FakeProvider
-from tests.support.hitl import client_for
+from tests.support.hitl import active_ticket, allow, client_for, resume, write_call
 from tests.support.ops import Receiver, hook_owner
-from tests.support.runs import submit
+from tests.support.runs import park, submit
 
 pytestmark = pytest.mark.django_db
 
@@ -187,3 +187,36 @@ def test_cg14_a_webhook_receives_no_content_above_its_trust_zones_ceiling(staff,
     exported = b"".join(auditor.get("/api/audit/?kind=egress.withheld").streaming_content)
     exported = exported.decode()
     assert "egress.withheld" in exported and MARKER not in exported
+
+
+def test_cg14_hitl12_an_approvers_edit_of_a_secret_derived_call_is_withheld_from_a_webhook(
+    staff, receivers
+):
+    """`ticket.decided` carries an edit's arguments: they started as the model's, written
+    after it read the secret snippet, so they carry that reply's label (CG-12) and a
+    receiver above its ceiling gets the marker, the delivery record and the audit saying so."""
+    far, near = receivers
+    owner = hook_owner()
+    events = [ev.TICKET_DECIDED]
+    abroad = Webhook.objects.create(url=far.url, events=events, secret="s" * 20, created_by=owner)
+    Webhook.objects.create(
+        url=near.url, events=events, secret="s" * 20, trust_zone="local", created_by=owner
+    )
+    plans = make_snippet("merger-plans", data_class="secret", text=f"plans {MARKER}")
+    call = write_call("plans", f"the plans say {MARKER}")
+    scripted_configuration("scribe", [{"tool_calls": [call]}, {"text": "noted"}], snippets=[plans])
+    approver = grant(staff, "approve_run")
+    run = park(approver, "scribe")
+    body = allow(active_ticket(run.pk))
+    body["result"]["arguments"] = {"title": "plans", "body": f"tidied: {MARKER}"}
+    assert resume(client_for(approver), run.pk, body).status_code == 200
+    while webhook_deliver_due():
+        pass
+
+    (sent,) = bodies(far)
+    assert sent["payload"]["arguments"] == "withheld: secret" and MARKER not in str(sent)
+    assert MARKER in str(bodies(near))
+    delivery = WebhookDelivery.objects.get(webhook=abroad)
+    assert delivery.withheld == [{"field": "arguments", "class": "secret"}]
+    audit = GateAudit.objects.get(verdict="withheld", run_id=run.pk)
+    assert (audit.source_kind, audit.data_class) == ("webhook", "secret")
