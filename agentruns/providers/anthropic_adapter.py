@@ -160,7 +160,10 @@ class AnthropicAdapter:
         if request.system:
             extra["system"] = "\n\n".join(request.system)
         if request.tools:
+            # Kept when spent: Messages refuses tool_use blocks with no tools defined.
             extra["tools"] = to_tools(request)
+            if request.tools_spent:  # LOOP-6
+                extra["tool_choice"] = {"type": "none"}
         try:
             response = client.messages.create(
                 model=request.model,

@@ -118,6 +118,10 @@ class ProviderRequest:
     # Opaque provider data for the newest assistant turn (e.g. signed reasoning blocks).
     continuation: Any = None
     max_tokens: int = 4096
+    # LOOP-6: the run's `max_tool_calls` are used up. The tools stay defined (the history's
+    # calls refer to them) but the model is told to call none, so a `tool_choice` of
+    # "required" cannot force calls that would only be refused, turn after turn.
+    tools_spent: bool = False
     # "turn" asks for the next assistant turn; "summary" asks to summarise the messages
     # for compaction (DEF-6), which the scripted provider answers deterministically.
     purpose: str = "turn"

@@ -173,12 +173,14 @@ def provider_error(link: Link, error: openai.OpenAIError, api_key: str) -> Provi
 
 def request_options(link: Link, request: ProviderRequest) -> dict[str, Any]:
     """INT-1: the provider's options. llama.cpp's server leaves tools out of the prompt
-    unless `tool_choice` is sent; vLLM refuses "auto" unless started to accept it."""
+    unless `tool_choice` is sent; vLLM refuses "auto" unless started to accept it.
+    LOOP-6: once the run's tool calls are spent, "none" is asked for instead; a provider
+    that sends no `tool_choice` (omit) leaves the tools out, the one way left to say it."""
     options: dict[str, Any] = {}
-    if request.tools:
+    if request.tools and not (request.tools_spent and link.tool_choice == "omit"):
         options["tools"] = to_tools(request)
         if link.tool_choice != "omit":
-            options["tool_choice"] = link.tool_choice
+            options["tool_choice"] = "none" if request.tools_spent else link.tool_choice
     if link.max_output_tokens:
         # max_tokens, not max_completion_tokens: every compatible server reads this one.
         options["max_tokens"] = link.max_output_tokens

@@ -106,8 +106,17 @@ def test_calls_refused_for_other_reasons_do_not_spend_the_budget(staff, fake):
     assert run.tool_calls_used == 2
 
 
-def test_a_turn_after_the_budget_is_spent_refuses_every_call(staff, fake):
+@pytest.fixture
+def deaf():
+    """A server that ignores `tool_choice` (Ollama's): told "none" once the budget is
+    spent, its model may call tools still, and the fitting refuses them."""
+    with FakeProvider(server="ollama") as server:
+        yield server
+
+
+def test_a_turn_after_the_budget_is_spent_refuses_every_call(staff, deaf):
     """LOOP-6: the budget is over the run, not the turn."""
+    fake = deaf
     echo_configuration(fake, max_tool_calls=2)
     fake.queue(
         {"tool_calls": [echo("a"), echo("b")]},
@@ -136,7 +145,8 @@ def test_a_turn_after_the_budget_is_spent_refuses_every_call(staff, fake):
     ]
 
 
-def test_a_zero_budget_refuses_every_call_and_the_run_still_answers(staff, fake):
+def test_a_zero_budget_refuses_every_call_and_the_run_still_answers(staff, deaf):
+    fake = deaf
     echo_configuration(fake, max_tool_calls=0)
     fake.queue({"tool_calls": [echo("a")]}, {"text": "done without tools"})
     run = submit(staff, "echo")

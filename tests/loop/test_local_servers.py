@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from agentruns import events as ev
-from agentruns.models import Event, Run
+from agentruns.models import Configuration, Event, Run
 from agentruns.runtime.loop import execute_run
 from tests.support.catalog import make_anthropic_configuration, make_openai_configuration
 from tests.support.fake_provider import FakeProvider
@@ -58,6 +58,45 @@ def test_int1_tool_choice_is_the_providers_option_so_vllm_without_auto_works(sta
 
         assert execute_run(run.pk) == Run.Status.COMPLETED, Run.objects.get(pk=run.pk).failure
         assert fake.requests[0].body.get("tool_choice") == sent
+
+
+@pytest.mark.parametrize("wire", ["openai", "anthropic"])
+def test_loop6_once_the_tool_calls_are_spent_the_model_is_told_to_call_none(staff, wire):
+    """LOOP-6, INT-1: with `tool_choice` "required" a model calls a tool every turn; once
+    the run's `max_tool_calls` are spent each request says "none" (the tools stay defined
+    for the history's calls), so the run ends with a reply instead of refusals until its
+    turn limit."""
+    with FakeProvider(default=CLOCK_TURN) as fake:  # a model that always calls
+        kw = {"allowed_tools": ["clock.now"], "max_tool_calls": 1}
+        if wire == "openai":
+            make_openai_configuration(
+                "local-llm", fake, provider_kw={"tool_choice": "required"}, **kw
+            )
+        else:
+            make_anthropic_configuration("local-llm", fake, **kw)
+        run = submit(staff, "local-llm")
+
+        assert execute_run(run.pk) == Run.Status.COMPLETED, Run.objects.get(pk=run.pk).failure
+        assert results(run) == ["ok"]
+        first, second = (request.body for request in fake.requests)
+        assert first.get("tool_choice") in ("required", None)
+        assert second["tool_choice"] in ("none", {"type": "none"})
+        assert [tool["function" if wire == "openai" else "name"] for tool in second["tools"]]
+
+
+def test_loop6_a_provider_that_omits_tool_choice_leaves_spent_tools_out(staff):
+    """LOOP-6, INT-1: a server sent no `tool_choice` (omit) is told "no more calls" the
+    one way left: the request after the last allowed call carries no tools."""
+    with FakeProvider(server="vllm") as fake:
+        local(fake, tool_choice="omit")
+        Configuration.objects.filter(slug="local-llm").update(max_tool_calls=1)
+        fake.queue(CLOCK_TURN, {"text": "It is noon."})
+        run = submit(staff, "local-llm")
+
+        assert execute_run(run.pk) == Run.Status.COMPLETED, Run.objects.get(pk=run.pk).failure
+        first, second = (request.body for request in fake.requests)
+        assert first["tools"] and "tool_choice" not in first
+        assert "tools" not in second and "tool_choice" not in second
 
 
 def test_int1_max_output_tokens_and_extra_body_go_into_each_request(staff):

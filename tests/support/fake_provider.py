@@ -22,7 +22,9 @@ their documented behaviour: "llama.cpp" (llama-cpp-python's server) answers 500 
 assistant message whose content is not a string, and leaves the tools out of the prompt
 unless `tool_choice` is sent (its model never sees them, so a scripted tool call comes
 back as text); "vllm" (started without --enable-auto-tool-choice) answers 400 to
-`tool_choice: "auto"`.
+`tool_choice: "auto"`; "ollama" ignores `tool_choice` (its documents list it unsupported).
+On every other server a `tool_choice` of "none" makes a scripted tool call come back as
+text, as the model may call none.
 """
 
 from __future__ import annotations
@@ -268,8 +270,9 @@ class FakeProvider:
         quirk = QUIRKS[self.server](body) if path == OPENAI_PATH else None
         if quirk is not None and quirk[0] >= 400:
             return quirk[0], wire.error(quirk[0], quirk[1]), {}, {}
+        blind = quirk is not None or (self.server != "ollama" and _calls_forbidden(body))
         try:
-            return self._reply(wire, path, body, blind=quirk is not None)
+            return self._reply(wire, path, body, blind=blind)
         except Exception as error:  # a broken scripted item is the test's bug: say so loudly
             return 500, wire.error(500, f"fake provider: bad item: {error!r}"), {}, {}
 
@@ -310,6 +313,13 @@ class FakeProvider:
             self._log.append(RecordedRequest(path, kept, body or {}))
 
 
+def _calls_forbidden(body: dict[str, Any]) -> bool:
+    """`tool_choice` "none" (Messages: {"type": "none"}): every API documents that the
+    model then calls no tool, so a scripted tool call comes back as text."""
+    choice = body.get("tool_choice")
+    return choice == "none" or (isinstance(choice, dict) and choice.get("type") == "none")
+
+
 def _llama_cpp(body: dict[str, Any]) -> tuple[int, str] | None:
     """llama-cpp-python's server: its request model wants a string content on every
     assistant message, and it renders tools into the prompt only for a `tool_choice`."""
@@ -336,6 +346,7 @@ QUIRKS: dict[str, Callable[[dict[str, Any]], tuple[int, str] | None]] = {
     "openai": lambda body: None,
     "llama.cpp": _llama_cpp,
     "vllm": _vllm,
+    "ollama": lambda body: None,
 }
 
 

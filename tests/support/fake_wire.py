@@ -100,6 +100,11 @@ def validate_openai(body: dict[str, Any]) -> None:
     if not isinstance(messages, list) or not messages:
         raise Rejected("Invalid 'messages': empty array. Expected an array with minimum length 1.")
     _check_openai_tools(body.get("tools"))
+    if "tool_choice" in body and not body.get("tools"):
+        raise Rejected(
+            "Invalid value for 'tool_choice': 'tool_choice' is only allowed when 'tools' "
+            "are specified."
+        )
     pending: list[str] = []
     seen: set[str] = set()
     for i, message in enumerate(messages):

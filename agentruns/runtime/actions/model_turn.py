@@ -102,6 +102,7 @@ def model_turn(ctx: RunContext, turn_index: int) -> Outcome | None:
         messages=composed.messages,
         tools=composed.specs,
         continuation=ctx.state.continuation,
+        tools_spent=ctx.state.tool_calls_used >= ctx.tool_call_limit,
     )
     trace = ctx.trace
     span = trace.turn(ctx, turn_index, composed) if trace else None  # OPS-7
