@@ -8,14 +8,17 @@ from typing import Any
 
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, redirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
+from django.utils.html import format_html
 
 from agentruns.admin.record import RecordAdmin
 from agentruns.errors import AgentrunsError
-from agentruns.models import ChangeRequest
+from agentruns.models import ChangeRequest, Replay
+from agentruns.policy import visible_replays
 from agentruns.services.changes import (
     Saved,
     catalog_history,
@@ -159,3 +162,20 @@ class ChangeRequestAdmin(RecordAdmin):
                 self.message_user(request, f"#{row.pk}: {sentence(exc)}", messages.ERROR)
             else:
                 self.message_user(request, f"Change request #{row.pk} {done}.")
+
+
+@admin.register(Replay)
+class ReplayAdmin(RecordAdmin):
+    """GOV-4: replays, shown; started and read on the Replays page or over the API (the
+    table of what changed is there), each visible only to whoever sees its runs."""
+
+    list_display = ["id", "configuration", "created_by", "created_at", "table"]
+    list_select_related = ["configuration", "created_by"]
+
+    def visible(self, rows: QuerySet, user: Any) -> QuerySet:
+        return rows.filter(pk__in=visible_replays(user).values("pk"))
+
+    @admin.display(description="what changed")
+    def table(self, replay: Replay) -> str:
+        url = reverse("playground:replay", args=[replay.pk])
+        return format_html('<a href="{}">replay #{} on its page</a>', url, replay.pk)
