@@ -15,7 +15,7 @@ from agentruns.answers import bounds_problem, field_errors
 from agentruns.errors import AlreadyApproved, ArgumentsChanged, InvalidArguments
 from agentruns.models import Run, Ticket, TicketApproval, ToolInvocation
 from agentruns.policy import may_decide
-from agentruns.runtime.actions.model_turn import idempotency_key
+from agentruns.runtime.effects import idempotency_key
 from agentruns.runtime.redaction import redact_value
 from agentruns.runtime.state import ProposedCall
 from agentruns.store.tickets import ticket_edit

@@ -38,9 +38,9 @@ from agentruns.models import (
 )
 from agentruns.policy import may_cancel, may_see_run, may_steer, may_submit, visible_threads
 from agentruns.providers.base import AssistantMessage, Message, ToolResultMessage, UserMessage
-from agentruns.runtime.closing import close_open_calls
 from agentruns.runtime.compose import log_view, next_request, thread_mode
 from agentruns.runtime.config import build_runtime_config
+from agentruns.runtime.effects import close_open_calls
 from agentruns.runtime.fork import carried_of
 from agentruns.runtime.handback import Parent, child_class, child_result, hand_back, lock_parent
 from agentruns.runtime.redaction import redact
