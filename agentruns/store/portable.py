@@ -28,6 +28,7 @@ from agentruns.models import (
     WebhookDelivery,
 )
 from agentruns.store.base import SystemStore, claimable
+from agentruns.store.log import LOG_FIELDS
 from agentruns.store.records import (
     CLAIM_FIELDS,
     ClaimRow,
@@ -94,7 +95,7 @@ class PortableStore(SystemStore):
 
     def read_log(self, thread_id: int, run_id: int) -> Log:
         thread = Event.objects.filter(thread_id=thread_id).order_by("sequence")
-        events: list[LogRow] = list(thread.values_list("sequence", "type", "payload", "run_id"))
+        events: list[LogRow] = list(thread.values_list(*LOG_FIELDS))
         latest = Checkpoint.objects.filter(run_id=run_id).order_by("-id")
         state: dict[str, Any] | None = latest.values_list("state", flat=True).first()
         return events, state
