@@ -311,10 +311,15 @@ class FourEyes:
     explanation: str  # why, for the card and the admin's ticket page ("" when it does not apply)
 
 
+def _barred(run: Run) -> int | None:
+    """The one person whose allow on `run` does not count: its initiator, under four-eyes."""
+    return run.created_by_id if run.configuration.require_second_approver else None
+
+
 def four_eyes(user: Any, run: Run) -> FourEyes:
     if not run.configuration.require_second_approver:
         return FourEyes(applies=False, blocks=False, explanation="")
-    if user.is_authenticated and run.created_by_id == user.pk:
+    if user.is_authenticated and _barred(run) == user.pk:
         why = (
             "you started this run, and its configuration needs a second person to approve "
             "its tool calls. Another approver must press Approve; you may still deny."
@@ -323,6 +328,14 @@ def four_eyes(user: Any, run: Run) -> FourEyes:
     initiator = run.created_by.get_username() if run.created_by else "the initiator"
     why = f"{initiator} started this run and may not approve it; you can."
     return FourEyes(applies=True, blocks=False, explanation=why)
+
+
+def four_eyes_counted(run: Run) -> Q:
+    """`four_eyes` as a filter of a ticket's allows (`TicketApproval` rows): those that
+    count, never the initiator's under four-eyes, even one given before it was switched
+    on."""
+    barred = _barred(run)
+    return Q() if barred is None else ~Q(user_id=barred)
 
 
 # OPS-6: who is told when a ticket opens: whoever may answer it (HITL-9), that is the

@@ -39,6 +39,7 @@ from agentruns.runtime.compose import LogView, log_view, next_request
 from agentruns.runtime.config import build_runtime_config, runtime_config
 from agentruns.runtime.fork import carried_of
 from agentruns.store import estimated_count, store
+from agentruns.store.log import log_entries, logs_by_thread
 from agentruns.tools.mcp.pinned import sync_pinned
 from agentruns.tools.policy import INPUT, PERMISSION, granted_tools, needs_human
 
@@ -59,9 +60,6 @@ def granted(configuration: Configuration, generation: int | None = None) -> list
         )
         for tool in granted_tools(configuration.allowed_tools or [])
     ]
-
-
-LOG_FIELDS = ("sequence", "type", "payload", "run_id")
 
 
 def configuration_readout(
@@ -139,15 +137,15 @@ def _carried(runs: Sequence[Run]) -> dict[int, tuple[dict, ...]]:
     query for all."""
     openings = Event.objects.filter(
         thread__in={run.thread_id for run in runs}, sequence=1, type__in=COPIES
-    ).values_list("thread_id", *LOG_FIELDS)
-    return {thread: carried_of([LogEntry(*row)]) for thread, *row in openings}
+    )
+    return {thread: carried_of(log) for thread, log in logs_by_thread(openings).items()}
 
 
 def thread_log(run: Run, before: int | None = None) -> list[LogEntry]:
     rows = Event.objects.filter(thread=run.thread_id)
     if before is not None:
         rows = rows.filter(sequence__lt=before)
-    return [LogEntry(*row) for row in rows.order_by("sequence").values_list(*LOG_FIELDS)]
+    return log_entries(rows)
 
 
 def run_next_send(run: Run) -> LogView:
@@ -163,12 +161,12 @@ def run_next_sends(runs: Sequence[Run], generation: int | None = None) -> dict[i
     given; PERF-8: the inbox shows one on every card)."""
     if generation is None:
         generation = store().catalog_generation()
-    logs: dict[int, list[LogEntry]] = {run.thread_id: [] for run in runs}
-    rows = Event.objects.filter(thread__in=list(logs)).order_by("thread", "sequence")
-    for thread_id, *row in rows.values_list("thread", *LOG_FIELDS):
-        logs[thread_id].append(LogEntry(*row))
+    threads = {run.thread_id for run in runs}
+    logs = logs_by_thread(Event.objects.filter(thread__in=threads))
     return {
-        run.pk: log_view(logs[run.thread_id], runtime_config(run.configuration_id, generation))
+        run.pk: log_view(
+            logs.get(run.thread_id, []), runtime_config(run.configuration_id, generation)
+        )
         for run in runs
     }
 

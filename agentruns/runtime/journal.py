@@ -30,6 +30,7 @@ from typing import Any
 
 from agentruns.events import LogEntry
 from agentruns.store import store
+from agentruns.store.log import entries
 from agentruns.store.records import Lease, Log, Step, Written
 
 __all__ = ["Step", "read", "write"]
@@ -45,4 +46,4 @@ def read(lease: Lease, claimed: Log | None = None) -> tuple[list[LogEntry], dict
     """The thread's events in order and the run's newest checkpoint state: as the claim
     read them, or read now."""
     rows, state = claimed or store().read_log(lease.thread_id, lease.run_id)
-    return [LogEntry(*row) for row in rows], state
+    return entries(rows), state

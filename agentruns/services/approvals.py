@@ -14,8 +14,8 @@ from typing import Any
 from agentruns.answers import bounds_problem, field_errors
 from agentruns.errors import AlreadyApproved, ArgumentsChanged, InvalidArguments
 from agentruns.models import Run, Ticket, TicketApproval, ToolInvocation
-from agentruns.policy import may_decide
-from agentruns.runtime.actions.model_turn import idempotency_key
+from agentruns.policy import four_eyes_counted, may_decide
+from agentruns.runtime.effects import idempotency_key
 from agentruns.runtime.redaction import redact_value
 from agentruns.runtime.state import ProposedCall
 from agentruns.store.tickets import ticket_edit
@@ -125,9 +125,9 @@ def approval_count(run: Run, ticket: Ticket) -> Count:
     required = run.configuration.approvals_required
     if ticket.status != Ticket.Status.ACTIVE:
         return Count([], required)
-    rows = TicketApproval.objects.filter(ticket=ticket, arguments_digest=ticket.pending_digest)
-    if run.configuration.require_second_approver and run.created_by_id:
-        rows = rows.exclude(user_id=run.created_by_id)
+    rows = TicketApproval.objects.filter(
+        four_eyes_counted(run), ticket=ticket, arguments_digest=ticket.pending_digest
+    )
     counted: list[str] = []
     dropped: list[str] = []
     for row in rows.select_related("user"):

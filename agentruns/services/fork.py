@@ -26,14 +26,14 @@ from agentruns.runtime.redaction import redact
 from agentruns.selectors import copied_sources
 from agentruns.services.log import append_attributed
 from agentruns.services.runs import (
-    MAX_INPUT_CHARS,
     Submission,
     User,
     check_daily_limit,
+    check_input,
     check_playground,
-    log_entries,
     startable_configuration,
 )
+from agentruns.store.log import log_entries
 from agentruns.store.wakeups import enqueue_wake
 
 
@@ -53,10 +53,7 @@ def run_fork(*, user: User, run_id: int, request: ForkRequest) -> Run:
     if original is None or not may_see_run(user, original):
         raise NotFound("No such run.")
     prompt = request.input if request.input.strip() else ""
-    if len(prompt) > MAX_INPUT_CHARS:
-        raise InvalidRequest(
-            "Input too long.", fields={"input": [f"At most {MAX_INPUT_CHARS} characters."]}
-        )
+    check_input(prompt, required=False)
     slug = request.configuration or original.configuration.slug
     check_playground(
         user,

@@ -33,10 +33,10 @@ from agentruns.services.log import append_attributed
 from agentruns.services.runs import (
     User,
     check_daily_limit,
-    log_entries,
     startable_configuration,
 )
 from agentruns.services.usage import runs_usage
+from agentruns.store.log import log_entries
 from agentruns.store.wakeups import enqueue_wake
 
 MAX_RUNS = 100

@@ -9,7 +9,6 @@ from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import IntegrityError, transaction
-from django.db.models import QuerySet
 from django.utils import timezone
 from django.utils.crypto import salted_hmac
 
@@ -38,15 +37,16 @@ from agentruns.models import (
 )
 from agentruns.policy import may_cancel, may_see_run, may_steer, may_submit, visible_threads
 from agentruns.providers.base import AssistantMessage, Message, ToolResultMessage, UserMessage
-from agentruns.runtime.closing import close_open_calls
 from agentruns.runtime.compose import log_view, next_request, thread_mode
 from agentruns.runtime.config import build_runtime_config
+from agentruns.runtime.effects import close_open_calls
 from agentruns.runtime.fork import carried_of
 from agentruns.runtime.handback import Parent, child_class, child_result, hand_back, lock_parent
 from agentruns.runtime.redaction import redact
 from agentruns.runtime.state import restore
 from agentruns.services.log import append_events
 from agentruns.store import store
+from agentruns.store.log import log_entries
 from agentruns.store.tickets import invocation_close, tickets_void
 from agentruns.store.transitions import run_cancel_parked
 from agentruns.store.wakeups import enqueue_wake
@@ -131,25 +131,35 @@ def check_playground(user: User, submission: Submission, *, dry_run: bool = Fals
         )
 
 
-def _validate(user: User, submission: Submission) -> tuple[Configuration, Thread | None]:
-    if not submission.input.strip():
+def check_input(text: str, *, required: bool = True) -> None:
+    """A task's text: given (unless `required` is off: a fork may go on without one) and
+    within MAX_INPUT_CHARS."""
+    if required and not text.strip():
         raise InvalidRequest("Empty input.", fields={"input": ["Give the task to run."]})
-    if len(submission.input) > MAX_INPUT_CHARS:
+    if len(text) > MAX_INPUT_CHARS:
         raise InvalidRequest(
             "Input too long.", fields={"input": [f"At most {MAX_INPUT_CHARS} characters."]}
         )
+
+
+def check_mode(configuration: Configuration, mode: str) -> None:
+    """DEF-1: a mode the configuration has."""
+    config = build_runtime_config(configuration)
+    if not config.has_mode(mode):
+        known = ", ".join(m.name for m in config.modes)
+        raise InvalidRequest(
+            "Unknown mode.", fields={"mode": [f"Unknown mode {mode!r}; use {known}."]}
+        )
+
+
+def _validate(user: User, submission: Submission) -> tuple[Configuration, Thread | None]:
+    check_input(submission.input)
     configuration = startable_configuration(submission.configuration)
     _check_ids(Snippet, submission.forced_snippets, "forced_snippets")
     _check_ids(Skill, submission.forced_skills, "forced_skills")
     thread = _thread(user, submission.thread, configuration) if submission.thread else None
     if submission.mode is not None:
-        config = build_runtime_config(configuration)
-        if not config.has_mode(submission.mode):
-            known = ", ".join(m.name for m in config.modes)
-            raise InvalidRequest(
-                "Unknown mode.",
-                fields={"mode": [f"Unknown mode {submission.mode!r}; use {known}."]},
-            )
+        check_mode(configuration, submission.mode)
     return configuration, thread
 
 
@@ -272,12 +282,6 @@ def _opening(
     items += ev.redacted("input", kinds)
     items.append(ev.UserMessage(text).item())
     return items
-
-
-def log_entries(rows: QuerySet[Event]) -> list[LogEntry]:
-    """Event rows as the runtime reads them, in log order."""
-    fields = ("sequence", "type", "payload", "run_id")
-    return [LogEntry(*row) for row in rows.order_by("sequence").values_list(*fields)]
 
 
 def thread_mode_name(thread: Thread) -> str:
@@ -429,12 +433,7 @@ def thread_switch_mode(*, user: User, thread_id: int, mode: str) -> Thread:
         raise NotFound("No such thread.")
     if not may_steer(user, thread):
         raise NotPermitted("Only the thread's initiator may switch its mode (SEC-10).")
-    config = build_runtime_config(thread.configuration)
-    if not config.has_mode(mode):
-        known = ", ".join(m.name for m in config.modes)
-        raise InvalidRequest(
-            "Unknown mode.", fields={"mode": [f"Unknown mode {mode!r}; use {known}."]}
-        )
+    check_mode(thread.configuration, mode)
     with transaction.atomic():
         # The thread row lock orders this check against a concurrent submission's append.
         Thread.objects.select_for_update().filter(pk=thread.pk).values_list("pk").get()

@@ -6,7 +6,7 @@ package asks which database it runs on (tests/test_layout.py checks)."""
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.db import DEFAULT_DB_ALIAS, connections
 
@@ -38,7 +38,7 @@ def store() -> SystemStore:
     return _chosen
 
 
-def estimated_count(rows: QuerySet) -> int | None:
+def estimated_count(rows: QuerySet[Any]) -> int | None:
     """The planner's estimate of how many rows a query gives (PostgreSQL's EXPLAIN, no
     scan), or None where the database offers no cheap estimate."""
     if not on_postgres():

@@ -23,7 +23,7 @@ from agentruns.models import (
     Ticket,
     ToolInvocation,
 )
-from agentruns.store.records import Lease, Log, Step, Written
+from agentruns.store.records import ClaimRow, Lease, Log, Step, Written
 
 
 def lease_expired() -> Q:
@@ -85,7 +85,7 @@ class SystemStore(abc.ABC):
         ...
 
     @abc.abstractmethod
-    def claim(self, run_id: int, owner: str, seconds: float) -> dict | None:
+    def claim(self, run_id: int, owner: str, seconds: float) -> ClaimRow | None:
         """Take the run if claimable: its CLAIM_FIELDS as they were, `composed` (whether its
         context was ever composed), the catalog `generation`, the attempts the claim `spent`
         (1 for a crash reclaim, CLU-3) and, where the claim read it
@@ -94,7 +94,7 @@ class SystemStore(abc.ABC):
         ...
 
     @abc.abstractmethod
-    def claim_queued(self, limit: int, owner: str, seconds: float) -> list[tuple[int, dict]]:
+    def claim_queued(self, limit: int, owner: str, seconds: float) -> list[tuple[int, ClaimRow]]:
         """Claim up to `limit` queued runs, oldest first ([] where unsupported)."""
         ...
 
@@ -104,7 +104,7 @@ class SystemStore(abc.ABC):
         ...
 
     @abc.abstractmethod
-    def claim_expired(self, limit: int, owner: str, seconds: float) -> list[tuple[int, dict]]:
+    def claim_expired(self, limit: int, owner: str, seconds: float) -> list[tuple[int, ClaimRow]]:
         """Claim up to `limit` running runs whose lease expired, longest expired first:
         crash reclaims, each spending an attempt (CLU-3; [] where unsupported)."""
         ...
@@ -112,7 +112,7 @@ class SystemStore(abc.ABC):
     @abc.abstractmethod
     def claim_unanswered(
         self, owners: list[str], limit: int, owner: str, seconds: float
-    ) -> list[tuple[int, dict]]:
+    ) -> list[tuple[int, ClaimRow]]:
         """Claim up to `limit` running runs still leased to one of `owners` (claim
         statements whose reply was lost), spending no attempt ([] where unsupported)."""
         ...

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from django.db import transaction
 from django.db.models import F
@@ -28,8 +28,10 @@ from agentruns.models import (
     WebhookDelivery,
 )
 from agentruns.store.base import SystemStore, claimable
+from agentruns.store.log import LOG_FIELDS
 from agentruns.store.records import (
     CLAIM_FIELDS,
+    ClaimRow,
     Lease,
     Log,
     LogRow,
@@ -93,12 +95,12 @@ class PortableStore(SystemStore):
 
     def read_log(self, thread_id: int, run_id: int) -> Log:
         thread = Event.objects.filter(thread_id=thread_id).order_by("sequence")
-        events: list[LogRow] = list(thread.values_list("sequence", "type", "payload", "run_id"))
+        events: list[LogRow] = list(thread.values_list(*LOG_FIELDS))
         latest = Checkpoint.objects.filter(run_id=run_id).order_by("-id")
-        state: dict | None = latest.values_list("state", flat=True).first()
+        state: dict[str, Any] | None = latest.values_list("state", flat=True).first()
         return events, state
 
-    def claim(self, run_id: int, owner: str, seconds: float) -> dict | None:
+    def claim(self, run_id: int, owner: str, seconds: float) -> ClaimRow | None:
         with transaction.atomic():
             row = (
                 Run.objects.select_for_update(skip_locked=True)
@@ -119,7 +121,7 @@ class PortableStore(SystemStore):
             composed = row.pop("composed_at") is not None
             return {**row, "composed": composed, "generation": _generation(), "spent": spent}
 
-    def claim_queued(self, limit: int, owner: str, seconds: float) -> list[tuple[int, dict]]:
+    def claim_queued(self, limit: int, owner: str, seconds: float) -> list[tuple[int, ClaimRow]]:
         return []
 
     def renew_many(self, leases: list[Lease], seconds: float) -> dict[int, bool]:
@@ -132,12 +134,12 @@ class PortableStore(SystemStore):
                 )
         return renewed
 
-    def claim_expired(self, limit: int, owner: str, seconds: float) -> list[tuple[int, dict]]:
+    def claim_expired(self, limit: int, owner: str, seconds: float) -> list[tuple[int, ClaimRow]]:
         return []
 
     def claim_unanswered(
         self, owners: list[str], limit: int, owner: str, seconds: float
-    ) -> list[tuple[int, dict]]:
+    ) -> list[tuple[int, ClaimRow]]:
         return []
 
     def queue_deliveries(self, events: Sequence[Event]) -> None:

@@ -24,12 +24,13 @@ from agentruns.store.connection import fast_commit
 from agentruns.store.ops_sql import SOURCE_COLUMNS, delivery_insert
 from agentruns.store.records import (
     CLAIM_FIELDS,
+    ClaimRow,
     Lease,
     Log,
     Step,
     Written,
 )
-from agentruns.store.statements import prepared, prepared_rows
+from agentruns.store.statements import Row, prepared, prepared_rows
 from agentruns.store.steps import (
     CHECKPOINT,
     EVENT,
@@ -71,7 +72,7 @@ def _claim_rows(
     *,
     per_run: bool = False,
     spends_attempt: bool = True,
-) -> list[tuple[int, dict]]:
+) -> list[tuple[int, ClaimRow]]:
     """Claims only make the run claimable again if a database crash loses them, so their
     commit need not wait for the WAL flush. A claimed run needs no wake-up: the statement
     deletes its waiting one, so a batch claim spares the cluster a wake-up per run it took
@@ -117,10 +118,11 @@ def _claim_rows(
     return claimed
 
 
-def _cursor_rows(sql: str, params: list[Any]) -> list[tuple]:
+def _cursor_rows(sql: str, params: list[Any]) -> list[Row]:
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-        return cursor.fetchall()
+        rows: list[Row] = cursor.fetchall()
+        return rows
 
 
 class PostgresStore(SystemStore):
@@ -141,11 +143,11 @@ class PostgresStore(SystemStore):
     def read_log(self, thread_id: int, run_id: int) -> Log:
         return _log(*prepared(f"SELECT {_log_sql('%s', '%s')}", [thread_id, run_id]))
 
-    def claim(self, run_id: int, owner: str, seconds: float) -> dict | None:
+    def claim(self, run_id: int, owner: str, seconds: float) -> ClaimRow | None:
         rows = _claim_rows(f"id = %s AND {CLAIMABLE}", [run_id], owner, seconds, per_run=True)
         return rows[0][1] if rows else None
 
-    def claim_queued(self, limit: int, owner: str, seconds: float) -> list[tuple[int, dict]]:
+    def claim_queued(self, limit: int, owner: str, seconds: float) -> list[tuple[int, ClaimRow]]:
         where = f"status = {QUEUED} ORDER BY id LIMIT %s"
         return _claim_rows(where, [limit], owner, seconds)
 
@@ -167,11 +169,11 @@ class PostgresStore(SystemStore):
 
     def claim_unanswered(
         self, owners: list[str], limit: int, owner: str, seconds: float
-    ) -> list[tuple[int, dict]]:
+    ) -> list[tuple[int, ClaimRow]]:
         where = f"status = {RUNNING} AND lease_owner = ANY(%s) ORDER BY id LIMIT %s"
         return _claim_rows(where, [owners, limit], owner, seconds, spends_attempt=False)
 
-    def claim_expired(self, limit: int, owner: str, seconds: float) -> list[tuple[int, dict]]:
+    def claim_expired(self, limit: int, owner: str, seconds: float) -> list[tuple[int, ClaimRow]]:
         where = (
             f"status = {RUNNING} AND (lease_expires_at IS NULL OR lease_expires_at < now()) "
             "ORDER BY lease_expires_at NULLS FIRST LIMIT %s"
@@ -213,7 +215,8 @@ class PostgresStore(SystemStore):
     def database_now(self) -> datetime:
         with connection.cursor() as cursor:
             cursor.execute("SELECT now()")
-            return cursor.fetchone()[0]
+            now: datetime = cursor.fetchone()[0]
+            return now
 
     def make_durable(self) -> None:
         # A transaction that is assigned an xid and commits with synchronous_commit on waits

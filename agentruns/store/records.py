@@ -19,7 +19,12 @@ from agentruns.store.rows import InvocationChange, NewInvocation, NewTicket, Run
 # (sequence, type, payload, run_id) in log order.
 LogRow = tuple[int, str, dict[str, Any], int | None]
 # The thread's log and the run's newest checkpoint state, as the store read them.
-Log = tuple[list[LogRow], dict | None]
+Log = tuple[list[LogRow], dict[str, Any] | None]
+# The run as a claim statement found it: CLAIM_FIELDS, then `composed`, `generation`,
+# `spent` (the attempts the claim spent) and, where the claim read it, `log`.
+ClaimRow = dict[str, Any]
+# A checkpoint a step takes: (kind, the last sequence folded, the folded state).
+Taken = tuple[str, int, dict[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -128,7 +133,7 @@ class Step:
     """Everything one durable step writes."""
 
     events: Sequence[LogEntry] = field(default_factory=list)
-    checkpoints: list[tuple[str, int, dict[str, Any]]] = field(default_factory=list)
+    checkpoints: list[Taken] = field(default_factory=list)
     new_invocations: list[NewInvocation] = field(default_factory=list)
     invocation_updates: list[InvocationChange] = field(default_factory=list)
     run_update: RunUpdate | None = None
@@ -185,7 +190,7 @@ def event_row(lease: Lease, event: LogEntry, now: Any) -> dict[str, Any]:
     }
 
 
-def checkpoint_row(lease: Lease, checkpoint: tuple, now: Any) -> dict[str, Any]:
+def checkpoint_row(lease: Lease, checkpoint: Taken, now: Any) -> dict[str, Any]:
     kind, last_sequence, state = checkpoint
     return {
         "run_id": lease.run_id,

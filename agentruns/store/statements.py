@@ -30,6 +30,9 @@ from psycopg.postgres import types
 
 from agentruns.store.connection import this_connection
 
+# A result row as the database returned it.
+Row = tuple[Any, ...]
+
 _OK = (pq.ExecStatus.TUPLES_OK, pq.ExecStatus.COMMAND_OK)
 _NO_SUCH_STATEMENT = b"26000"
 _NUMBERS = itertools.count()  # statement names, unique within the process
@@ -45,14 +48,14 @@ class _Unformattable(Exception):
     """A parameter of a type this module does not format: the cursor sends the statement."""
 
 
-def prepared(sql: str, params: list[Any]) -> tuple:
+def prepared(sql: str, params: list[Any]) -> Row:
     """The statement's one row (see `prepared_rows`)."""
     rows = prepared_rows(sql, params)
     assert rows, "the statement returned no row"
     return rows[0]
 
 
-def prepared_rows(sql: str, params: list[Any]) -> list[tuple]:
+def prepared_rows(sql: str, params: list[Any]) -> list[Row]:
     """Run one of the loop's repeated statements (`%s` placeholders), logged like any
     Django query."""
     db = this_connection()
@@ -72,7 +75,7 @@ def prepared_rows(sql: str, params: list[Any]) -> list[tuple]:
     return rows
 
 
-def _execute(db: Any, sql: str, params: list[Any]) -> list[tuple]:
+def _execute(db: Any, sql: str, params: list[Any]) -> list[Row]:
     values, oids = _format(params)
     conn: psycopg.Connection = db.connection
     if conn.prepare_threshold is None:
@@ -84,7 +87,7 @@ def _execute(db: Any, sql: str, params: list[Any]) -> list[tuple]:
     return _rows(_check(result, conn))
 
 
-def _rows(result: pq.abc.PGresult) -> list[tuple]:
+def _rows(result: pq.abc.PGresult) -> list[Row]:
     decoders = [_decoder(result.ftype(column)) for column in range(result.nfields)]
     return [
         tuple(
@@ -121,10 +124,10 @@ def _run_prepared(
             return result
 
 
-def _statements(conn: psycopg.Connection) -> dict[tuple, bytes]:
+def _statements(conn: psycopg.Connection) -> dict[tuple[Any, ...], bytes]:
     """The statements prepared in this connection's session: kept on the connection
     itself, which a pool hands from thread to thread."""
-    held: dict[tuple, bytes] | None = getattr(conn, "agentruns_statements", None)
+    held: dict[tuple[Any, ...], bytes] | None = getattr(conn, "agentruns_statements", None)
     if held is None:
         held = conn.agentruns_statements = {}  # type: ignore[attr-defined]
     return held

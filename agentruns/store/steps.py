@@ -157,7 +157,9 @@ STAMP = "statement_timestamp()"
 STAMPED_LATER = None
 
 
-def _insert(name: str, model: Any, columns: tuple[str, ...], rows: list[dict], params: list) -> str:
+def _insert(
+    name: str, model: Any, columns: tuple[str, ...], rows: list[dict[str, Any]], params: list[Any]
+) -> str:
     """A table's rows as ONE parameter, a JSON array of records (PERF-1): one orjson call
     instead of a formatted parameter per cell, and for the server one JSON parse and one
     function scan instead of a VALUES list of typed cells to bind and initialise. Its text
@@ -194,7 +196,7 @@ def _insert_sql(name: str, table: str, columns: tuple[str, ...], record: str) ->
     )
 
 
-def _update(name: str, table: str, changes: dict[str, Any], where: str, params: list) -> str:
+def _update(name: str, table: str, changes: dict[str, Any], where: str, params: list[Any]) -> str:
     params.extend(_value(c, v) for c, v in changes.items())
     return _update_sql(name, table, tuple(changes), where)
 
@@ -205,7 +207,7 @@ def _update_sql(name: str, table: str, columns: tuple[str, ...], where: str) -> 
     return f"{name} AS (UPDATE {table} SET {sets} WHERE {where} RETURNING 1)"
 
 
-def _invocation_updates(updates: list[tuple[int, dict[str, Any]]], params: list) -> list[str]:
+def _invocation_updates(updates: list[tuple[int, dict[str, Any]]], params: list[Any]) -> list[str]:
     """The step's invocation changes as rows of one JSON parameter per set of columns they
     change (one set, as a rule: a batch's completions), like its inserts. An invocation
     changed twice within a step (held steps merged) is one row with its later values:

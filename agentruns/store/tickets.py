@@ -118,7 +118,7 @@ def invocation_settle(
 
 
 def invocation_close(change: InvocationChange) -> None:
-    """An open call of a run cancelled while parked closed (runtime/closing.py), by row."""
+    """An open call of a run cancelled while parked closed (runtime/effects.py), by row."""
     moved = ToolInvocation.objects.filter(pk=change.pk).update(**change.changes())
     if moved != 1:
         raise TicketRaced(f"Invocation {change.pk} is gone.")

@@ -23,7 +23,7 @@ from django.db.models.functions import Now
 from agentruns.errors import Fenced
 from agentruns.models import GateAudit, Run
 from agentruns.store import store
-from agentruns.store.records import Claim, Lease, Signals
+from agentruns.store.records import Claim, ClaimRow, Lease, Signals
 from agentruns.store.rows import release_columns
 
 Status = Run.Status
@@ -149,7 +149,7 @@ def claim_unanswered(owners: list[str], limit: int, owner: str | None = None) ->
 
 
 def _claim_batch(
-    claim_rows: Callable[[int, str, float], list[tuple[int, dict]]],
+    claim_rows: Callable[[int, str, float], list[tuple[int, ClaimRow]]],
     limit: int,
     owner: str | None,
 ) -> list[Claim]:
@@ -162,7 +162,7 @@ def _claim_batch(
     ]
 
 
-def _claimed(run_id: int, owner: str, seconds: float, row: dict) -> Claim:
+def _claimed(run_id: int, owner: str, seconds: float, row: ClaimRow) -> Claim:
     """`row` as the store's claim returns it: the run as it was, and the attempts the claim
     `spent` (one for a crash reclaim; the store decides, CLU-3)."""
     reclaimed = bool(row["spent"])

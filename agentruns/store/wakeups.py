@@ -40,7 +40,8 @@ class _Recorded:
 
     @property
     def list_key(self) -> str:
-        return self.broker.list_key
+        key: str = self.broker.list_key
+        return key
 
     def enqueue(self, task: Any) -> int:
         self.row_id = self.broker.enqueue(task)

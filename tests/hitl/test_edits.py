@@ -11,7 +11,7 @@ import pytest
 from django.test import Client
 
 from agentruns.models import Event, Note, Run, Ticket, ToolInvocation
-from agentruns.runtime.actions.model_turn import idempotency_key
+from agentruns.runtime.effects import idempotency_key
 from agentruns.runtime.loop import execute_run
 from agentruns.runtime.state import ProposedCall
 from agentruns.tools.registry import REGISTRY, digest

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from agentruns import events as ev
 from agentruns.models import Event, Note, Run, ToolInvocation
-from agentruns.runtime.actions.model_turn import idempotency_key
+from agentruns.runtime.effects import idempotency_key
 from agentruns.runtime.loop import Executor, Outcome, execute_run
 from agentruns.runtime.state import ProposedCall
 from agentruns.store.transitions import claim

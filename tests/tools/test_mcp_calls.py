@@ -14,7 +14,7 @@ import pytest
 
 from agentruns import events as ev
 from agentruns.models import Event, McpTool, Run, ToolInvocation
-from agentruns.runtime.actions.model_turn import idempotency_key
+from agentruns.runtime.effects import idempotency_key
 from agentruns.runtime.loop import execute_run
 from agentruns.runtime.state import ProposedCall
 from agentruns.services.mcp import mcp_listing_digest, mcp_server_accept, mcp_server_review

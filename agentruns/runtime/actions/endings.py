@@ -18,7 +18,7 @@ from agentruns import events as ev
 from agentruns.errors import Fenced
 from agentruns.models import Checkpoint, Run, Ticket
 from agentruns.runtime.actions.base import Items, Outcome, RunContext
-from agentruns.runtime.closing import close_open_calls
+from agentruns.runtime.effects import close_open_calls
 from agentruns.runtime.handback import (
     child_class,
     child_result,

@@ -24,6 +24,7 @@ from agentruns.runtime.actions.send import Sent, send
 from agentruns.runtime.budget import fit
 from agentruns.runtime.compose import Composed, next_request
 from agentruns.runtime.context import pairing_problems
+from agentruns.runtime.effects import idempotency_key
 from agentruns.runtime.redaction import redact, redact_value
 from agentruns.runtime.state import ProposedCall
 from agentruns.runtime.storable import storable_reply, unstorable_arguments
@@ -36,27 +37,10 @@ from agentruns.tools.policy import (
 from agentruns.tools.registry import (
     REGISTRY,
     Human,
-    Tool,
     digest,
 )
 
 logger = logging.getLogger(__name__)
-
-
-def idempotency_key(
-    run_id: int,
-    turn_index: int,
-    call: ProposedCall,
-    tool: Tool | None,
-    *,
-    arguments_digest: str | None = None,
-) -> str:
-    """TOOL-3: from what the call *is*, never from which attempt runs it
-    (`arguments_digest`: `digest(call.arguments)` when the caller has it already)."""
-    version = tool.version if tool else ""
-    if arguments_digest is None:
-        arguments_digest = digest(call.arguments)
-    return digest([run_id, turn_index, call.id, call.name, version, arguments_digest])
 
 
 @dataclass

@@ -16,13 +16,12 @@ from django.utils import timezone
 
 from agentruns import events as ev
 from agentruns.models import Checkpoint, ToolInvocation
-from agentruns.runtime import faults
+from agentruns.runtime import effects, faults
 from agentruns.runtime.actions.base import Invocation, Items, Outcome, RunContext
 from agentruns.runtime.actions.delegation import child_starter, delegation_refusal
 from agentruns.runtime.actions.endings import boundary, park
 from agentruns.runtime.actions.gating import assert_context
 from agentruns.runtime.actions.replayed import answer_from_recording
-from agentruns.runtime.closing import UNKNOWN
 from agentruns.runtime.redaction import redact
 from agentruns.runtime.replay import recording_in
 from agentruns.runtime.state import (
@@ -42,7 +41,6 @@ from agentruns.tools.policy import (
 from agentruns.tools.registry import (
     DELEGATE_TOOL,
     REGISTRY,
-    Effect,
     Tool,
     ToolContext,
     ToolOutput,
@@ -166,7 +164,7 @@ def _ready(ctx: RunContext, turn: Turn, call: ProposedCall) -> Ready | None:
             invocation_status=ToolInvocation.Status.NOT_PERMITTED,
         )
         return None
-    if tool.effect is Effect.WRITE and not tool.transactional and invocation.effect_sent_at:
+    if effects.uncertain(tool, invocation.effect_sent_at):
         _record_uncertain(ctx, call)
         return None
     context = ToolContext(
@@ -183,16 +181,16 @@ def _ready(ctx: RunContext, turn: Turn, call: ProposedCall) -> Ready | None:
 
 
 def _execute(ctx: RunContext, batch: Sequence[Ready]) -> None:
-    """TOOL-4: a transactional tool inside the step that records it; any other write
-    behind its `effect_sent_at` watermark, committed (for the whole batch at once) just
-    before the effects. Two or more calls of a batch run at the same time; each result
+    """TOOL-4 (runtime/effects.py): a transactional tool inside the step that records
+    it; any other write behind its watermark, committed (for the whole batch at once)
+    just before the effects. Two or more calls of a batch run at the same time; each result
     is recorded as it comes back (the model still reads them in model order, LOOP-7)."""
     if not batch:
         return
     if len(batch) == 1 and batch[0].tool.transactional:
         _run_transactional(ctx, batch[0])
         return
-    writes = [ready.invocation for ready in batch if ready.tool.effect is Effect.WRITE]
+    writes = [ready.invocation for ready in batch if effects.watermarked(ready.tool)]
     if writes:
         _mark_effect_sent(ctx, writes)
     if any(ready.tool.blocking for ready in batch):
@@ -225,13 +223,9 @@ def _run_apart(ready: Ready) -> ToolOutput:
 
 def _finished(ctx: RunContext, ready: Ready, output: ToolOutput) -> None:
     faults.fault_point(faults.TOOL_DONE)
-    if output.uncertain and ready.tool.effect is not Effect.READ_ONLY:
-        # INT-3, TOOL-4: the model must not take "error" for "did not happen" and retry.
-        content, _ = redact(
-            f"Outcome unknown: {output.content.removeprefix('Error: ')} The call may have "
-            "taken effect; it will not be repeated automatically, and an approver has "
-            "been shown it."
-        )
+    unknown = effects.outcome_unknown(ready.tool, output)
+    if unknown is not None:
+        content, _ = redact(unknown)
         _record_result(
             ctx,
             ready.call,
@@ -240,7 +234,7 @@ def _finished(ctx: RunContext, ready: Ready, output: ToolOutput) -> None:
             invocation_status=ToolInvocation.Status.UNCERTAIN,
         )
         return
-    _record_output(ctx, ready, output, redoable=ready.tool.effect is not Effect.WRITE)
+    _record_output(ctx, ready, output, redoable=effects.redoable(ready.tool))
 
 
 def _live_gate(
@@ -278,9 +272,7 @@ def _run_transactional(ctx: RunContext, ready: Ready) -> None:
 
 def _mark_effect_sent(ctx: RunContext, invocations: Sequence[Invocation]) -> None:
     now = timezone.now()
-    executing = ToolInvocation.Status.EXECUTING
-    sent = [InvocationChange(i.pk, executing, effect_sent_at=now) for i in invocations]
-    ctx.commit([], invocation_updates=sent)
+    ctx.commit([], invocation_updates=effects.watermark([i.pk for i in invocations], now))
     for invocation in invocations:
         invocation.effect_sent_at = now
     faults.fault_point(faults.EFFECT_SENT)
@@ -288,7 +280,7 @@ def _mark_effect_sent(ctx: RunContext, invocations: Sequence[Invocation]) -> Non
 
 def _record_uncertain(ctx: RunContext, call: ProposedCall) -> None:
     _record_result(
-        ctx, call, ev.UNCERTAIN, UNKNOWN, invocation_status=ToolInvocation.Status.UNCERTAIN
+        ctx, call, ev.UNCERTAIN, effects.UNKNOWN, invocation_status=ToolInvocation.Status.UNCERTAIN
     )
 
 
