@@ -9,6 +9,7 @@ from typing import Any
 
 from django.conf import settings
 
+from agentruns import events as ev
 from agentruns.models import Run
 from agentruns.selectors import run_next_send, turn_requests
 from agentruns.services.runs import message_dict
@@ -43,7 +44,8 @@ def inspector_context(run: Run) -> dict[str, Any]:
 
 def _compose_turns(run: Run, turns: list[timeline.Turn]) -> tuple[str, ...]:
     """Fills each turn's messages and tools; returns the last turn's system texts."""
-    requests = turn_requests(run, [turn.sequence for turn in turns], [turn.sent for turn in turns])
+    records = [ev.SentRecord.parse(turn.sent) for turn in turns]
+    requests = turn_requests(run, [turn.sequence for turn in turns], records)
     for turn, request in zip(turns, requests, strict=True):
         turn.mode = request.mode
         turn.history = [message_dict(m) for m in request.messages]

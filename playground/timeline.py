@@ -113,8 +113,9 @@ class Turn:
     tools: list[str] = field(default_factory=list)
     mode: str = ""
     # GOV-2: what the turn was sent under, from its own record (empty for older turns).
-    sent: ev.SentRecord | None = None
-    served_by: ev.ServedBy | None = None
+    # (As the page shows them: their stored shape, records' `to_payload()`.)
+    sent: dict[str, Any] = field(default_factory=dict)
+    served_by: dict[str, Any] = field(default_factory=dict)
 
 
 def turns(run: Run, events: list[Event], withheld: dict[int, str] | None = None) -> list[Turn]:
@@ -133,8 +134,8 @@ def turns(run: Run, events: list[Event], withheld: dict[int, str] | None = None)
                 data.text,
                 event.created_at,
                 turn_usage(data, run.configuration),
-                sent=data.sent,
-                served_by=data.served_by,
+                sent=data.sent.to_payload() if data.sent else {},
+                served_by=data.served_by.to_payload() if data.served_by else {},
             )
             for proposed in data.tool_calls:
                 call = Call(proposed.id, proposed.name, _pretty(proposed.arguments))

@@ -3,10 +3,8 @@ loop and the store hold it in memory."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import cached_property
-from typing import Any
+from typing import Any, overload
 
 from agentruns.events.records import (
     AssistantMessage,
@@ -33,12 +31,8 @@ from agentruns.events.tickets import (
     TicketOpened,
     TicketReminded,
 )
-from agentruns.events.values import (
-    Event,
-)
-from agentruns.events.vocabulary import (
-    EVENT_TYPES,
-)
+from agentruns.events.values import Event, RecordItem
+from agentruns.events.vocabulary import EVENT_TYPES, Item
 
 RECORDS: dict[str, type[Event]] = {
     record.TYPE: record
@@ -71,10 +65,25 @@ assert set(RECORDS) == set(EVENT_TYPES), "every event type has its record"
 def parse(kind: str, payload: object) -> Event:
     """A stored event as its record; never raises (see the module's docstring)."""
     record = RECORDS.get(kind)
-    data = payload if isinstance(payload, Mapping) else {}
+    data = payload if isinstance(payload, dict) else {}
     if record is None:
         return Other(kind, dict(data))
     return record.from_payload(data)
+
+
+class _Parsed:
+    """`LogEntry.data`: the payload's record, parsed on first reading and then kept in the
+    entry (a non-data descriptor: the entry's own attribute shadows it from then on)."""
+
+    @overload
+    def __get__(self, entry: None, owner: type[LogEntry]) -> _Parsed: ...
+    @overload
+    def __get__(self, entry: LogEntry, owner: type[LogEntry]) -> Event: ...
+    def __get__(self, entry: LogEntry | None, owner: type[LogEntry]) -> _Parsed | Event:
+        if entry is None:
+            return self
+        data = entry.__dict__["data"] = parse(entry.type, entry.payload)
+        return data
 
 
 @dataclass(frozen=True)
@@ -86,13 +95,17 @@ class LogEntry:
     payload: dict[str, Any]
     run_id: int | None = None
 
-    @cached_property
-    def data(self) -> Event:
-        return parse(self.type, self.payload)
+    data = _Parsed()  # not a field: derived from `type` and `payload`
 
     @classmethod
     def of(cls, sequence: int, event: Event, run_id: int | None = None) -> LogEntry:
-        kind, payload = event.item()
+        return cls.at(sequence, event.item(), run_id)
+
+    @classmethod
+    def at(cls, sequence: int, item: Item, run_id: int | None = None) -> LogEntry:
+        """The entry an item becomes at `sequence`, with its record when it carries one."""
+        kind, payload = item
         entry = cls(sequence, kind, payload, run_id)
-        entry.__dict__["data"] = event  # what `data` would read back
+        if isinstance(item, RecordItem):
+            entry.__dict__["data"] = item.record  # what `data` would read back
         return entry

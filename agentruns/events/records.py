@@ -11,6 +11,7 @@ from agentruns.events.values import (
     CopiedFrom,
     Event,
     ProposedCall,
+    RecordItem,
     SentRecord,
     ServedBy,
     _copied,
@@ -105,12 +106,12 @@ class AssistantMessage(Event):
             tool_calls=tuple(
                 ProposedCall.from_dict(c)
                 for c in (calls if isinstance(calls, list) else ())
-                if isinstance(c, Mapping)
+                if isinstance(c, dict)
             ),
             turn_index=_opt_int(get("step")),
             tool_calls_before=_opt_int(get("tool_calls_before")),
             served_by=ServedBy.parse(get("served_by")),
-            usage=_counts(usage) if isinstance(usage := get("usage"), Mapping) else None,
+            usage=_counts(usage) if isinstance(usage := get("usage"), dict) else None,
             sent=SentRecord.parse(get("sent")),
             label=_opt_dict(get("label")),
             granted=_opt_strs(get("granted")),
@@ -325,10 +326,8 @@ class Compaction(Event):
             _opt_int(get("kept_from")),
             _strs(get("active_deferred")),
             _int(get("summarised_events")),
-            {_str(k): _str(v) for k, v in results.items()}
-            if isinstance(results, Mapping)
-            else None,
-            _counts(usage) if isinstance(usage := get("usage"), Mapping) else None,
+            {_str(k): _str(v) for k, v in results.items()} if isinstance(results, dict) else None,
+            _counts(usage) if isinstance(usage := get("usage"), dict) else None,
             _opt_dict(get("label")),
             bool(get("withheld")),
             CopiedFrom.parse(get("copied_from")),
@@ -520,4 +519,4 @@ class Other(Event):
         return dict(self.payload)
 
     def item(self) -> Item:
-        return self.type, self.to_payload()
+        return RecordItem(self.type, self.to_payload(), self)

@@ -9,6 +9,10 @@ from typing import Any, ClassVar, Self
 
 from agentruns.events.vocabulary import Item, Payload
 
+# A stored payload is JSON: its objects are dicts and its arrays lists (a record built in
+# memory may hold tuples), so these checks are exact and cheap.
+_SEQUENCES = (list, tuple)
+
 
 def _str(value: object, default: str = "") -> str:
     return value if isinstance(value, str) else default if value is None else str(value)
@@ -32,29 +36,29 @@ def _opt_int(value: object) -> int | None:
 
 
 def _dict(value: object) -> dict[str, Any]:
-    return dict(value) if isinstance(value, Mapping) else {}
+    return dict(value) if isinstance(value, dict) else {}
 
 
 def _opt_dict(value: object) -> dict[str, Any] | None:
-    return dict(value) if isinstance(value, Mapping) else None
+    return dict(value) if isinstance(value, dict) else None
 
 
 def _strs(value: object) -> tuple[str, ...]:
-    return tuple(_str(v) for v in value) if isinstance(value, list | tuple) else ()
+    return tuple(_str(v) for v in value) if isinstance(value, _SEQUENCES) else ()
 
 
 def _opt_strs(value: object) -> tuple[str, ...] | None:
-    return _strs(value) if isinstance(value, list | tuple) else None
+    return _strs(value) if isinstance(value, _SEQUENCES) else None
 
 
 def _dicts(value: object) -> tuple[dict[str, Any], ...]:
-    if not isinstance(value, list | tuple):
+    if not isinstance(value, _SEQUENCES):
         return ()
-    return tuple(dict(v) for v in value if isinstance(v, Mapping))
+    return tuple(dict(v) for v in value if isinstance(v, dict))
 
 
 def _counts(value: object) -> dict[str, int]:
-    return {_str(k): _int(v) for k, v in value.items()} if isinstance(value, Mapping) else {}
+    return {_str(k): _int(v) for k, v in value.items()} if isinstance(value, dict) else {}
 
 
 class Event:
@@ -71,8 +75,20 @@ class Event:
         raise NotImplementedError
 
     def item(self) -> Item:
-        """(type, payload), as an append or a step writes it."""
-        return self.TYPE, self.to_payload()
+        """(type, payload), as an append or a step writes it, carrying this record so the
+        loop's own log entry of it needs no parsing back (`LogEntry.at`)."""
+        return RecordItem(self.TYPE, self.to_payload(), self)
+
+
+class RecordItem(tuple[str, Payload]):
+    """An `Item` that knows the record it was written from."""
+
+    record: Event
+
+    def __new__(cls, kind: str, payload: Payload, record: Event) -> RecordItem:
+        item = super().__new__(cls, (kind, payload))
+        item.record = record
+        return item
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +103,7 @@ class CopiedFrom:
 
     @classmethod
     def parse(cls, raw: object) -> CopiedFrom | None:
-        if not isinstance(raw, Mapping):
+        if not isinstance(raw, dict):
             return None
         return cls(_opt_int(raw.get("run")), _int(raw.get("sequence")))
 
@@ -136,7 +152,7 @@ class ServedBy:
 
     @classmethod
     def parse(cls, raw: object) -> ServedBy | None:
-        if not isinstance(raw, Mapping) or not raw:
+        if not isinstance(raw, dict) or not raw:
             return None
         get = raw.get
         return cls(
@@ -171,7 +187,7 @@ class SentRecord:
 
     @classmethod
     def parse(cls, raw: object) -> SentRecord | None:
-        if not isinstance(raw, Mapping) or not raw:
+        if not isinstance(raw, dict) or not raw:
             return None
         withheld = raw.get("withheld")
         return cls(
@@ -181,7 +197,7 @@ class SentRecord:
             _str(raw.get("zone")),
             _str(raw.get("ceiling")),
             _counts(raw.get("sources")),
-            tuple(_int(s) for s in withheld) if isinstance(withheld, list | tuple) else (),
+            tuple(_int(s) for s in withheld) if isinstance(withheld, _SEQUENCES) else (),
         )
 
 

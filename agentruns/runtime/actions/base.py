@@ -265,8 +265,8 @@ class RunContext:
         the step held before it if any; or, with `hold`, held itself. A `run_update`
         given as a function is taken of the state with `items` folded in."""
         written = [
-            LogEntry(self.next_sequence + offset, kind, payload, self.lease.run_id)
-            for offset, (kind, payload) in enumerate(items)
+            LogEntry.at(self.next_sequence + offset, item, self.lease.run_id)
+            for offset, item in enumerate(items)
         ]
         snapshots = self._fold(written, checkpoints, continuation)
         step = journal.Step(
