@@ -49,16 +49,24 @@ from agentruns.events.vocabulary import (
 
 @dataclass(frozen=True, slots=True)
 class UserMessage(Event):
+    """A task or follow-up. A person's is never classified (CG-2); a delegated child's task
+    was written by its parent's model, so it carries that reply's `label` (CG-12, DEL-2)."""
+
     TYPE: ClassVar[str] = USER
     text: str
     copied_from: CopiedFrom | None = None
+    label: dict[str, Any] | None = None
 
     def to_payload(self) -> Payload:
-        return _copied({"text": self.text}, self.copied_from)
+        payload: Payload = {"text": self.text}
+        if self.label:
+            payload["label"] = self.label
+        return _copied(payload, self.copied_from)
 
     @classmethod
     def from_payload(cls, payload: Mapping[str, Any]) -> Self:
-        return cls(_str(payload.get("text")), CopiedFrom.parse(payload.get("copied_from")))
+        get = payload.get
+        return cls(_str(get("text")), CopiedFrom.parse(get("copied_from")), _opt_dict(get("label")))
 
 
 @dataclass(frozen=True, slots=True)

@@ -82,16 +82,16 @@ def delivery_body(delivery: WebhookDelivery) -> bytes:
 
 def _content_class(delivery: WebhookDelivery) -> DataClass | None:
     """CG-12, CG-14: the class of what an event's content fields hold — a reply's (or a
-    summary's) label, a result's tool class, an approver's edit of a call's arguments the
-    label of the reply that proposed the call (HITL-12). None: nothing it carries was
-    declared (the send that wrote it had no declared source), so it leaves like
-    undeclared content."""
+    summary's, or a delegated child's task's) label, a result's tool class, for an
+    approver's edit of a call's arguments the label of the reply that proposed the call
+    (HITL-12). None: nothing it carries was declared (the send that wrote it had no
+    declared source, or a person wrote it, CG-2), so it leaves like undeclared content."""
     data: ev.Event | None = ev.parse(delivery.event_type, delivery.payload)
     if isinstance(data, ev.ToolResult):
         return result_class(data.tool, data.data_class or "")
     if isinstance(data, ev.TicketDecided) and data.arguments and delivery.run_id:
         data = _proposing_reply(delivery.run_id, delivery.thread_id, delivery.sequence)
-    if isinstance(data, ev.AssistantMessage | ev.Compaction | ev.RunCompleted):
+    if isinstance(data, ev.AssistantMessage | ev.Compaction | ev.RunCompleted | ev.UserMessage):
         label = parse_label(data.label)
         return label.data_class if label else None
     return None
@@ -110,6 +110,7 @@ def _proposing_reply(run_id: int, thread_id: int, sequence: int) -> ev.Assistant
 # The fields of an event that hold content (CG-14): what the model wrote, what a tool
 # returned, a summary of both. Everything else in a payload is names, ids and counts.
 CONTENT_FIELDS = {
+    ev.USER: ("text",),  # labelled only as a delegated child's task (CG-12, DEL-2)
     ev.ASSISTANT: ("text",),
     ev.TOOL_RESULT: ("content",),
     ev.COMPACTION: ("summary",),

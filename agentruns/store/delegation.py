@@ -32,10 +32,17 @@ def audited_classes(run_id: int) -> set[str]:
 
 
 def child_create(
-    *, parent_id: int, call_id: str, slug: str, task: str, opening: ev.RunDelegated
+    *,
+    parent_id: int,
+    call_id: str,
+    slug: str,
+    task: str,
+    opening: ev.RunDelegated,
+    label: dict[str, Any] | None = None,
 ) -> int:
     """A queued child run of `slug` for the parent's initiator, on a new thread whose log
-    opens with `run.delegated` (`opening`) and the task; its wake-up commits with it."""
+    opens with `run.delegated` (`opening`) and the task, labelled as the parent's reply
+    that wrote it (CG-12); its wake-up commits with it."""
     configuration = Configuration.objects.get(slug=slug)
     parent = Run.objects.values("created_by_id", "root_id").get(pk=parent_id)
     owner = parent["created_by_id"]
@@ -52,7 +59,7 @@ def child_create(
     append_events(
         thread_id=thread.pk,
         run_id=child.pk,
-        items=[opening.item(), ev.UserMessage(task).item()],
+        items=[opening.item(), ev.UserMessage(task, label=label).item()],
     )
     enqueue_wake(child.pk)
     return child.pk

@@ -220,3 +220,35 @@ def test_cg14_hitl12_an_approvers_edit_of_a_secret_derived_call_is_withheld_from
     assert delivery.withheld == [{"field": "arguments", "class": "secret"}]
     audit = GateAudit.objects.get(verdict="withheld", run_id=run.pk)
     assert (audit.source_kind, audit.data_class) == ("webhook", "secret")
+
+
+def test_cg14_del2_a_delegated_childs_task_is_withheld_from_a_webhook_above_its_label(
+    staff, receivers
+):
+    """A child's task is the parent model's call arguments: written after reading the
+    secret snippet, its `message.user` carries that reply's label (CG-12) and a receiver
+    above the ceiling gets the marker; a person's task is never classified (CG-2)."""
+    far, _ = receivers
+    abroad = Webhook.objects.create(
+        url=far.url, events=[ev.USER], secret="s" * 20, created_by=hook_owner()
+    )
+    plans = make_snippet("merger-plans", data_class="secret", text=f"plans {MARKER}")
+    child = scripted_configuration("lookup", [{"text": "found"}])
+    delegate = {
+        "name": "agent.delegate",
+        "arguments": {"configuration": "lookup", "task": f"look up {MARKER}"},
+    }
+    parent = scripted_configuration(
+        "triage", [{"tool_calls": [delegate]}, {"text": "done"}], snippets=[plans]
+    )
+    parent.delegates.set([child])
+    run = submit(staff, "triage", "triage the plans")
+    assert execute_run(run.pk) == Run.Status.AWAITING
+    while webhook_deliver_due():
+        pass
+
+    sent = {b["run"]: b["payload"]["text"] for b in bodies(far)}
+    (child_run,) = Run.objects.filter(parent=run)
+    assert sent == {run.pk: "triage the plans", child_run.pk: "withheld: secret"}
+    delivery = WebhookDelivery.objects.get(webhook=abroad, run_id=child_run.pk)
+    assert delivery.withheld == [{"field": "text", "class": "secret"}]

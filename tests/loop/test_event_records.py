@@ -37,6 +37,7 @@ WHICH = {"correlation_id": "u-1", "call_id": "c1", "kind": "tool_permission", "t
 STORED: list[tuple[str, dict[str, Any]]] = [
     (ev.USER, {"text": "hello"}),
     (ev.USER, {"text": "copied", "copied_from": {"run": 6, "sequence": 1}}),
+    (ev.USER, {"text": "a delegated child's task", "label": LABEL}),  # CG-12, DEL-2
     (
         ev.ASSISTANT,
         {

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 from django.conf import settings
 
@@ -59,9 +60,20 @@ def child_starter(
             slug=slug,
             task=str(arguments["task"]),
             opening=replace(opening(ctx, call, slug), trace_parent=trace_parent),
+            label=proposer_label(ctx, call),
         )
 
     return start
+
+
+def proposer_label(ctx: RunContext, call: ProposedCall) -> dict[str, Any] | None:
+    """CG-12: the label of the reply that proposed `call` (its arguments are the child's
+    task), read from the log, so a call run on a later drive finds it too."""
+    for event in reversed(ctx.events):
+        data = event.data
+        if isinstance(data, ev.AssistantMessage) and any(c.id == call.id for c in data.tool_calls):
+            return data.label
+    return None
 
 
 def opening(ctx: RunContext, call: ProposedCall, slug: str) -> ev.RunDelegated:
