@@ -24,6 +24,7 @@ from django.db import transaction
 
 from agentruns import events as ev
 from agentruns.errors import InvalidRequest, NotFound, NotPermitted
+from agentruns.events import LogEntry
 from agentruns.models import Event, Replay, Run, Thread
 from agentruns.policy import may_use_playground, visible_replays, visible_runs
 from agentruns.runtime.fork import BadForkPoint
@@ -36,7 +37,7 @@ from agentruns.services.runs import (
     startable_configuration,
 )
 from agentruns.services.usage import runs_usage
-from agentruns.store.log import log_entries
+from agentruns.store.log import logs_by_thread
 from agentruns.store.wakeups import enqueue_wake
 
 MAX_RUNS = 100
@@ -73,18 +74,21 @@ def replay_start(*, user: User, runs: Sequence[int], configuration: str) -> Repl
     candidate = startable_configuration(configuration)
     check_daily_limit(candidate)
     owner: Any = user
+    # One read of every original's thread log, not one per original.
+    logs = logs_by_thread(
+        Event.objects.filter(thread__in={r.thread_id for r in originals.values()})
+    )
     with transaction.atomic():
         replay = Replay.objects.create(configuration=candidate, created_by=owner)
         for pk in ids:
-            _start_one(replay, originals[pk], owner)
+            _start_one(replay, originals[pk], owner, logs.get(originals[pk].thread_id, []))
     return replay
 
 
-def _start_one(replay: Replay, original: Run, owner: Any) -> Run:
+def _start_one(replay: Replay, original: Run, owner: Any, log: list[LogEntry]) -> Run:
     """The original's replay run, on a new thread whose log is planned from the
-    original's (`runtime/replay.py`), and its wake-up (CLU-4)."""
+    original's thread `log` (`runtime/replay.py`), and its wake-up (CLU-4)."""
     candidate = replay.configuration
-    log = log_entries(Event.objects.filter(thread=original.thread_id))
     first = next((e.sequence for e in log if e.run_id == original.pk), 0)
     # CG-13: the copy holds the thread's runs before this one, so it carries their sources.
     copied = {e.run_id for e in log if e.run_id is not None and e.sequence <= first}

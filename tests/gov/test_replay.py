@@ -309,3 +309,28 @@ def test_gov4_the_page_is_the_playgrounds(ledger, django_user_model, client):
         client.post("/replays/", {"runs": str(ledger.pk), "configuration": "x"}).status_code == 403
     )
     assert "/replays/" not in client.get("/runs/").content.decode()
+
+
+def test_gov4_a_follow_up_is_replayed_after_its_threads_earlier_turns(fake, staff, api):
+    """CG-13 as for a fork: the task is the run's prompt after what the thread held."""
+    make_openai_configuration("chat", fake)
+    fake.queue({"text": "first answer"}, {"text": "second answer"})
+    first = submit(staff, "chat", "first prompt")
+    assert execute_run(first.pk) == Run.Status.COMPLETED
+    second = submit(staff, "chat", "second prompt", thread=first.thread_id)
+    assert execute_run(second.pk) == Run.Status.COMPLETED
+    fake.clear()
+    make_openai_configuration("candidate", fake)
+    fake.queue({"text": "second answer"})
+
+    body = replay(api, [second.pk], "candidate").json()
+    drive(body["id"])
+
+    (request,) = fake.requests
+    assert [(m["role"], m["content"]) for m in request.body["messages"]] == [
+        ("user", "first prompt"),
+        ("assistant", "first answer"),
+        ("user", "second prompt"),
+    ]
+    (row,) = api.get(f"/api/replays/{body['id']}/").json()["results"]
+    assert row["final_reply_changed"] is False and row["run"] == second.pk

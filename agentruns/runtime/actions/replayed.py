@@ -20,6 +20,7 @@ from agentruns.runtime.actions.base import Outcome, RunContext
 from agentruns.runtime.actions.endings import boundary
 from agentruns.runtime.replay import answer, not_recorded
 from agentruns.runtime.state import ProposedCall, Turn
+from agentruns.store.rows import InvocationChange
 
 
 def answer_from_recording(
@@ -57,13 +58,13 @@ def answer_from_recording(
 
 def _record(ctx: RunContext, result: ev.ToolResult) -> None:
     invocation = ctx.invocations.get(result.call_id)
-    status = ToolInvocation.Status
-    done = {
-        "status": status.COMPLETED if result.status == ev.OK else status.FAILED,
-        "completed_at": timezone.now(),
-    }
+    status = (
+        ToolInvocation.Status.COMPLETED if result.status == ev.OK else ToolInvocation.Status.FAILED
+    )
     ctx.commit(
         [result.item()],
-        invocation_updates=[(invocation.pk, done)] if invocation else [],
+        invocation_updates=(
+            [InvocationChange(invocation.pk, status, timezone.now())] if invocation else []
+        ),
         checkpoints=((Checkpoint.Kind.TOOL_COMPLETED, None),),
     )
