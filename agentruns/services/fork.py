@@ -19,22 +19,22 @@ from django.db import transaction
 
 from agentruns import events as ev
 from agentruns.errors import InvalidRequest, NotFound
-from agentruns.models import Event, Run, Thread
+from agentruns.models import Event, Run
 from agentruns.policy import may_see_run
 from agentruns.runtime.fork import BadForkPoint, plan_fork
 from agentruns.runtime.redaction import redact
 from agentruns.selectors import copied_sources
-from agentruns.services.log import append_attributed
 from agentruns.services.runs import (
+    Opening,
     Submission,
     User,
     check_daily_limit,
     check_input,
     check_playground,
+    run_open,
     startable_configuration,
 )
 from agentruns.store.log import log_entries
-from agentruns.store.wakeups import enqueue_wake
 
 
 @dataclass(frozen=True)
@@ -85,25 +85,17 @@ def run_fork(*, user: User, run_id: int, request: ForkRequest) -> Run:
         raise InvalidRequest(str(bad), fields={"at": [str(bad)]}) from bad
     owner: Any = user if user.is_authenticated else None
     text, kinds = redact(prompt) if prompt else (original.input, {})
+    opening: list[Opening] = [*plan.items, *((True, *i) for i in ev.redacted("input", kinds))]
+    if prompt:
+        opening.append((True, *ev.UserMessage(text).item()))
     with transaction.atomic():
-        thread = Thread.objects.create(configuration=configuration, created_by=owner)
-        run = Run.objects.create(
-            thread=thread,
+        return run_open(
+            owner=owner,
             configuration=configuration,
-            configuration_version=configuration.version,
-            input=text,
-            created_by=owner,
-            forced_snippet_ids=list(original.forced_snippet_ids or ()),
-            forced_skill_ids=list(original.forced_skill_ids or ()),
+            thread=None,
+            text=text,
+            forced=(original.forced_snippet_ids or (), original.forced_skill_ids or ()),
+            opening=lambda _new: opening,
             forked_from=original,
             forked_at=plan.at,
         )
-        items: list[tuple[int | None, str, dict[str, Any]]] = [
-            (run.pk if own else None, kind, payload) for own, kind, payload in plan.items
-        ]
-        items += [(run.pk, *item) for item in ev.redacted("input", kinds)]
-        if prompt:
-            items.append((run.pk, *ev.UserMessage(text).item()))
-        append_attributed(thread_id=thread.pk, items=items)
-        enqueue_wake(run.pk)
-    return run

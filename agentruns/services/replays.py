@@ -25,20 +25,19 @@ from django.db import transaction
 from agentruns import events as ev
 from agentruns.errors import InvalidRequest, NotFound, NotPermitted
 from agentruns.events import LogEntry
-from agentruns.models import Event, Replay, Run, Thread
+from agentruns.models import Event, Replay, Run
 from agentruns.policy import may_use_playground, visible_replays, visible_runs
 from agentruns.runtime.fork import BadForkPoint
 from agentruns.runtime.replay import plan_replay
 from agentruns.selectors import copied_sources
-from agentruns.services.log import append_attributed
 from agentruns.services.runs import (
     User,
     check_daily_limit,
+    run_open,
     startable_configuration,
 )
 from agentruns.services.usage import runs_usage
 from agentruns.store.log import logs_by_thread
-from agentruns.store.wakeups import enqueue_wake
 
 MAX_RUNS = 100
 
@@ -104,24 +103,16 @@ def _start_one(replay: Replay, original: Run, owner: Any, log: list[LogEntry]) -
         )
     except BadForkPoint as bad:
         raise InvalidRequest(str(bad), fields={"runs": [f"Run {original.pk}: {bad}"]}) from bad
-    thread = Thread.objects.create(configuration=candidate, created_by=owner)
-    run = Run.objects.create(
-        thread=thread,
+    return run_open(
+        owner=owner,
         configuration=candidate,
-        configuration_version=candidate.version,
-        input=original.input,
-        created_by=owner,
-        forced_snippet_ids=list(original.forced_snippet_ids or ()),
-        forced_skill_ids=list(original.forced_skill_ids or ()),
+        thread=None,
+        text=original.input,
+        forced=(original.forced_snippet_ids or (), original.forced_skill_ids or ()),
+        opening=lambda _new: plan.items,
         replay=replay,
         replay_of=original,
     )
-    append_attributed(
-        thread_id=thread.pk,
-        items=[(run.pk if own else None, kind, payload) for own, kind, payload in plan.items],
-    )
-    enqueue_wake(run.pk)
-    return run
 
 
 def replay_get(*, user: User, replay_id: int) -> Replay:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,7 +44,7 @@ from agentruns.runtime.fork import carried_of
 from agentruns.runtime.handback import Parent, child_class, child_result, hand_back, lock_parent
 from agentruns.runtime.redaction import redact
 from agentruns.runtime.state import restore
-from agentruns.services.log import append_events
+from agentruns.services.log import append_attributed, append_events
 from agentruns.store import store
 from agentruns.store.log import log_entries
 from agentruns.store.tickets import invocation_close, tickets_void
@@ -247,26 +247,59 @@ def _create(
     idempotency_key: str | None,
     trigger: dict[str, Any] | None = None,
 ) -> Run:
-    new_thread = thread is None
-    if thread is None:
-        thread = Thread.objects.create(configuration=configuration, created_by=owner)
     # SEC-4: only the redacted text is ever written (an UPDATE would leave the raw input in
     # a dead row version and in the WAL).
     text, kinds = redact(submission.input)
+    return run_open(
+        owner=owner,
+        configuration=configuration,
+        thread=thread,
+        text=text,
+        forced=(submission.forced_snippets, submission.forced_skills),
+        opening=lambda thread: [
+            (True, *item) for item in _opening(submission, thread, text, kinds)
+        ],
+        idempotency_key=idempotency_key or None,
+        request_digest=submission.digest(),
+        trigger=trigger,
+    )
+
+
+# An opening event: whether it is the new run's own (else the thread's history, a copy:
+# FORK-1, GOV-4), its type and payload.
+Opening = tuple[bool, str, dict[str, Any]]
+
+
+def run_open(
+    *,
+    owner: Any,
+    configuration: Configuration,
+    thread: Thread | None,
+    text: str,
+    forced: tuple[Sequence[int], Sequence[int]],
+    opening: Callable[[Thread | None], Sequence[Opening]],
+    **fields: Any,
+) -> Run:
+    """The one way a run starts, in the caller's transaction: on `thread` or a new thread
+    of `configuration`, with its input `text` (redacted already: SEC-4) and forced sets,
+    the events `opening` gives for the thread it continues (None: a new one), and its
+    wake-up (CLU-4). A submission, a fork (FORK-1) and a replay (GOV-4) start here;
+    `fields` say what else started it (an idempotency key, a trigger, the run copied)."""
+    continued = thread
+    if thread is None:
+        thread = Thread.objects.create(configuration=configuration, created_by=owner)
     run = Run.objects.create(
         thread=thread,
         configuration=configuration,
         configuration_version=configuration.version,
         input=text,
         created_by=owner,
-        forced_snippet_ids=list(dict.fromkeys(submission.forced_snippets)),
-        forced_skill_ids=list(dict.fromkeys(submission.forced_skills)),
-        idempotency_key=idempotency_key or None,
-        request_digest=submission.digest(),
-        trigger=trigger,
+        forced_snippet_ids=list(dict.fromkeys(forced[0])),
+        forced_skill_ids=list(dict.fromkeys(forced[1])),
+        **fields,
     )
-    items = _opening(submission, None if new_thread else thread, text, kinds)
-    append_events(thread_id=thread.pk, run_id=run.pk, items=items)
+    items = [(run.pk if own else None, kind, payload) for own, kind, payload in opening(continued)]
+    append_attributed(thread_id=thread.pk, items=items)
     enqueue_wake(run.pk)
     return run
 
