@@ -280,13 +280,15 @@ def webhook_deliver_due(*, limit: int = 100, budget_seconds: float = 20.0) -> in
     seconds = float(settings.AGENTRUNS_WEBHOOK_TIMEOUT)
     timeout = httpx.Timeout(seconds)
     sent = 0
-    rows = WebhookDelivery.objects.select_related("webhook__created_by").filter(pk__in=ids)
-    sees, replayed = OwnerSees(), Replayed()
+    rows = _in_order(
+        WebhookDelivery.objects.select_related("webhook__created_by").filter(pk__in=ids), ids
+    )
+    sees, replayed = OwnerSees(), replay_threads(rows)
     # SEC-9: each connection goes to an address checked after DNS; redirects are not
     # followed (a 3xx is recorded as a failed attempt). SEC-8: the deadline is per attempt.
     transport = PinnedTransport(deadline_seconds=seconds)
     with httpx.Client(timeout=timeout, follow_redirects=False, transport=transport) as client:
-        for delivery in _in_order(rows, ids):
+        for delivery in rows:
             if time.monotonic() > deadline:
                 WebhookDelivery.objects.filter(pk=delivery.pk).update(
                     next_attempt_at=timezone.now()
@@ -302,7 +304,7 @@ def webhook_deliver_due(*, limit: int = 100, budget_seconds: float = 20.0) -> in
                     status=WebhookDelivery.Status.WITHHELD, last_error=WITHHELD
                 )
                 continue
-            if replayed(delivery):
+            if delivery.thread_id in replayed:
                 WebhookDelivery.objects.filter(pk=delivery.pk).update(
                     status=WebhookDelivery.Status.WITHHELD, last_error=REPLAYED
                 )
@@ -339,20 +341,13 @@ class OwnerSees:
 REPLAYED = "withheld: a replay's event (GOV-4): nothing a replay does happened"
 
 
-class Replayed:
-    """GOV-4: whether a delivery is of a replay's thread, asked once per thread in a
-    batch. A replay re-enacts its original's events: they were delivered when they
-    happened, and a receiver must not act on them again."""
-
-    def __init__(self) -> None:
-        self.known: dict[int, bool] = {}
-
-    def __call__(self, delivery: WebhookDelivery) -> bool:
-        thread = delivery.thread_id
-        if thread not in self.known:
-            runs = Run.objects.filter(thread_id=thread, replay__isnull=False)
-            self.known[thread] = runs.exists()
-        return self.known[thread]
+def replay_threads(deliveries: Iterable[WebhookDelivery]) -> set[int]:
+    """GOV-4: which of the deliveries' threads are a replay's, in one query for a batch.
+    A replay re-enacts its original's events: they were delivered when they happened, and
+    a receiver must not act on them again."""
+    threads = {delivery.thread_id for delivery in deliveries}
+    replays = Run.objects.filter(thread_id__in=threads, replay__isnull=False)
+    return set(replays.values_list("thread_id", flat=True))
 
 
 def _in_order(rows: Iterable[WebhookDelivery], ids: list[int]) -> list[WebhookDelivery]:
