@@ -3,11 +3,11 @@ TOOL-3, HITL-2): the invocations a model turn authorises, the ticket a parking s
 opens, the changes of invocation rows and of the run row. A misspelt column is a type
 error here, not a `KeyError` in the hot path. Each row gives its columns as a dict in
 one fixed order, so a step's statement text (and its prepared plan) depends only on
-which rows it carries (store/steps.py)."""
+which rows it carries (store/steps.py). They are named tuples, not dataclasses: a model
+turn builds one per call on the hot path, and a tuple is built in C (PERF-1)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any, NamedTuple
 from uuid import UUID
@@ -20,8 +20,7 @@ def release_columns() -> dict[str, Any]:
     return {"lease_owner": "", "lease_expires_at": None, "updated_at": timezone.now()}
 
 
-@dataclass(frozen=True, slots=True)
-class NewInvocation:
+class NewInvocation(NamedTuple):
     """TOOL-3: a call the model turn granted, recorded before it may run; its status says
     whether it waits for a person (HITL-1)."""
 
@@ -37,21 +36,24 @@ class NewInvocation:
 
     def row(self) -> dict[str, Any]:
         """Its `ToolInvocation` columns (the turn index's column is still named `step`)."""
-        return {
-            "run_id": self.run_id,
-            "step": self.turn_index,
-            "call_id": self.call_id,
-            "tool": self.tool,
-            "tool_version": self.tool_version,
-            "arguments": self.arguments,
-            "arguments_digest": self.arguments_digest,
-            "idempotency_key": self.idempotency_key,
-            "status": self.status,
-        }
+        return dict(zip(INVOCATION_COLUMNS, self, strict=True))
 
 
-@dataclass(frozen=True, slots=True)
-class NewTicket:
+# NewInvocation's fields as the table's columns, in order.
+INVOCATION_COLUMNS = (
+    "run_id",
+    "step",
+    "call_id",
+    "tool",
+    "tool_version",
+    "arguments",
+    "arguments_digest",
+    "idempotency_key",
+    "status",
+)
+
+
+class NewTicket(NamedTuple):
     """HITL-2: the ticket a parking step opens, active from the step's commit on."""
 
     correlation_id: UUID
@@ -71,11 +73,10 @@ class NewTicket:
 
     def row(self) -> dict[str, Any]:
         """Its `Ticket` columns but the status, which the store sets."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        return self._asdict()
 
 
-@dataclass(frozen=True, slots=True)
-class InvocationChange:
+class InvocationChange(NamedTuple):
     """A new status of an invocation row, with what comes with it: when it ended and its
     result, or when its effect was sent (TOOL-4's watermark). None: unchanged."""
 
@@ -96,8 +97,7 @@ class InvocationChange:
         return changed
 
 
-@dataclass(frozen=True, slots=True)
-class Ending:
+class Ending(NamedTuple):
     """What a run's terminal step writes beside its status: the final reply (empty
     unless it completed) and the failure (None unless it failed)."""
 
@@ -105,8 +105,7 @@ class Ending:
     failure: dict[str, Any] | None
 
 
-@dataclass(frozen=True, slots=True)
-class RunUpdate:
+class RunUpdate(NamedTuple):
     """The columns of the run row a step changes, fenced by the lease; None: unchanged. A
     `status` also frees the lease (`release_columns`): a running run's step moves it only
     to park, hand it back or end it."""
@@ -145,9 +144,8 @@ class RunUpdate:
         """Two steps' updates as one write's: the later one's values win."""
         if earlier is None or later is None:
             return later or earlier
-        values = {f.name: getattr(later, f.name) for f in fields(later)}
-        kept = {name: getattr(earlier, name) for name, value in values.items() if value is None}
-        return RunUpdate(**{**values, **kept})
+        kept = (new if new is not None else old for old, new in zip(earlier, later, strict=True))
+        return RunUpdate._make(kept)
 
 
 COUNTERS = ("steps", "tool_calls_used", "last_sequence")

@@ -165,8 +165,15 @@ def _insert(
     function scan instead of a VALUES list of typed cells to bind and initialise. Its text
     does not depend on the number of rows, so a step has few shapes to prepare."""
     given = _given(columns)
-    params.append(_json([{c: row[c] for c in given} for row in rows]))
-    return _insert_sql(name, model._meta.db_table, columns, _record_types(model, given))
+    return _insert_given(name, model, columns, [{c: row[c] for c in given} for row in rows], params)
+
+
+def _insert_given(
+    name: str, model: Any, columns: tuple[str, ...], rows: list[dict[str, Any]], params: list[Any]
+) -> str:
+    """`_insert` of rows that hold exactly the columns a row sends (a typed row's `row()`)."""
+    params.append(_json(rows))
+    return _insert_sql(name, model._meta.db_table, columns, _record_types(model, _given(columns)))
 
 
 @cache
@@ -277,7 +284,7 @@ def step_statement(lease: Lease, step: Step, *, fast: bool, count_today: bool) -
         parts.append(_insert("cp", Checkpoint, CHECKPOINT_COLUMNS, rows, params))
     if step.new_invocations:
         rows = [invocation.row() for invocation in step.new_invocations]
-        parts.append(_insert("inv", ToolInvocation, INVOCATION_COLUMNS, rows, params))
+        parts.append(_insert_given("inv", ToolInvocation, INVOCATION_COLUMNS, rows, params))
     if step.new_ticket is not None:
         row = {**step.new_ticket.row(), "status": Ticket.Status.ACTIVE}
         parts.append(_insert("tk", Ticket, TICKET_COLUMNS, [row], params))
@@ -303,7 +310,7 @@ def step_statement(lease: Lease, step: Step, *, fast: bool, count_today: bool) -
         f"{RELAX_COMMIT if fast else ''}"
     )
     params.extend(used_params)
-    result = StepResult(*prepared(sql, params)[:6])  # then set_config's, if fast
+    result = StepResult._make(prepared(sql, params)[:6])  # then set_config's, if fast
     Subscribers.seen = result.subscribed
     if unsubscribed and result.subscribed and not result.held:
         # A webhook came: the step again, with the outbox.

@@ -109,7 +109,7 @@ def park(
         if not cancelled:
             if start_child is not None:
                 child = start_child()
-                ticket, opened = replace(ticket, child_id=child), replace(opened, child=child)
+                ticket, opened = ticket._replace(child_id=child), replace(opened, child=child)
             written = ctx.write(
                 [opened.item()],
                 checkpoints=((Checkpoint.Kind.SUSPENSION, None),),
