@@ -187,6 +187,24 @@ STORED: list[tuple[str, dict[str, Any]]] = [
             "trace_parent": None,
         },
     ),
+    (
+        ev.RUN_REPLAYED,
+        {
+            "configuration": "candidate",
+            "carried": [{"kind": "snippet", "id": 3, "from": 6}],
+            "replay": 4,
+            "replay_of": {"run": 6, "at": 2},
+            "recording": [
+                {
+                    "tool": "notes.read",
+                    "arguments": "9f2c",  # the digest of the call's arguments
+                    "status": "ok",
+                    "content": "notes",
+                    "class": "internal",
+                }
+            ],
+        },
+    ),
 ]
 
 
