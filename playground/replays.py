@@ -2,8 +2,10 @@
 what changed, through the services the API uses. Staff with `use_playground` only.
 
 `/replays/` lists the viewer's replays and holds the form (a plain POST: run ids and the
-candidate; `?runs=1,2,3` fills the ids, as the runs list's link does); `/replays/<id>/` is
-the table, which reloads itself while the replay runs (and says so without JavaScript).
+candidate; `?runs=1,2,3` fills the ids, as the runs list's link does, and
+`?configuration=<slug>` picks the candidate, as the admin's configuration page does);
+`/replays/<id>/` is the table, which reloads itself while the replay runs (and says so
+without JavaScript).
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ def replays(request: HttpRequest) -> HttpResponse:
             "replays": [_counted(replay_table(replay)) for replay in replays_of(request.user)],
             "runs": ", ".join(str(pk) for pk in (run_ids(runs) or [])),
             "choices": start_choices(),
+            "candidate": request.GET.get("configuration", ""),
             "max_runs": MAX_RUNS,
         },
     )

@@ -264,15 +264,18 @@ def test_gov4_the_page_replays_the_runs_lists_ended_runs_and_shows_the_table(
     """Without JavaScript: the runs list links its ended runs to the replay form, a plain
     POST with CSRF starts the replay, and its page shows the same table as the API."""
     before = effects.read_text()
-    make_openai_configuration("candidate", fake, allowed_tools=["test"])
+    candidate = make_openai_configuration("candidate", fake, allowed_tools=["test"])
     fake.queue(write("v1"), {"text": "only v1"})
     client = Client(enforce_csrf_checks=True)
     client.force_login(staff)
     runs_page = client.get("/runs/").content.decode()
     assert f'href="/replays/?runs={ledger.pk}"' in runs_page
 
-    form = client.get(f"/replays/?runs={ledger.pk}").content.decode()
+    admin_page = client.get(f"/admin/agentruns/configuration/{candidate.pk}/change/")
+    assert 'href="/replays/?configuration=candidate"' in admin_page.content.decode()
+    form = client.get(f"/replays/?runs={ledger.pk}&configuration=candidate").content.decode()
     assert f'name="runs" id="id_replay_runs" value="{ledger.pk}"' in form
+    assert '<option value="candidate" selected>' in form
     token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form)
     assert token
     refused = client.post("/replays/", {"runs": str(ledger.pk), "configuration": "candidate"})
