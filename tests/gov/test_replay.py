@@ -299,8 +299,10 @@ def test_gov4_the_page_replays_the_runs_lists_ended_runs_and_shows_the_table(
     assert '<div id="replay-table">' in table  # done: its table polls no more
     assert effects.read_text() == before
     assert f'data-run="{run.pk}"' not in client.get("/runs/").content.decode()
-    run_page = client.get(f"/runs/{run.pk}/").content.decode()
-    assert f'href="/replays/{replay_row.pk}/"' in run_page
+    for page in (f"/runs/{run.pk}/", f"/playground/runs/{run.pk}/"):  # page, inspector
+        assert f'href="/replays/{replay_row.pk}/"' in client.get(page).content.decode(), page
+    timeline = client.get(f"/runs/{run.pk}/").content.decode()
+    assert f"replay #{replay_row.pk} of run #{ledger.pk} on candidate" in timeline
 
 
 def test_gov4_the_page_is_the_playgrounds(ledger, django_user_model, client):
