@@ -39,10 +39,13 @@ from agentruns.events.vocabulary import (
 
 def _when(moment: str | None) -> str:
     """An ISO timestamp as people read it; a log written before deadlines were recorded
-    has none."""
+    has none, and one that is no timestamp is shown as stored."""
     if not moment:
         return "the deadline"
-    return datetime.fromisoformat(moment).strftime("%Y-%m-%d %H:%M:%S %Z").strip()
+    try:
+        return datetime.fromisoformat(moment).strftime("%Y-%m-%d %H:%M:%S %Z").strip()
+    except ValueError:
+        return moment
 
 
 def sent_under(turn: AssistantMessage) -> str:

@@ -177,6 +177,26 @@ STORED: list[tuple[str, dict[str, Any]]] = [
         },
     ),
     (
+        ev.RUN_REPLAYED,
+        {
+            "configuration": "main",
+            "carried": [],
+            "replay": 4,
+            "replay_of": {"run": 6, "at": 8},
+            "recording": [
+                {"tool": "clock.now", "arguments": "d", "status": "ok", "content": "12"},
+                {
+                    "tool": "tool_search",
+                    "arguments": "e",
+                    "status": "ok",
+                    "content": "found",
+                    "class": "public",
+                    "added_tool_names": ["http.get"],
+                },
+            ],
+        },
+    ),
+    (
         ev.RUN_DELEGATED,
         {
             "delegated_by": {"run": 5, "call_id": "d1"},
@@ -271,6 +291,13 @@ def test_sec3_a_hostile_stored_payload_reads_as_defaults_never_an_exception(kind
     assert again.to_payload() == record.to_payload()  # what it reads, it writes back stably
     ev.summary(kind, payload if isinstance(payload, dict) else {})
     restore(None, [LogEntry(1, kind, payload if isinstance(payload, dict) else {}, 1)])
+
+
+@pytest.mark.parametrize("decision", [ev.EXPIRED, ev.DELEGATED, ev.TIMED, ev.ALLOW])
+@given(deadline=hostile_values)
+def test_sec3_a_decisions_words_never_fail_on_what_its_row_holds(decision, deadline):
+    payload = {"decision": decision, "deadline": deadline, "child": deadline, "by": deadline}
+    assert ev.summary(ev.TICKET_DECIDED, payload)
 
 
 def test_rec1_a_turn_logged_before_turns_kept_their_budget_folds_with_defaults():
