@@ -218,6 +218,8 @@ def live_context(run: Run) -> dict[str, Any]:
     """What changes while a run goes: status, reply, failure, ticket, counters, usage and
     cost (OPS-1: as the run API reports them), log."""
     events = list(Event.objects.filter(run=run).order_by("sequence"))
+    # HITL-1: one ticket a person answers; DEL-1: or one per sibling the run waits for.
+    tickets = list(Ticket.objects.filter(run=run, status=Ticket.Status.ACTIVE).order_by("id"))
     counts: dict[str, int] = {}
     for event in events:
         counts[event.type] = counts.get(event.type, 0) + 1
@@ -226,7 +228,8 @@ def live_context(run: Run) -> dict[str, Any]:
         "live": not run.is_terminal,
         "start_choices": start_choices(),
         "failure": failure_sentence(run.failure) if run.failure else "",
-        "ticket": Ticket.objects.filter(run=run, status=Ticket.Status.ACTIVE).first(),
+        "ticket": tickets[0] if tickets else None,
+        "waiting_for": [t.child_id for t in tickets if t.kind == Ticket.Kind.DELEGATION],
         "counters": {
             "events": len(events),
             "model turns": counts.get(ev.ASSISTANT, 0),
