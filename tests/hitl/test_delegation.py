@@ -13,6 +13,7 @@ from agentruns.demo import load_demo_data
 from agentruns.models import Configuration, Event, Run, Ticket
 from agentruns.runtime import faults
 from agentruns.runtime.loop import execute_run
+from agentruns.selectors import run_readout
 from agentruns.services.runs import run_cancel
 from tests.conftest import grant
 from tests.support.catalog import make_openai_configuration, make_snippet, scripted_configuration
@@ -404,3 +405,58 @@ def test_a_waiting_parent_says_it_waits_for_its_child_never_for_a_person_DEL_4_U
     assert f"child run #{child.pk} ended" in page and "by None" not in page
     inspector = client.get(f"/playground/runs/{parent.pk}/").content.decode()
     assert f'Its child run <a href="/runs/{child.pk}/">#{child.pk}</a> ended' in inspector
+
+
+def test_a_parent_that_read_a_restricted_result_may_not_launder_it_through_a_child_DEL_2(
+    staff,
+):
+    """The floor is everything the parent's model had read when it delegated, not only its
+    sources: here a restricted result of `vault.customer_lookup` (MCP-4's case). The child
+    on an external provider is refused before a byte leaves, the refusal names "delegated
+    by run N" and the result that set it, and the parent gets that as the call's error."""
+    with FakeProvider() as fake:
+        lookup = make_openai_configuration("lookup", fake, zone="external_global")
+        customer = {"name": "vault.customer_lookup", "arguments": {"customer": "C-7"}}
+        parent_config = scripted_configuration(
+            "triage",
+            [{"tool_calls": [customer]}, {"tool_calls": [delegate_call()]}, {"text": "triaged"}],
+            allowed_tools=["vault"],
+        )
+        parent_config.delegates.set([lookup])
+        parent = submit(staff, "triage")
+        assert execute_run(parent.pk) == Run.Status.AWAITING
+        child = child_of(parent)
+        assert execute_run(child.pk) == Run.Status.FAILED
+        assert fake.requests == []
+        child.refresh_from_db()
+        failure = child.failure
+        assert failure["code"] == "context_refused"
+        assert (failure["source_kind"], failure["source_name"], failure["data_class"]) == (
+            "delegation",
+            f"delegated by run {parent.pk}",
+            "restricted",
+        )
+        assert failure["origin"] == {"kind": "tool_result", "name": "vault.customer_lookup"}
+        assert f"delegated by run {parent.pk} (set by tool result" in failure["detail"]
+        readout = run_readout(child)
+        assert readout["effective_class"] == "restricted"
+        assert execute_run(parent.pk) == Run.Status.COMPLETED
+        result = list(results_by_call(parent.pk).values())[-1]
+        assert result["status"] == ev.ERROR and "context_refused" in result["content"]
+
+
+def test_a_parent_with_nothing_declared_passes_no_floor_and_its_child_runs_DEL_2(staff):
+    """The floor binds only what was declared: a parent that read public results hands
+    its child nothing to be refused for."""
+    with FakeProvider() as fake:
+        fake.queue({"text": "the owner is Ada"})
+        lookup = make_openai_configuration("lookup", fake, zone="external_global")
+        parent_config = scripted_configuration(
+            "triage", [{"tool_calls": [delegate_call()]}, {"text": "triaged"}]
+        )
+        parent_config.delegates.set([lookup])
+        parent = submit(staff, "triage")
+        execute_run(parent.pk)
+        child = child_of(parent)
+        assert execute_run(child.pk) == Run.Status.COMPLETED
+        assert len(fake.requests) == 1

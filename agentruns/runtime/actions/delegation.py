@@ -5,8 +5,9 @@ and park their parent on a `delegation` ticket each, in one transaction
 A child runs on a new thread of its delegate configuration, for its parent's initiator,
 with the task as its input. Its log opens with `run.delegated`, which names the parent and
 carries the parent's sources by identity (DEL-2, CG-13: the child's sends bind by their
-classes as a fork's do, FORK-1), the child's depth and its share of the tool calls its
-tree has left (DEL-3), so the child reads all of it from its own log without a query."""
+classes as a fork's do, FORK-1) and its floor (the parent's effective class at the call,
+DEL-2), the child's depth and its share of the tool calls its tree has left (DEL-3), so
+the child reads all of it from its own log without a query."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from typing import Any
 from django.conf import settings
 
 from agentruns import events as ev
+from agentruns.gate.core import DELEGATED, REPLY
 from agentruns.runtime.actions.base import RunContext
 from agentruns.runtime.actions.gating import sources
 from agentruns.runtime.handback import delegated_by
@@ -77,7 +79,11 @@ def child_starter(
 
 def proposer_label(ctx: RunContext, call: ProposedCall) -> dict[str, Any] | None:
     """CG-12: the label of the reply that proposed `call` (its arguments are the child's
-    task), read from the log, so a call run on a later drive finds it too."""
+    task), read from the log, so a call run on a later drive finds it too. DEL-2: it is
+    the child's floor, the parent's effective class at the call — the strictest of
+    everything its model had read (sources, tool and MCP results, earlier replies, an
+    earlier child's result, its own floor) and what set it; None when nothing was
+    declared."""
     for event in reversed(ctx.events):
         data = event.data
         if isinstance(data, ev.AssistantMessage) and any(c.id == call.id for c in data.tool_calls):
@@ -89,7 +95,11 @@ def opening(ctx: RunContext, call: ProposedCall, slug: str, budget: int) -> ev.R
     """The `run.delegated` payload: the parent, the sources it carries (DEL-2), the depth
     and the child's share of the tree's tool calls (DEL-3)."""
     run_id = ctx.lease.run_id
-    carried = [{"kind": s.kind, "id": s.id, "from": s.carried_from or run_id} for s in sources(ctx)]
+    carried = [
+        {"kind": s.kind, "id": s.id, "from": s.carried_from or run_id}
+        for s in sources(ctx)
+        if s.kind not in (REPLY, DELEGATED)  # bound by the floor's class instead
+    ]
     return ev.RunDelegated(
         parent_run=run_id,
         parent_call_id=call.id,
@@ -97,4 +107,5 @@ def opening(ctx: RunContext, call: ProposedCall, slug: str, budget: int) -> ev.R
         carried=tuple(carried),
         depth=depth_of(ctx) + 1,
         tool_call_budget=budget,
+        floor=proposer_label(ctx, call),
     )
