@@ -215,19 +215,21 @@ CONFIGURATIONS: list[dict[str, Any]] = [
             ]
         },
     ),
-    # DEL-7: a triage agent hands a lookup to a child run, which needs an approval: the
-    # approval travels to the inbox with the child's origin, and the parent waits for it.
+    # DEL-7: a triage agent hands two lookups to two child runs at once (DEL-1's
+    # siblings); one needs an approval, which travels to the inbox with the child's origin,
+    # and the parent waits until both have ended.
     dict(
         slug="delegate-demo",
-        name="Delegates a lookup to another agent (scripted)",
+        name="Delegates two lookups to other agents at once (scripted)",
         provider="local-scripted",
         model="scripted-1",
-        system_prompt="You triage incidents and hand lookups to the lookup agent.",
-        delegates=["lookup-demo"],
+        system_prompt="You triage incidents and hand lookups to the lookup agents.",
+        delegates=["lookup-demo", "runbook-demo"],
         script={
             "turns": [
                 {
-                    "text": "I will ask the lookup agent who owns the payments service.",
+                    "text": "I will ask who owns the payments service and find its runbook, "
+                    "both at once.",
                     "tool_calls": [
                         {
                             "name": "agent.delegate",
@@ -235,10 +237,35 @@ CONFIGURATIONS: list[dict[str, Any]] = [
                                 "configuration": "lookup-demo",
                                 "task": "Find who owns the payments service and note it.",
                             },
-                        }
+                        },
+                        {
+                            "name": "agent.delegate",
+                            "arguments": {
+                                "configuration": "runbook-demo",
+                                "task": "Find the runbook of the payments service.",
+                            },
+                        },
                     ],
                 },
-                {"text": "Triage done: the lookup agent found the owner and noted it."},
+                {
+                    "text": "Triage done: the lookup agent found the owner and noted it, and "
+                    "the runbook agent found the runbook."
+                },
+            ]
+        },
+    ),
+    dict(
+        slug="runbook-demo",
+        name="Finds runbooks (scripted)",
+        provider="local-scripted",
+        model="scripted-1",
+        system_prompt="You find the runbook of a service.",
+        script={
+            "turns": [
+                {
+                    "text": "The payments runbook is docs/runbooks/payments.md; it says to "
+                    "drain the queue before a restart."
+                },
             ]
         },
     ),

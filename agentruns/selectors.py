@@ -37,7 +37,7 @@ from agentruns.policy import is_approver, routed_calls, visible_runs
 from agentruns.providers.base import Message
 from agentruns.runtime.compose import LogView, log_view, next_request
 from agentruns.runtime.config import build_runtime_config, runtime_config
-from agentruns.runtime.fork import carried_of
+from agentruns.runtime.fork import carried_of, delegated_floor
 from agentruns.store import estimated_count, store
 from agentruns.store.log import log_entries, logs_by_thread
 from agentruns.tools.mcp.pinned import sync_pinned
@@ -101,7 +101,8 @@ def run_sources(run: Run) -> tuple[ConfigView, list[Source]]:
     """The live configuration and the sources a run's next send carries (RG-2), with what
     a fork carried from its original (FORK-1; its thread's log opens with `run.forked`)."""
     view = config_view(run.configuration)
-    return view, _sources(view, run, _carried([run]).get(run.thread_id, ()))
+    opening = _openings([run]).get(run.thread_id, [])
+    return view, _sources(view, run, carried_of(opening), delegated_floor(opening))
 
 
 def copied_sources(runs: Sequence[Run]) -> list[dict[str, Any]]:
@@ -109,11 +110,11 @@ def copied_sources(runs: Sequence[Run]) -> list[dict[str, Any]]:
     sources (its configuration's, its forced set, what it carried itself), once each,
     named by the run they came from ({kind, id, from})."""
     views = config_views(run.configuration for run in runs)
-    carried = _carried(runs)
+    openings = _openings(runs)
     found: dict[tuple[str, int], dict[str, Any]] = {}
     for run in runs:
         view = views[run.configuration_id]
-        for source in _sources(view, run, carried.get(run.thread_id, ())):
+        for source in _sources(view, run, carried_of(openings.get(run.thread_id, []))):
             origin = source.carried_from or run.pk
             found.setdefault(
                 source.identity, {"kind": source.kind, "id": source.id, "from": origin}
@@ -128,17 +129,19 @@ def _sources(
     return list(compose_sources(view, snippets, skills, carried_for_send(carried), replies))
 
 
-# The openings of a thread that copies another run's: a fork's (FORK-1), a replay's (GOV-4).
-COPIES = (ev.RUN_FORKED, ev.RUN_REPLAYED)
+# The openings of a thread that carries another run's sources: a fork's (FORK-1), a
+# replay's (GOV-4), a child's (DEL-2).
+OPENINGS = (ev.RUN_FORKED, ev.RUN_REPLAYED, ev.RUN_DELEGATED)
 
 
-def _carried(runs: Sequence[Run]) -> dict[int, tuple[dict, ...]]:
-    """FORK-1, GOV-4: what each fork's (replay's) thread carries (by thread id), in one
+def _openings(runs: Sequence[Run]) -> dict[int, list[LogEntry]]:
+    """FORK-1, GOV-4, DEL-2: the event each fork's, replay's or child's thread opens with,
+    which says what it carries (`carried_of`, `delegated_floor`), by thread id, in one
     query for all."""
     openings = Event.objects.filter(
-        thread__in={run.thread_id for run in runs}, sequence=1, type__in=COPIES
+        thread__in={run.thread_id for run in runs}, sequence=1, type__in=OPENINGS
     )
-    return {thread: carried_of(log) for thread, log in logs_by_thread(openings).items()}
+    return logs_by_thread(openings)
 
 
 def thread_log(run: Run, before: int | None = None) -> list[LogEntry]:
@@ -183,7 +186,7 @@ def run_readouts(runs: Iterable[Run]) -> dict[int, dict[str, Any]]:
     (PERF-8: the inbox shows a readout on every card)."""
     runs = list(runs)
     views = config_views(run.configuration for run in runs)
-    carried = _carried(runs)
+    openings = _openings(runs)
     enforcement = current_enforcement()
     generation = store().catalog_generation()
     configurations = {run.configuration_id: run.configuration for run in runs}
@@ -193,9 +196,11 @@ def run_readouts(runs: Iterable[Run]) -> dict[int, dict[str, Any]]:
     for run in runs:
         view = views[run.configuration_id]
         next_send = next_sends[run.pk]
+        opening = openings.get(run.thread_id, [])
+        labelled = (*delegated_floor(opening), *next_send.replies)
         out[run.pk] = readout(
             view,
-            _sources(view, run, carried.get(run.thread_id, ()), next_send.replies),
+            _sources(view, run, carried_of(opening), labelled),
             enforcement,
             tools=tools[run.configuration_id],
             withheld=next_send.withheld,

@@ -9,6 +9,7 @@ own (`playground.polls`).
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.contrib import messages
@@ -193,17 +194,17 @@ def run_fork_page(request: HttpRequest, run_id: int) -> HttpResponse:
 @login_required
 def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     run = get_object_or_404(visible_runs(request.user), pk=run_id)
-    context = live_context(run)
+    context = live_context(run, viewer=request.user)
     context["readout"] = run_readout(run)
     context["forks"] = visible_forks(request.user, run)
-    context["children"] = visible_children(request.user, run)
     return render(request, "playground/run.html", context)
 
 
 @poll
 def run_live(request: HttpRequest, run_id: int) -> HttpResponse:
     run = get_object_or_404(visible_runs(request.user), pk=run_id)
-    return live_response(request, "playground/_run_live.html", run, live_context(run))
+    context = live_context(run, viewer=request.user)
+    return live_response(request, "playground/_run_live.html", run, context)
 
 
 def live_response(
@@ -214,10 +215,13 @@ def live_response(
     return HttpResponseStopPolling(response.content) if run.is_terminal else response
 
 
-def live_context(run: Run) -> dict[str, Any]:
+def live_context(run: Run, *, viewer: Any = None) -> dict[str, Any]:
     """What changes while a run goes: status, reply, failure, ticket, counters, usage and
-    cost (OPS-1: as the run API reports them), log."""
+    cost (OPS-1: as the run API reports them), log; for a `viewer`, the delegation tree
+    the run is part of (DEL-5)."""
     events = list(Event.objects.filter(run=run).order_by("sequence"))
+    # HITL-1: one ticket a person answers; DEL-1: or one per sibling the run waits for.
+    tickets = list(Ticket.objects.filter(run=run, status=Ticket.Status.ACTIVE).order_by("id"))
     counts: dict[str, int] = {}
     for event in events:
         counts[event.type] = counts.get(event.type, 0) + 1
@@ -226,7 +230,8 @@ def live_context(run: Run) -> dict[str, Any]:
         "live": not run.is_terminal,
         "start_choices": start_choices(),
         "failure": failure_sentence(run.failure) if run.failure else "",
-        "ticket": Ticket.objects.filter(run=run, status=Ticket.Status.ACTIVE).first(),
+        "ticket": tickets[0] if tickets else None,
+        "waiting_for": [t.child_id for t in tickets if t.kind == Ticket.Kind.DELEGATION],
         "counters": {
             "events": len(events),
             "model turns": counts.get(ev.ASSISTANT, 0),
@@ -239,7 +244,33 @@ def live_context(run: Run) -> dict[str, Any]:
         "rows": timeline.timeline(run, events),
         "time": timeline.time_split(run, events, timezone.now()),
         "events": events,
+        "tree": delegation_tree(viewer, run, events) if viewer is not None else [],
     }
+
+
+@dataclass
+class TreeNode:
+    """DEL-5: a run of a delegation tree and the children it delegated to, oldest first."""
+
+    run: Run
+    children: list[TreeNode] = field(default_factory=list)
+
+
+def delegation_tree(viewer: Any, run: Run, events: list[Event]) -> list[TreeNode]:
+    """DEL-5: the whole tree `run` belongs to, from its root, as far as the viewer may see
+    it (a run whose parent they may not see is a top of its own). A run that neither was
+    delegated nor delegated anything, as its own log says, costs no query."""
+    delegated = any(e.type == ev.TICKET_OPENED and e.payload.get("child") for e in events)
+    if not (run.parent_id or delegated):
+        return []
+    root = run.root_id or run.pk
+    rows = visible_runs(viewer).filter(Q(pk=root) | Q(root_id=root))
+    nodes = {r.pk: TreeNode(r) for r in rows.select_related("configuration").order_by("id")}
+    tops: list[TreeNode] = []
+    for node in nodes.values():
+        parent = nodes.get(node.run.parent_id) if node.run.parent_id else None
+        (parent.children if parent else tops).append(node)
+    return tops
 
 
 def start_choices() -> list[Any]:

@@ -402,7 +402,8 @@ class RunForked(Event):
 @dataclass(frozen=True, slots=True)
 class RunDelegated(Event):
     """DEL-1..DEL-5: a child's log opens with its parent run and call, its configuration,
-    the sources it carries (DEL-2), its depth, its tree's tool calls left (DEL-3) and the
+    the sources it carries and its floor, the parent's effective class at the call as a
+    CG-12 label (DEL-2), its depth, its share of its tree's tool calls (DEL-3) and the
     parent's tool span it is traced under (DEL-5)."""
 
     TYPE: ClassVar[str] = RUN_DELEGATED
@@ -413,9 +414,10 @@ class RunDelegated(Event):
     depth: int = 1
     tool_call_budget: int | None = None
     trace_parent: Any = None
+    floor: dict[str, Any] | None = None
 
     def to_payload(self) -> Payload:
-        return {
+        payload: Payload = {
             "delegated_by": {"run": self.parent_run, "call_id": self.parent_call_id},
             "configuration": self.configuration,
             "carried": [dict(c) for c in self.carried],
@@ -423,6 +425,9 @@ class RunDelegated(Event):
             "tool_call_budget": self.tool_call_budget,
             "trace_parent": self.trace_parent,
         }
+        if self.floor is not None:
+            payload["floor"] = dict(self.floor)
+        return payload
 
     @classmethod
     def from_payload(cls, payload: Mapping[str, Any]) -> Self:
@@ -436,6 +441,7 @@ class RunDelegated(Event):
             _int(get("depth"), 1),
             _opt_int(get("tool_call_budget")),
             get("trace_parent"),
+            _opt_dict(get("floor")),
         )
 
 

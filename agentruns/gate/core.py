@@ -13,6 +13,8 @@ SYSTEM_PROMPT = "system_prompt"
 SNIPPET = "snippet"
 SKILL = "skill"
 REPLY = "reply"  # CG-12: what the model wrote, labelled with the class of what it read
+# DEL-2: a child's task, labelled with its parent's effective class when it delegated.
+DELEGATED = "delegation"
 
 
 @dataclass(frozen=True)
@@ -54,10 +56,11 @@ class Source:
         return self.origin or (self.kind, self.name)
 
     def describe(self) -> str:
-        if self.kind == REPLY:
+        if self.kind in (REPLY, DELEGATED):
             kind, name = self.set_by
             origin = f'{kind.replace("_", " ")} "{name}"'
-            return f"reply of {self.name} (set by {origin}, {self.declared})"
+            what = f"reply of {self.name}" if self.kind == REPLY else self.name
+            return f"{what} (set by {origin}, {self.declared})"
         carried = f" (carried from run #{self.carried_from})" if self.carried_from else ""
         return f'{self.kind.replace("_", " ")} "{self.name}"{carried}'
 
@@ -297,3 +300,13 @@ def high_water(source: Source | None, carried: Sequence[ResultSource]) -> Label 
 def reply_source(sequence: int, name: str, label: Label) -> Source:
     """CG-12: a carried reply as a source of a later send ("turn N": "reply of turn N")."""
     return Source(REPLY, sequence, name, label.data_class.label, origin=(label.kind, label.name))
+
+
+def delegated_source(parent: int, label: Label) -> Source:
+    """DEL-2: a child run's floor, its parent's effective class when it delegated (the
+    label of the reply that made the call: everything that parent's model had read), as a
+    source of every send of the child, naming what set it."""
+    origin = (label.kind, label.name)
+    return Source(
+        DELEGATED, parent, f"delegated by run {parent}", label.data_class.label, origin=origin
+    )

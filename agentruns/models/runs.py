@@ -451,11 +451,18 @@ class Ticket(models.Model):
     class Meta:
         ordering = ["-id"]
         constraints = [
+            # HITL-1: a run waits for one person's answer at a time; DEL-1's concurrent
+            # siblings are a delegation ticket each (one per call), all active at once.
             models.UniqueConstraint(
                 fields=["run"],
-                condition=models.Q(status="active"),
+                condition=models.Q(status="active") & ~models.Q(kind="delegation"),
                 name="one_active_ticket_per_run",
-            )
+            ),
+            models.UniqueConstraint(
+                fields=["run", "call_id"],
+                condition=models.Q(status="active", kind="delegation"),
+                name="one_active_delegation_per_call",
+            ),
         ]
         indexes = [models.Index(fields=["status", "deadline"], name="ticket_status_deadline")]
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from agentruns import events as ev
 from agentruns.events import LogEntry
-from agentruns.gate.core import REPLY, SKILL, Source
+from agentruns.gate.core import DELEGATED, REPLY, SKILL, Source
 from agentruns.providers.base import (
     AssistantMessage,
     Message,
@@ -25,11 +25,11 @@ SUMMARY_PREFIX = "Summary of the earlier conversation:\n"
 
 
 def system_texts(sources: Sequence[Source]) -> list[str]:
-    """The texts a send carries: a source a fork carried (FORK-1) and a reply (CG-12, its
-    text is in the messages) bind by their class only."""
+    """The texts a send carries: a source a fork carried (FORK-1), a reply (CG-12, its
+    text is in the messages) and a child's floor (DEL-2) bind by their class only."""
     texts = []
     for source in sources:
-        if source.carried_from is not None or source.kind == REPLY:
+        if source.carried_from is not None or source.kind in (REPLY, DELEGATED):
             continue
         if source.kind == SKILL:
             texts.append(f"Skill “{source.title or source.name}”:\n{source.text}")

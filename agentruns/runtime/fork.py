@@ -22,6 +22,7 @@ from typing import Any
 
 from agentruns import events as ev
 from agentruns.events import LogEntry
+from agentruns.gate.core import Source, delegated_source, parse_label
 from agentruns.runtime.compose import thread_mode
 from agentruns.runtime.context import effective_events
 
@@ -157,4 +158,16 @@ def carried_of(log: Sequence[LogEntry]) -> tuple[dict[str, Any], ...]:
     whole log."""
     if log and isinstance(opening := log[0].data, ev.RunForked | ev.RunDelegated | ev.RunReplayed):
         return opening.carried
+    return ()
+
+
+def delegated_floor(log: Sequence[LogEntry]) -> tuple[Source, ...]:
+    """DEL-2: what a child's sends carry besides its parent's sources by identity: the
+    parent's effective class when it delegated (tool and MCP results, labelled replies,
+    an earlier child's result), named "delegated by run N" with what set it. One event,
+    as `carried_of`."""
+    if log and isinstance(opening := log[0].data, ev.RunDelegated):
+        label = parse_label(opening.floor)
+        if label is not None:
+            return (delegated_source(opening.parent_run, label),)
     return ()

@@ -40,7 +40,7 @@ from agentruns.providers.base import AssistantMessage, Message, ToolResultMessag
 from agentruns.runtime.compose import log_view, next_request, thread_mode
 from agentruns.runtime.config import build_runtime_config
 from agentruns.runtime.effects import close_open_calls
-from agentruns.runtime.fork import carried_of
+from agentruns.runtime.fork import carried_of, delegated_floor
 from agentruns.runtime.handback import Parent, child_class, child_result, hand_back, lock_parent
 from agentruns.runtime.redaction import redact
 from agentruns.runtime.state import restore
@@ -352,7 +352,8 @@ def run_dry(*, user: User, submission: Submission) -> dict[str, Any]:
     # FORK-1: a fork's thread carries its original's sources, and a thread the labelled
     # replies of its earlier runs (CG-12, CG-13); the readout folds them too.
     carried = carried_for_send(carried_of(logged))
-    sources = compose_sources(config.view, snippets, skills, carried, view.replies)
+    labelled = (*delegated_floor(logged), *view.replies)  # DEL-2: a child's thread
+    sources = compose_sources(config.view, snippets, skills, carried, labelled)
     composed = next_request(view, sources=sources)
     shown = readout(config.view, sources, current_enforcement())
     refused = bool(shown["message"])

@@ -70,8 +70,11 @@ def delegation_answer(
 ) -> bool:
     """The parent's active delegation ticket for this child answered (a conditional
     update), the call's invocation completed, the decision and `result` (a `tool.result`
-    item) appended, the parent queued with its wake-up: what a person's answer does
-    (services/resume.py). False when no such ticket is active."""
+    item) appended, and, once no sibling's ticket is still active, the parent queued with
+    its wake-up: what a person's answer does (services/resume.py). False when no such
+    ticket is active. Under the parent's row lock, which every sibling's end takes first,
+    so of two siblings ending at once the later sees the earlier's answer and exactly one
+    wakes the parent."""
     now = timezone.now()
     ticket = Ticket.objects.filter(
         run_id=parent_id,
@@ -97,6 +100,8 @@ def delegation_answer(
     )
     decided = ev.TicketDecided(str(ticket.correlation_id), call_id, ev.DELEGATED, child=child_id)
     append_events(thread_id=ticket.thread_id, run_id=parent_id, items=[decided.item(), result])
-    run_requeue_answered(parent_id)
-    enqueue_wake(parent_id)
+    waiting = Ticket.objects.filter(run_id=parent_id, status=Ticket.Status.ACTIVE).exists()
+    if not waiting:  # DEL-1: the parent goes on when all its siblings have ended
+        run_requeue_answered(parent_id)
+        enqueue_wake(parent_id)
     return True

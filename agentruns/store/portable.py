@@ -77,8 +77,8 @@ class PortableStore(SystemStore):
             created = ToolInvocation.objects.bulk_create(
                 ToolInvocation(**row.row(), created_at=now) for row in step.new_invocations
             )
-            if step.new_ticket is not None:
-                Ticket.objects.create(**step.new_ticket.row())
+            for ticket in step.new_tickets:
+                Ticket.objects.create(**ticket.row())
             GateAudit.objects.bulk_create(GateAudit(**row, created_at=now) for row in step.audits)
             for change in step.invocation_updates:
                 ToolInvocation.objects.filter(pk=change.pk).update(**change.changes())

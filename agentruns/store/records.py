@@ -137,8 +137,9 @@ class Step:
     new_invocations: list[NewInvocation] = field(default_factory=list)
     invocation_updates: list[InvocationChange] = field(default_factory=list)
     run_update: RunUpdate | None = None
-    # HITL-2: the ticket a parking step opens, written with the step.
-    new_ticket: NewTicket | None = None
+    # HITL-2: the ticket a parking step opens, written with the step; DEL-1: one per
+    # delegation call when a turn's siblings start together.
+    new_tickets: list[NewTicket] = field(default_factory=list)
     # The newest sequence of the thread this worker has seen (0: none). The step is written
     # only if the log still holds it: a database crash can lose a tail of steps committed
     # without waiting for the WAL flush, and a worker that carried on over a fresh
@@ -160,7 +161,7 @@ class Step:
             new_invocations=[*self.new_invocations, *later.new_invocations],
             invocation_updates=[*self.invocation_updates, *later.invocation_updates],
             run_update=RunUpdate.merged(self.run_update, later.run_update),
-            new_ticket=later.new_ticket if later.new_ticket is not None else self.new_ticket,
+            new_tickets=[*self.new_tickets, *later.new_tickets],
             after=self.after,
             audits=[*self.audits, *later.audits],
         )

@@ -285,9 +285,9 @@ def step_statement(lease: Lease, step: Step, *, fast: bool, count_today: bool) -
     if step.new_invocations:
         rows = [invocation.row() for invocation in step.new_invocations]
         parts.append(_insert_given("inv", ToolInvocation, INVOCATION_COLUMNS, rows, params))
-    if step.new_ticket is not None:
-        row = {**step.new_ticket.row(), "status": Ticket.Status.ACTIVE}
-        parts.append(_insert("tk", Ticket, TICKET_COLUMNS, [row], params))
+    if step.new_tickets:
+        rows = [{**ticket.row(), "status": Ticket.Status.ACTIVE} for ticket in step.new_tickets]
+        parts.append(_insert("tk", Ticket, TICKET_COLUMNS, rows, params))
     changes = [(change.pk, change.changes()) for change in step.invocation_updates]
     parts.extend(_invocation_updates(changes, params))
     if step.audits:

@@ -13,7 +13,9 @@ from agentruns.demo import load_demo_data
 from agentruns.models import Configuration, Event, Run, Ticket
 from agentruns.runtime import faults
 from agentruns.runtime.loop import execute_run
+from agentruns.selectors import run_readout
 from agentruns.services.runs import run_cancel
+from playground.runs import delegation_tree
 from tests.conftest import grant
 from tests.support.catalog import make_openai_configuration, make_snippet, scripted_configuration
 from tests.support.crash import crash_in_process, expire_lease, fault_hook, history
@@ -346,12 +348,17 @@ def test_the_run_has_its_parent_and_children_and_the_page_shows_the_tree_DEL_5(s
     assert f'Delegated by <a href="/runs/{parent.pk}/">run #{parent.pk}</a>' in child_page
 
 
-def test_the_demo_delegates_a_lookup_whose_approval_travels_to_the_inbox_DEL_7(staff, client):
+def test_the_demo_delegates_two_lookups_one_of_whose_approval_travels_to_the_inbox_DEL_7(
+    staff, client
+):
     load_demo_data()
     approver = grant(staff, "approve_run")
     parent = submit(approver, "delegate-demo", "Who owns payments?")
     assert execute_run(parent.pk) == Run.Status.AWAITING
-    child = child_of(parent)
+    child, runbook = Run.objects.filter(parent=parent).order_by("id")
+    assert (child.configuration.slug, runbook.configuration.slug) == ("lookup-demo", "runbook-demo")
+    assert execute_run(runbook.pk) == Run.Status.COMPLETED
+    assert Run.objects.get(pk=parent.pk).status == Run.Status.AWAITING  # the other goes on
     assert execute_run(child.pk) == Run.Status.AWAITING
     client.force_login(approver)
     inbox = client.get("/inbox/").content.decode()
@@ -360,8 +367,9 @@ def test_the_demo_delegates_a_lookup_whose_approval_travels_to_the_inbox_DEL_7(s
     assert response.status_code == 200, response.json()
     assert execute_run(child.pk) == Run.Status.COMPLETED
     assert execute_run(parent.pk) == Run.Status.COMPLETED
-    (result,) = results_by_call(parent.pk).values()
-    assert "platform team" in result["content"]
+    found = {r["call_id"]: r["content"] for r in results_by_call(parent.pk).values()}
+    assert "platform team" in found[child.parent_call_id]
+    assert "docs/runbooks/payments.md" in found[runbook.parent_call_id]
 
 
 def test_a_child_on_a_less_trusted_provider_is_refused_and_the_external_fake_gets_nothing_DEL_2(
@@ -404,3 +412,100 @@ def test_a_waiting_parent_says_it_waits_for_its_child_never_for_a_person_DEL_4_U
     assert f"child run #{child.pk} ended" in page and "by None" not in page
     inspector = client.get(f"/playground/runs/{parent.pk}/").content.decode()
     assert f'Its child run <a href="/runs/{child.pk}/">#{child.pk}</a> ended' in inspector
+
+
+def test_a_parent_that_read_a_restricted_result_may_not_launder_it_through_a_child_DEL_2(
+    staff,
+):
+    """The floor is everything the parent's model had read when it delegated, not only its
+    sources: here a restricted result of `vault.customer_lookup` (MCP-4's case). The child
+    on an external provider is refused before a byte leaves, the refusal names "delegated
+    by run N" and the result that set it, and the parent gets that as the call's error."""
+    with FakeProvider() as fake:
+        lookup = make_openai_configuration("lookup", fake, zone="external_global")
+        customer = {"name": "vault.customer_lookup", "arguments": {"customer": "C-7"}}
+        parent_config = scripted_configuration(
+            "triage",
+            [{"tool_calls": [customer]}, {"tool_calls": [delegate_call()]}, {"text": "triaged"}],
+            allowed_tools=["vault"],
+        )
+        parent_config.delegates.set([lookup])
+        parent = submit(staff, "triage")
+        assert execute_run(parent.pk) == Run.Status.AWAITING
+        child = child_of(parent)
+        assert execute_run(child.pk) == Run.Status.FAILED
+        assert fake.requests == []
+        child.refresh_from_db()
+        failure = child.failure
+        assert failure["code"] == "context_refused"
+        assert (failure["source_kind"], failure["source_name"], failure["data_class"]) == (
+            "delegation",
+            f"delegated by run {parent.pk}",
+            "restricted",
+        )
+        assert failure["origin"] == {"kind": "tool_result", "name": "vault.customer_lookup"}
+        assert f"delegated by run {parent.pk} (set by tool result" in failure["detail"]
+        readout = run_readout(child)
+        assert readout["effective_class"] == "restricted"
+        assert execute_run(parent.pk) == Run.Status.COMPLETED
+        result = list(results_by_call(parent.pk).values())[-1]
+        assert result["status"] == ev.ERROR and "context_refused" in result["content"]
+
+
+def test_a_parent_with_nothing_declared_passes_no_floor_and_its_child_runs_DEL_2(staff):
+    """The floor binds only what was declared: a parent that read public results hands
+    its child nothing to be refused for."""
+    with FakeProvider() as fake:
+        fake.queue({"text": "the owner is Ada"})
+        lookup = make_openai_configuration("lookup", fake, zone="external_global")
+        parent_config = scripted_configuration(
+            "triage", [{"tool_calls": [delegate_call()]}, {"text": "triaged"}]
+        )
+        parent_config.delegates.set([lookup])
+        parent = submit(staff, "triage")
+        execute_run(parent.pk)
+        child = child_of(parent)
+        assert execute_run(child.pk) == Run.Status.COMPLETED
+        assert len(fake.requests) == 1
+
+
+def sibling_tree() -> None:
+    lookup = scripted_configuration("lookup", [{"text": "the owner is Ada"}])
+    search = scripted_configuration("search", [{"text": "the runbook is on the wiki"}])
+    calls = [delegate_call("lookup"), delegate_call("search", "find the runbook")]
+    triage = scripted_configuration("triage", [{"tool_calls": calls}, {"text": "triaged"}])
+    triage.delegates.set([lookup, search])
+
+
+def test_the_run_page_shows_the_whole_tree_and_its_poll_brings_each_status_DEL_5(staff, client):
+    """Every run of the tree, from its root, with its status and a link; the page's live
+    fragment (what htmx polls every second, and a reload shows without JavaScript) has it
+    too, so a child's end shows on the parent's page as it happens."""
+    sibling_tree()
+    parent = submit(staff, "triage")
+    execute_run(parent.pk)
+    first, second = Run.objects.filter(parent=parent).order_by("id")
+    client.force_login(staff)
+    page = client.get(f"/runs/{parent.pk}/").content.decode()
+    assert "Delegation tree" in page
+    assert f'<strong aria-current="page">#{parent.pk}</strong> triage' in page
+    for child, slug in ((first, "lookup"), (second, "search")):
+        assert f'<a href="/runs/{child.pk}/">#{child.pk}</a> {slug}' in page
+    assert page.count('status-queued">queued') == 2
+    execute_run(first.pk)
+    live = client.get(f"/runs/{parent.pk}/live/").content.decode()
+    assert 'status-completed">completed' in live and 'status-queued">queued' in live
+    sibling_page = client.get(f"/runs/{second.pk}/").content.decode()
+    assert f'<a href="/runs/{parent.pk}/">#{parent.pk}</a> triage' in sibling_page
+    assert f'<a href="/runs/{first.pk}/">#{first.pk}</a> lookup' in sibling_page
+    assert f'<strong aria-current="page">#{second.pk}</strong> search' in sibling_page
+
+
+def test_a_run_that_never_delegated_reads_no_tree_PERF_DEL_5(staff, django_assert_num_queries):
+    scripted_configuration("plain", [{"text": "hello"}])
+    run = submit(staff, "plain")
+    execute_run(run.pk)
+    run.refresh_from_db()
+    events = list(Event.objects.filter(run=run))
+    with django_assert_num_queries(0):
+        assert delegation_tree(staff, run, events) == []

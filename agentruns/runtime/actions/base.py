@@ -256,7 +256,7 @@ class RunContext:
         new_invocations: Sequence[NewInvocation] = (),
         invocation_updates: Sequence[InvocationChange] = (),
         run_update: RunUpdate | Callable[[], RunUpdate] | None = None,
-        new_ticket: NewTicket | None = None,
+        new_tickets: Sequence[NewTicket] = (),
         durable: bool = True,
         hold: bool = False,
     ) -> list[LogEntry]:
@@ -275,11 +275,11 @@ class RunContext:
             new_invocations=list(new_invocations),
             invocation_updates=list(invocation_updates),
             run_update=run_update() if callable(run_update) else run_update,
-            new_ticket=new_ticket,
+            new_tickets=list(new_tickets),
             after=self.next_sequence - 1,
         )
         if hold:
-            redoable = not (durable or step.new_invocations or new_ticket or step.run_update)
+            redoable = not (durable or step.new_invocations or new_tickets or step.run_update)
             assert redoable, "only a re-doable step"
             self.held = step if self.held is None else self.held.then(step)
             return written

@@ -1,12 +1,13 @@
-"""Delegation (DEL-1..DEL-3): an `agent.delegate` call starts a child run and parks its
-parent on a `delegation` ticket, in one transaction (`endings.park`); the child's end
-answers that ticket (`runtime/handback.py`).
+"""Delegation (DEL-1..DEL-3): the `agent.delegate` calls of a turn start their child runs
+and park their parent on a `delegation` ticket each, in one transaction
+(`endings.park_delegations`); each child's end answers its ticket (`runtime/handback.py`).
 
 A child runs on a new thread of its delegate configuration, for its parent's initiator,
 with the task as its input. Its log opens with `run.delegated`, which names the parent and
 carries the parent's sources by identity (DEL-2, CG-13: the child's sends bind by their
-classes as a fork's do, FORK-1), the child's depth and the tool calls its tree has left
-(DEL-3), so the child reads all of it from its own log without a query."""
+classes as a fork's do, FORK-1) and its floor (the parent's effective class at the call,
+DEL-2), the child's depth and its share of the tool calls its tree has left (DEL-3), so
+the child reads all of it from its own log without a query."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from typing import Any
 from django.conf import settings
 
 from agentruns import events as ev
+from agentruns.gate.core import DELEGATED, REPLY
 from agentruns.runtime.actions.base import RunContext
 from agentruns.runtime.actions.gating import sources
 from agentruns.runtime.handback import delegated_by
@@ -45,11 +47,20 @@ def delegation_refusal(ctx: RunContext, call: ProposedCall) -> str:
     return ""
 
 
+def budget_shares(ctx: RunContext, siblings: int) -> list[int]:
+    """DEL-3: what is left of the tree's tool calls (the `agent.delegate` calls
+    included), split between siblings that run at once, the first ones taking the
+    remainder: together they can never spend more than their tree has left."""
+    left = max(ctx.tool_call_limit - ctx.state.tool_calls_used, 0)
+    share, extra = divmod(left, siblings)
+    return [share + (1 if i < extra else 0) for i in range(siblings)]
+
+
 def child_starter(
-    ctx: RunContext, call: ProposedCall, trace_parent: dict[str, str] | None = None
+    ctx: RunContext, call: ProposedCall, budget: int, trace_parent: dict[str, str] | None = None
 ) -> Callable[[], int]:
-    """What `park` calls inside its transaction, after the cancel check: the child run,
-    queued with its wake-up, whose id the ticket names."""
+    """What `park_delegations` calls inside its transaction, after the cancel check: the
+    child run, queued with its wake-up, whose id its ticket names."""
 
     def start() -> int:
         arguments = call.arguments or {}
@@ -59,7 +70,7 @@ def child_starter(
             call_id=call.id,
             slug=slug,
             task=str(arguments["task"]),
-            opening=replace(opening(ctx, call, slug), trace_parent=trace_parent),
+            opening=replace(opening(ctx, call, slug, budget), trace_parent=trace_parent),
             label=proposer_label(ctx, call),
         )
 
@@ -68,7 +79,11 @@ def child_starter(
 
 def proposer_label(ctx: RunContext, call: ProposedCall) -> dict[str, Any] | None:
     """CG-12: the label of the reply that proposed `call` (its arguments are the child's
-    task), read from the log, so a call run on a later drive finds it too."""
+    task), read from the log, so a call run on a later drive finds it too. DEL-2: it is
+    the child's floor, the parent's effective class at the call — the strictest of
+    everything its model had read (sources, tool and MCP results, earlier replies, an
+    earlier child's result, its own floor) and what set it; None when nothing was
+    declared."""
     for event in reversed(ctx.events):
         data = event.data
         if isinstance(data, ev.AssistantMessage) and any(c.id == call.id for c in data.tool_calls):
@@ -76,16 +91,21 @@ def proposer_label(ctx: RunContext, call: ProposedCall) -> dict[str, Any] | None
     return None
 
 
-def opening(ctx: RunContext, call: ProposedCall, slug: str) -> ev.RunDelegated:
+def opening(ctx: RunContext, call: ProposedCall, slug: str, budget: int) -> ev.RunDelegated:
     """The `run.delegated` payload: the parent, the sources it carries (DEL-2), the depth
-    and what is left of the tree's tool calls, the `agent.delegate` call included (DEL-3)."""
+    and the child's share of the tree's tool calls (DEL-3)."""
     run_id = ctx.lease.run_id
-    carried = [{"kind": s.kind, "id": s.id, "from": s.carried_from or run_id} for s in sources(ctx)]
+    carried = [
+        {"kind": s.kind, "id": s.id, "from": s.carried_from or run_id}
+        for s in sources(ctx)
+        if s.kind not in (REPLY, DELEGATED)  # bound by the floor's class instead
+    ]
     return ev.RunDelegated(
         parent_run=run_id,
         parent_call_id=call.id,
         configuration=slug,
         carried=tuple(carried),
         depth=depth_of(ctx) + 1,
-        tool_call_budget=max(ctx.tool_call_limit - ctx.state.tool_calls_used, 0),
+        tool_call_budget=budget,
+        floor=proposer_label(ctx, call),
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from functools import partial
@@ -63,30 +63,46 @@ def boundary(ctx: RunContext) -> Outcome | None:
     return None
 
 
-def park(
-    ctx: RunContext, call: ProposedCall, start_child: Callable[[], int] | None = None
-) -> Outcome:
-    """HITL-1, HITL-2: one committed ticket; the run then holds no worker or lease. A
-    delegation (DEL-1) starts its child in the same transaction (`start_child`, which
-    returns its id): the ticket waits for nobody but the child, so it has no deadline."""
+def park(ctx: RunContext, call: ProposedCall) -> Outcome:
+    """HITL-1, HITL-2: one committed ticket; the run then holds no worker or lease."""
     tool = REGISTRY.get(call.name)
     assert tool is not None and call.arguments is not None
-    config = ctx.config
     ask = tool.human is Human.INPUT
     now = timezone.now()
     kind = Ticket.Kind.REMOTE_INPUT if ask else Ticket.Kind.TOOL_PERMISSION
-    deadline: datetime | None = now + timedelta(seconds=config.approval_timeout_seconds)
+    deadline: datetime | None = now + timedelta(seconds=ctx.config.approval_timeout_seconds)
     if tool.human is Human.TIMER:  # SCHED-3: the deadline is the due time
         due, _problem = wait_due(call.arguments, now)
         assert due is not None  # call_tools answered a call without one
         deadline, kind = due, Ticket.Kind.TIMER
-    if start_child is not None:
-        kind, deadline = Ticket.Kind.DELEGATION, None
-    ticket = NewTicket(
+    return _park(ctx, [(_ticket(ctx, call, kind, deadline, ask=ask), None)])
+
+
+def park_delegations(
+    ctx: RunContext, starts: Sequence[tuple[ProposedCall, Callable[[], int]]]
+) -> Outcome:
+    """DEL-1: every delegation of the turn starts its child (`start_child` returns its
+    id) and the run parks on a `delegation` ticket per call, all in one transaction, so
+    the siblings run at once and none can end before its parent parked. The tickets wait
+    for nobody but their children, so they have no deadline."""
+    kind = Ticket.Kind.DELEGATION
+    return _park(ctx, [(_ticket(ctx, call, kind, None), start) for call, start in starts])
+
+
+def _ticket(
+    ctx: RunContext,
+    call: ProposedCall,
+    kind: str,
+    deadline: datetime | None,
+    *,
+    ask: bool = False,
+) -> NewTicket:
+    assert call.arguments is not None
+    return NewTicket(
         correlation_id=uuid.uuid4(),
         run_id=ctx.lease.run_id,
         thread_id=ctx.lease.thread_id,
-        snapshot_id=config.snapshot_id,
+        snapshot_id=ctx.config.snapshot_id,
         catalog_fingerprint=catalog_fingerprint(ctx.offered(), ctx.mode.deferred),
         deadline=deadline,
         kind=kind,
@@ -97,24 +113,36 @@ def park(
         question=call.arguments.get("question", "") if ask else "",
         schema=call.arguments.get("schema") if ask else None,
     )
-    opened = ev.TicketOpened(
-        correlation_id=str(ticket.correlation_id),
-        call_id=call.id,
-        kind=kind,
-        tool=call.name,
-        deadline=deadline.isoformat() if deadline else None,
-    )
+
+
+def _park(
+    ctx: RunContext, tickets: Sequence[tuple[NewTicket, Callable[[], int] | None]]
+) -> Outcome:
+    """HITL-1, HITL-2: the tickets, committed with the parked run; a child each starts
+    (DEL-1) commits with them, after the cancel check."""
     with transaction.atomic():
         cancelled = _cancel_landed(ctx)
         if not cancelled:
-            if start_child is not None:
-                child = start_child()
-                ticket, opened = ticket._replace(child_id=child), replace(opened, child=child)
+            opened: Items = []
+            written_tickets = []
+            for ticket, start_child in tickets:
+                item = ev.TicketOpened(
+                    correlation_id=str(ticket.correlation_id),
+                    call_id=ticket.call_id,
+                    kind=ticket.kind,
+                    tool=ticket.tool,
+                    deadline=ticket.deadline.isoformat() if ticket.deadline else None,
+                )
+                if start_child is not None:
+                    child = start_child()
+                    ticket, item = ticket._replace(child_id=child), replace(item, child=child)
+                written_tickets.append(ticket)
+                opened.append(item.item())
             written = ctx.write(
-                [opened.item()],
+                opened,
                 checkpoints=((Checkpoint.Kind.SUSPENSION, None),),
                 run_update=_run_row(ctx, Run.Status.AWAITING),
-                new_ticket=ticket,
+                new_tickets=written_tickets,
             )
     if cancelled:
         return _cancelled(ctx)

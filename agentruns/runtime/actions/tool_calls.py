@@ -18,8 +18,12 @@ from agentruns import events as ev
 from agentruns.models import Checkpoint, ToolInvocation
 from agentruns.runtime import effects, faults
 from agentruns.runtime.actions.base import Invocation, Items, Outcome, RunContext
-from agentruns.runtime.actions.delegation import child_starter, delegation_refusal
-from agentruns.runtime.actions.endings import boundary, park
+from agentruns.runtime.actions.delegation import (
+    budget_shares,
+    child_starter,
+    delegation_refusal,
+)
+from agentruns.runtime.actions.endings import boundary, park, park_delegations
 from agentruns.runtime.actions.gating import assert_context
 from agentruns.runtime.actions.replayed import answer_from_recording
 from agentruns.runtime.redaction import redact
@@ -108,34 +112,48 @@ def call_tools(ctx: RunContext, turn: Turn, calls: Sequence[ProposedCall]) -> Ou
         for span, call in spans:
             trace.tool_done(ctx, span, call)
     if waiting:
-        return _wait(ctx, turn, waiting[0])
+        return _wait(ctx, turn, waiting)
     return None
 
 
-def _wait(ctx: RunContext, turn: Turn, call: ProposedCall) -> Outcome | None:
-    """HITL-1: park on the first call that waits; a delegation (DEL-1) starts its child
-    as it parks, or, refused, is an error result and the turn goes on. Traced, the call
-    has a span of its own, the child's run span's parent (DEL-5, OPS-7)."""
-    if call.name != DELEGATE_TOOL:
-        return park(ctx, call)
-    refusal = delegation_refusal(ctx, call)
-    if refusal:
-        _record_result(
-            ctx,
-            call,
-            ev.ERROR,
-            f"Error: {refusal}.",
-            invocation_status=ToolInvocation.Status.FAILED,
-        )
-        return None
-    span = ctx.trace.tool(ctx, turn, call) if ctx.trace else None
+def _wait(ctx: RunContext, turn: Turn, waiting: Sequence[ProposedCall]) -> Outcome | None:
+    """HITL-1: park on the first call that waits for a person. DEL-1: but first every
+    delegation of the turn starts its child at once, the parent parking on all of them; a
+    refused one is an error result and the turn goes on. Traced, each call has a span of
+    its own, its child's run span's parent (DEL-5, OPS-7)."""
+    delegations = [call for call in waiting if call.name == DELEGATE_TOOL]
+    if not delegations:
+        return park(ctx, waiting[0])
+    allowed = []
+    for call in delegations:
+        refusal = delegation_refusal(ctx, call)
+        if refusal:
+            _record_result(
+                ctx,
+                call,
+                ev.ERROR,
+                f"Error: {refusal}.",
+                invocation_status=ToolInvocation.Status.FAILED,
+            )
+        else:
+            allowed.append(call)
+    if not allowed:
+        people = [call for call in waiting if call.name != DELEGATE_TOOL]
+        return park(ctx, people[0]) if people else None
+    spans = [ctx.trace.tool(ctx, turn, call) if ctx.trace else None for call in allowed]
+    shares = budget_shares(ctx, len(allowed))
     try:
-        return park(
-            ctx, call, start_child=child_starter(ctx, call, span_ref(span) if span else None)
+        return park_delegations(
+            ctx,
+            [
+                (call, child_starter(ctx, call, share, span_ref(span) if span else None))
+                for call, share, span in zip(allowed, shares, spans, strict=True)
+            ],
         )
     finally:
-        if span is not None:
-            end_span(span, {"agentruns.tool.status": "delegated"})
+        for span in spans:
+            if span is not None:
+                end_span(span, {"agentruns.tool.status": "delegated"})
 
 
 @dataclass(frozen=True)
