@@ -207,6 +207,21 @@ STORED: list[tuple[str, dict[str, Any]]] = [
             "trace_parent": None,
         },
     ),
+    (  # DEL-2: a child's floor, the parent's effective class at the call
+        ev.RUN_DELEGATED,
+        {
+            "delegated_by": {"run": 5, "call_id": "d2"},
+            "configuration": "helper",
+            "carried": [],
+            "depth": 1,
+            "tool_call_budget": 2,
+            "trace_parent": None,
+            "floor": {
+                "class": "restricted",
+                "origin": {"kind": "tool_result", "name": "vault.customer_lookup"},
+            },
+        },
+    ),
     (
         ev.RUN_REPLAYED,
         {
