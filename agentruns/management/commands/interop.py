@@ -1,6 +1,6 @@
 """`make interop` (INT-1): the demo's `local-llm` configuration through a tool round trip
-against a real OpenAI-compatible server (llama-cpp-python's, serving SmolLM2-135M), on the
-database the command is given. Not part of the suite: it needs that server running."""
+against a real OpenAI-compatible server (llama.cpp's `llama-server`, serving SmolLM2-135M),
+on the database the command is given. Not part of the suite: it needs that server running."""
 
 from __future__ import annotations
 
@@ -26,12 +26,13 @@ class Command(BaseCommand):
         parser.add_argument("--model", default="smollm2")
         parser.add_argument("--context-window", type=int, default=2048)
         parser.add_argument("--prompt", default=PROMPT)
+        parser.add_argument("--tool-choice", default="auto", choices=["auto", "required", "omit"])
 
     def handle(self, *args: Any, **options: Any) -> None:
         load_demo_data()
         Provider.objects.filter(slug="ollama").update(
             base_url=options["base_url"],
-            tool_choice=Provider.ToolChoice.AUTO,
+            tool_choice=options["tool_choice"],
             max_output_tokens=256,
             context_window_tokens=options["context_window"],
             timeout_seconds=300,
@@ -45,6 +46,11 @@ class Command(BaseCommand):
         )
         run, _ = run_submit(
             user=user, submission=Submission(configuration="local-llm", input=options["prompt"])
+        )
+        self.stdout.write(
+            f"asking {options['model']} at {options['base_url']} (tool_choice "
+            f"{options['tool_choice']}, max_tokens 256, tool offered: clock_now): "
+            f"{options['prompt']!r}"
         )
         status = execute_run(run.pk)
         run.refresh_from_db()
