@@ -83,3 +83,18 @@ def test_the_readout_lists_what_each_delegate_may_receive_DEL_1_DEL_2(api):
     rows = {row["configuration"]: row for row in readout["delegates"]}
     assert rows["outside"]["refused"] and not rows["inside"]["refused"]
     assert rows["outside"]["ceiling"] == "internal" and rows["inside"]["ceiling"] == "secret"
+
+
+def test_the_readout_grants_agent_delegate_where_there_are_delegates_not_no_tools_DEL_1(
+    admin_client,
+):
+    """A configuration with delegates and no other tool offers its model `agent.delegate`:
+    the readout's tools say so rather than "No tools: the model can only answer in words"."""
+    triage = make_configuration("triage")
+    triage.delegates.set([make_configuration("lookup")])
+    make_configuration("alone")
+    page = admin_client.get("/playground/?configuration=triage").content.decode()
+    assert "<code>agent.delegate</code>" in page and "No tools" not in page
+    alone = admin_client.get("/playground/?configuration=alone").content.decode()
+    assert "No tools: the model can only answer in words." in alone
+    assert "<code>agent.delegate</code>" not in alone
