@@ -27,6 +27,7 @@ from agentruns.models import (
 )
 from agentruns.store.ops_sql import USAGE_UPSERT, USAGE_USED, delivery_insert, usage_params
 from agentruns.store.records import Lease, Step, checkpoint_row, event_row
+from agentruns.store.rows import INVOCATION_COLUMNS as NEW_INVOCATION_COLUMNS
 from agentruns.store.rows import StepResult
 from agentruns.store.statements import JsonText, prepared
 
@@ -65,18 +66,7 @@ RETURNING = {
     "ev": "type AS event_type, run_id, thread_id, sequence, payload, created_at",
 }
 CHECKPOINT_COLUMNS = ("run_id", "kind", "last_sequence", "state", "created_at")
-INVOCATION_COLUMNS = (
-    "run_id",
-    "step",
-    "call_id",
-    "tool",
-    "tool_version",
-    "arguments",
-    "arguments_digest",
-    "idempotency_key",
-    "status",
-    "created_at",
-)
+INVOCATION_COLUMNS = (*NEW_INVOCATION_COLUMNS, "created_at")
 TICKET_COLUMNS = (
     "correlation_id",
     "run_id",

@@ -5,13 +5,12 @@ lease, and the child's approval the next morning brings both to their end."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
 from django.utils import timezone
 
-from agentruns.cluster.driver import Driver, DriverConfig
+from agentruns.cluster.driver import Driver
 from agentruns.models import Run, Ticket
 from agentruns.store.transitions import claim
 from tests.conftest import grant
@@ -24,23 +23,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 WRITE = {"name": "notes.write", "arguments": {"title": "t", "body": "b"}}
 DELEGATE = {"name": "agent.delegate", "arguments": {"configuration": "lookup", "task": "find"}}
-
-
-@pytest.fixture
-def driver() -> Iterator[Driver]:
-    config = DriverConfig(
-        threads=2,
-        pool_max=2,
-        pool_timeout=5,
-        lease_seconds=30,
-        sweep_seconds=3600,
-        shutdown_seconds=5,
-    )
-    started = Driver(config)
-    try:
-        yield started
-    finally:
-        started.shutdown(timeout=5)
 
 
 def drive(driver: Driver, run: Run) -> str:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import gc
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -13,7 +12,7 @@ from django.db import OperationalError, connection
 from django.utils import timezone
 from django_q.models import OrmQ
 
-from agentruns.cluster.driver import Driver, DriverConfig, warm_up
+from agentruns.cluster.driver import Driver, warm_up
 from agentruns.models import Run
 from agentruns.runtime import loop as executor_module
 from agentruns.store.records import Claim
@@ -23,23 +22,6 @@ from tests.support.concurrency import at_once
 from tests.support.runs import submit_batch
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def driver() -> Iterator[Driver]:
-    config = DriverConfig(
-        threads=2,
-        pool_max=2,
-        pool_timeout=5,
-        lease_seconds=30,
-        sweep_seconds=3600,
-        shutdown_seconds=5,
-    )
-    started = Driver(config)
-    try:
-        yield started
-    finally:
-        started.shutdown(timeout=5)
 
 
 class FakeExecutor:
