@@ -19,6 +19,7 @@ from agentruns.cluster.process import wait_for
 from agentruns.models import McpTool, Run, ToolInvocation
 from agentruns.runtime.loop import execute_run
 from agentruns.tools.mcp.client import Endpoint, call_tool, list_tools
+from agentruns.tools.mcp.sessions import sessions
 from tests.support.catalog import scripted_configuration
 from tests.support.hitl import results_by_call
 from tests.support.mcp import pin, register
@@ -183,7 +184,12 @@ def test_int3_a_write_whose_server_hung_and_was_killed_mid_call_is_uncertain(lis
     )
     invocation = ToolInvocation.objects.get(run=run, call_id="w1")
     assert invocation.status == ToolInvocation.Status.UNCERTAIN
-    wait_for(lambda: pid not in children(""), timeout=20, what="the killed server reaped")
+    # Its session notices the ended connection at its next check, drops it and reaps it.
+    wait_for(
+        lambda: pid not in children("") and not sessions().holds("repo"),
+        timeout=20,
+        what="the killed server reaped and its session dropped",
+    )
     assert call_tool(
         Endpoint("repo", "stdio", command="git-here"), "git_status", {"repo_path": "."}, timeout=30
     ).ok

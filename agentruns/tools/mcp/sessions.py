@@ -76,6 +76,11 @@ class Sessions:
         self._held: dict[str, _Held] = {}
         self._holders: set[_Held] = set()
 
+    def holds(self, server: str) -> bool:
+        """Whether a session to `server` (a slug) is open or opening: a dead server's is
+        dropped within a check (CHECK_SECONDS) of its connection ending."""
+        return server in self._held
+
     def run(self, endpoint: Endpoint, timeout: float, use: Callable[[Client], Awaitable[T]]) -> T:
         """`use(client)` on the server's session, within `timeout` (TimeoutError)."""
         future = asyncio.run_coroutine_threadsafe(
