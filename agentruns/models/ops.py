@@ -98,7 +98,7 @@ class DailyUsage(models.Model):
         spent_in = spent_out = 0
         for event in events:
             if event.type in USAGE_EVENTS:
-                data = ev.parse(event.type, event.payload)
+                data = event.data  # the entry's record, kept once parsed (LogEntry)
                 usage = (data.usage if isinstance(data, USAGE_RECORDS) else None) or {}
                 spent_in += usage.get("input_tokens", 0)
                 spent_out += usage.get("output_tokens", 0)

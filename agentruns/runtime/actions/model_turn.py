@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
@@ -152,6 +152,8 @@ def _record_turn(
             f"The model reused call ids {', '.join(sorted(reused))}; a history pairing "
             "them cannot exist (LOOP-7), so nothing was run.",
         )
+    redaction = ev.redacted("model_reply", redacted)
+    verdicts, granted = _granted(ctx, calls, offered, unstorable) if calls else ([], [])
     turn = ev.AssistantMessage(
         text=text,
         tool_calls=tuple(calls),
@@ -162,23 +164,10 @@ def _record_turn(
         sent=sent_under,  # GOV-2
         # CG-12: its text and its calls' arguments carry the class of what it read
         label=label or None,
+        granted=tuple(granted),
     )
-    redaction = ev.redacted("model_reply", redacted)
     if not calls:
-        done = replace(turn, granted=())
-        return finish(ctx, Run.Status.COMPLETED, [*redaction, done.item()], final_reply=text)
-    verdicts = [_judge(ctx, call, offered, unstorable.get(call.id)) for call in calls]
-    candidates = [v.call.id for v in verdicts if v.status is None]
-    limit = ctx.tool_call_limit
-    granted, over = fit(candidates, used_before=ctx.state.tool_calls_used, limit=limit)
-    for verdict in verdicts:
-        if verdict.call.id in over:
-            verdict.status = ev.REFUSED
-            verdict.content = (
-                f"Refused: the tool budget of {limit} calls for this "
-                "run is used up. Answer with what you have."
-            )
-    turn = replace(turn, granted=tuple(granted))
+        return finish(ctx, Run.Status.COMPLETED, [*redaction, turn.item()], final_reply=text)
     refusals = [
         ev.result_item(v.call.id, v.call.name, v.status, v.content)
         for v in verdicts
@@ -195,6 +184,28 @@ def _record_turn(
         durable=False,
     )
     return None
+
+
+def _granted(
+    ctx: RunContext,
+    calls: list[ProposedCall],
+    offered: set[str],
+    unstorable: dict[str, set[str]],
+) -> tuple[list[Screened], list[str]]:
+    """Each call judged, and the ids of those that may run: the first in model order
+    within the tool budget (LOOP-6); the rest are refused with the reason."""
+    verdicts = [_judge(ctx, call, offered, unstorable.get(call.id)) for call in calls]
+    candidates = [v.call.id for v in verdicts if v.status is None]
+    limit = ctx.tool_call_limit
+    granted, over = fit(candidates, used_before=ctx.state.tool_calls_used, limit=limit)
+    for verdict in verdicts:
+        if verdict.call.id in over:
+            verdict.status = ev.REFUSED
+            verdict.content = (
+                f"Refused: the tool budget of {limit} calls for this "
+                "run is used up. Answer with what you have."
+            )
+    return verdicts, granted
 
 
 def _call_from(tool_call: Any, found: dict[str, int]) -> ProposedCall:
