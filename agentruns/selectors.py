@@ -25,11 +25,15 @@ from agentruns.gate.core import (
     reachable_zone,
 )
 from agentruns.gate.lookups import (
+    SourceRows,
     carried_for_send,
+    carried_identities,
     config_view,
     config_views,
     forced_for_composition,
     forced_for_resume,
+    forced_identities,
+    source_rows,
 )
 from agentruns.gate.readout import GrantedTool, readout
 from agentruns.models import Configuration, Event, Run, Skill, Snippet, ToolInvocation
@@ -105,28 +109,74 @@ def run_sources(run: Run) -> tuple[ConfigView, list[Source]]:
     return view, _sources(view, run, carried_of(opening), delegated_floor(opening))
 
 
-def copied_sources(runs: Sequence[Run]) -> list[dict[str, Any]]:
-    """CG-13, FORK-1: what a fork carries from the runs whose turns it copies — each one's
-    sources (its configuration's, its forced set, what it carried itself), once each,
-    named by the run they came from ({kind, id, from})."""
+@dataclass(frozen=True)
+class Prefix:
+    """A copy of `run`'s thread `log` up to sequence `upto` (FORK-1's fork point, GOV-4's
+    point before the run's first model turn)."""
+
+    log: Sequence[LogEntry]
+    run: Run
+    upto: int
+
+
+def prefix_sources(prefix: Prefix) -> list[dict[str, Any]]:
+    """CG-13, FORK-1, GOV-4: what a copy of a thread's prefix carries — the sources of
+    every run with an event there and of the run copied (its configuration's, its forced
+    set, what it carried itself), once each, named by the run they came from ({kind, id,
+    from})."""
+    return prefixes_sources([prefix])[0]
+
+
+def prefixes_sources(prefixes: Sequence[Prefix]) -> list[list[dict[str, Any]]]:
+    """`prefix_sources` of each prefix, read in a constant number of queries however many
+    there are (GOV-4: a replay of 100 runs)."""
+    copied = [
+        {p.run.pk, *(e.run_id for e in p.log if e.run_id is not None and e.sequence <= p.upto)}
+        for p in prefixes
+    ]
+    runs = Run.objects.select_related("configuration__provider").in_bulk(set().union(*copied))
+    sources = _runs_sources(list(runs.values()))
+    found = []
+    for ids in copied:
+        merged: dict[tuple[str, int], dict[str, Any]] = {}
+        for pk in sorted(ids):
+            for identity, source in sources.get(pk, {}).items():
+                merged.setdefault(identity, source)
+        found.append(list(merged.values()))
+    return found
+
+
+def _runs_sources(runs: Sequence[Run]) -> dict[int, dict[tuple[str, int], dict[str, Any]]]:
+    """Each run's sources by identity ({kind, id, from}): 3 queries for the
+    configurations, 1 for the openings, at most 3 for the forced and carried rows."""
     views = config_views(run.configuration for run in runs)
     openings = _openings(runs)
-    found: dict[tuple[str, int], dict[str, Any]] = {}
+    carried = {run.pk: carried_of(openings.get(run.thread_id, [])) for run in runs}
+    wanted = []
     for run in runs:
+        wanted += forced_identities(run.forced_snippet_ids, run.forced_skill_ids)
+        wanted += [(kind, pk) for kind, pk, _ in carried_identities(carried[run.pk])]
+    rows = source_rows(wanted)
+    found: dict[int, dict[tuple[str, int], dict[str, Any]]] = {}
+    for run in runs:
+        mine = found.setdefault(run.pk, {})
         view = views[run.configuration_id]
-        for source in _sources(view, run, carried_of(openings.get(run.thread_id, []))):
+        for source in _sources(view, run, carried[run.pk], rows=rows):
             origin = source.carried_from or run.pk
-            found.setdefault(
-                source.identity, {"kind": source.kind, "id": source.id, "from": origin}
-            )
-    return list(found.values())
+            mine.setdefault(source.identity, {"kind": source.kind, "id": source.id, "from": origin})
+    return found
 
 
 def _sources(
-    view: ConfigView, run: Run, carried: Sequence[dict], replies: Sequence[Source] = ()
+    view: ConfigView,
+    run: Run,
+    carried: Sequence[dict],
+    replies: Sequence[Source] = (),
+    rows: SourceRows | None = None,
 ) -> list[Source]:
-    snippets, skills = forced_for_resume(run.forced_snippet_ids, run.forced_skill_ids)
-    return list(compose_sources(view, snippets, skills, carried_for_send(carried), replies))
+    snippets, skills = forced_for_resume(run.forced_snippet_ids, run.forced_skill_ids, rows)
+    carried_sources = carried_for_send(carried, rows)
+    return list(compose_sources(view, snippets, skills, carried_sources, replies))
 
 
 # The openings of a thread that carries another run's sources: a fork's (FORK-1), a

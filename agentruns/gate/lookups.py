@@ -3,7 +3,7 @@ sees every source that still exists (RG-2)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from agentruns.gate.core import SKILL, SNIPPET, SYSTEM_PROMPT, ConfigView, Hop, Source
@@ -127,36 +127,76 @@ def forced_for_composition(
 ) -> tuple[list[Source], list[Source], list[Dropped]]:
     """FS-4: only active sources are injected; the rest are reported with a reason."""
     dropped: list[Dropped] = []
-    snippets = _load(Snippet, _ordered(snippet_ids), SNIPPET, dropped, active_only=True)
-    skills = _load(Skill, _ordered(skill_ids), SKILL, dropped, active_only=True)
-    return snippets, skills, dropped
+    snippets, skills = _ordered(snippet_ids), _ordered(skill_ids)
+    rows = source_rows(forced_identities(snippets, skills))
+    return (
+        _load(rows, snippets, SNIPPET, dropped, active_only=True),
+        _load(rows, skills, SKILL, dropped, active_only=True),
+        dropped,
+    )
 
 
 def forced_for_resume(
-    snippet_ids: Iterable[int] | None, skill_ids: Iterable[int] | None
+    snippet_ids: Iterable[int] | None,
+    skill_ids: Iterable[int] | None,
+    rows: SourceRows | None = None,
 ) -> tuple[list[Source], list[Source]]:
-    """RG-2: existence, not activity. A deleted source contributes nothing."""
+    """RG-2: existence, not activity. A deleted source contributes nothing. `rows`: read
+    already for many runs together (`source_rows`), else read here."""
     ignored: list[Dropped] = []
-    snippets = _load(Snippet, _ordered(snippet_ids), SNIPPET, ignored, active_only=False)
-    skills = _load(Skill, _ordered(skill_ids), SKILL, ignored, active_only=False)
-    return snippets, skills
+    snippets, skills = _ordered(snippet_ids), _ordered(skill_ids)
+    if rows is None:
+        rows = source_rows(forced_identities(snippets, skills))
+    return (
+        _load(rows, snippets, SNIPPET, ignored, active_only=False),
+        _load(rows, skills, SKILL, ignored, active_only=False),
+    )
+
+
+# Each source's row by (kind, id): a snippet, a skill, or for a system prompt its
+# configuration.
+SourceRows = Mapping[tuple[str, int], Snippet | Skill | Configuration]
+_MODELS: tuple[tuple[str, type[Snippet] | type[Skill] | type[Configuration]], ...] = (
+    (SNIPPET, Snippet),
+    (SKILL, Skill),
+    (SYSTEM_PROMPT, Configuration),
+)
+
+
+def source_rows(identities: Iterable[tuple[str, int]]) -> SourceRows:
+    """The rows of these sources, in one query per kind named however many runs' sets
+    they come from (GOV-4 reads what all of a replay's originals carry at once)."""
+    ids: dict[str, set[int]] = {}
+    for kind, pk in identities:
+        ids.setdefault(kind, set()).add(pk)
+    rows: dict[tuple[str, int], Snippet | Skill | Configuration] = {}
+    for kind, model in _MODELS:
+        if ids.get(kind):
+            rows.update({(kind, row.pk): row for row in model.objects.filter(pk__in=ids[kind])})
+    return rows
+
+
+def forced_identities(
+    snippet_ids: Iterable[int] | None, skill_ids: Iterable[int] | None
+) -> list[tuple[str, int]]:
+    return [
+        *((SNIPPET, pk) for pk in _ordered(snippet_ids)),
+        *((SKILL, pk) for pk in _ordered(skill_ids)),
+    ]
+
+
+def carried_identities(carried: Iterable[dict]) -> list[tuple[str, int, int]]:
+    """FORK-1: (kind, id, from) of each source a fork carried ({kind, id, from})."""
+    return [(str(c.get("kind")), int(c.get("id", 0)), int(c.get("from", 0))) for c in carried]
 
 
 def _load(
-    model: type[Snippet] | type[Skill],
-    ids: list[int],
-    kind: str,
-    dropped: list[Dropped],
-    *,
-    active_only: bool,
+    rows: SourceRows, ids: list[int], kind: str, dropped: list[Dropped], *, active_only: bool
 ) -> list[Source]:
-    if not ids:
-        return []
-    rows = {row.pk: row for row in model.objects.filter(pk__in=ids)}
     sources: list[Source] = []
     for pk in ids:
-        row = rows.get(pk)
-        if row is None:
+        row = rows.get((kind, pk))
+        if row is None or isinstance(row, Configuration):
             dropped.append(Dropped(kind, pk, "", GONE))
         elif active_only and not row.active:
             dropped.append(Dropped(kind, pk, row.slug, DEACTIVATED))
@@ -167,24 +207,21 @@ def _load(
     return sources
 
 
-def carried_for_send(carried: Iterable[dict]) -> list[Source]:
+def carried_for_send(carried: Iterable[dict], rows: SourceRows | None = None) -> list[Source]:
     """FORK-1: the sources a fork carried from its original, by identity ({kind, id,
     from}) and live like a resumed run's (RG-1, RG-2): a class changed since counts, a
-    deleted source contributes nothing. No text: a carried source binds by its class."""
-    wanted = [(str(c.get("kind")), int(c.get("id", 0)), int(c.get("from", 0))) for c in carried]
-
-    def ids(kind: str) -> list[int]:
-        return [pk for k, pk, _ in wanted if k == kind]
-
-    found: dict[tuple[str, int], tuple[str, str, str]] = {}
-    for row in Configuration.objects.filter(pk__in=ids(SYSTEM_PROMPT)):
-        found[(SYSTEM_PROMPT, row.pk)] = (row.slug, row.name, row.system_prompt_data_class)
-    for kind, model in ((SNIPPET, Snippet), (SKILL, Skill)):
-        for item in model.objects.filter(pk__in=ids(kind)):
-            found[(kind, item.pk)] = (item.slug, item.name, item.data_class)
-    return [
-        Source(kind, pk, name, declared, title=title, carried_from=origin)
-        for kind, pk, origin in wanted
-        if (kind, pk) in found
-        for name, title, declared in [found[(kind, pk)]]
-    ]
+    deleted source contributes nothing. No text: a carried source binds by its class.
+    `rows`: read already for many runs together (`source_rows`), else read here."""
+    wanted = carried_identities(carried)
+    if rows is None:
+        rows = source_rows((kind, pk) for kind, pk, _ in wanted)
+    found = []
+    for kind, pk, origin in wanted:
+        row = rows.get((kind, pk))
+        if row is None:
+            continue
+        declared = (
+            row.system_prompt_data_class if isinstance(row, Configuration) else row.data_class
+        )
+        found.append(Source(kind, pk, row.slug, declared, title=row.name, carried_from=origin))
+    return found

@@ -23,7 +23,7 @@ from agentruns.models import Event, Run
 from agentruns.policy import may_see_run
 from agentruns.runtime.fork import BadForkPoint, plan_fork
 from agentruns.runtime.redaction import redact
-from agentruns.selectors import copied_sources
+from agentruns.selectors import Prefix, prefix_sources
 from agentruns.services.runs import (
     Opening,
     Submission,
@@ -70,9 +70,7 @@ def run_fork(*, user: User, run_id: int, request: ForkRequest) -> Run:
     # CG-13: the copy is the thread's prefix up to the fork point, so it carries the text
     # of every run with an event there, not only the original's.
     upto = request.at or max((e.sequence for e in log if e.run_id == original.pk), default=0)
-    copied = {e.run_id for e in log if e.run_id is not None and e.sequence <= upto}
-    runs = Run.objects.select_related("configuration").filter(pk__in={*copied, original.pk})
-    carried = copied_sources(sorted(runs, key=lambda run: run.pk))
+    carried = prefix_sources(Prefix(log, original, upto))
     try:
         plan = plan_fork(
             log,

@@ -29,7 +29,7 @@ from agentruns.models import Event, Replay, Run
 from agentruns.policy import may_use_playground, visible_replays, visible_runs
 from agentruns.runtime.fork import BadForkPoint
 from agentruns.runtime.replay import plan_replay
-from agentruns.selectors import copied_sources
+from agentruns.selectors import Prefix, prefixes_sources
 from agentruns.services.runs import (
     User,
     check_daily_limit,
@@ -77,22 +77,27 @@ def replay_start(*, user: User, runs: Sequence[int], configuration: str) -> Repl
     logs = logs_by_thread(
         Event.objects.filter(thread__in={r.thread_id for r in originals.values()})
     )
+    prefixes = [_prefix(originals[pk], logs.get(originals[pk].thread_id, [])) for pk in ids]
+    # What every original carries, read for all of them at once.
+    carried = prefixes_sources(prefixes)
     with transaction.atomic():
         replay = Replay.objects.create(configuration=candidate, created_by=owner)
-        for pk in ids:
-            _start_one(replay, originals[pk], owner, logs.get(originals[pk].thread_id, []))
+        for prefix, sources in zip(prefixes, carried, strict=True):
+            _start_one(replay, prefix, owner, sources)
     return replay
 
 
-def _start_one(replay: Replay, original: Run, owner: Any, log: list[LogEntry]) -> Run:
-    """The original's replay run, on a new thread whose log is planned from the
-    original's thread `log` (`runtime/replay.py`), and its wake-up (CLU-4)."""
-    candidate = replay.configuration
+def _prefix(original: Run, log: list[LogEntry]) -> Prefix:
+    """CG-13: the copy holds the thread's runs before the original, so it carries their
+    sources."""
     first = next((e.sequence for e in log if e.run_id == original.pk), 0)
-    # CG-13: the copy holds the thread's runs before this one, so it carries their sources.
-    copied = {e.run_id for e in log if e.run_id is not None and e.sequence <= first}
-    runs = Run.objects.select_related("configuration").filter(pk__in={*copied, original.pk})
-    carried = copied_sources(sorted(runs, key=lambda run: run.pk))
+    return Prefix(log, original, first)
+
+
+def _start_one(replay: Replay, prefix: Prefix, owner: Any, carried: list[dict[str, Any]]) -> Run:
+    """The original's replay run, on a new thread whose log is planned from the
+    original's thread log (`runtime/replay.py`), and its wake-up (CLU-4)."""
+    candidate, original, log = replay.configuration, prefix.run, prefix.log
     try:
         plan = plan_replay(
             log,

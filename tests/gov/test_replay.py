@@ -10,14 +10,23 @@ import re
 from typing import Any
 
 import pytest
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 
 from agentruns import events as ev
 from agentruns.models import Event, Replay, Run, Ticket, ToolInvocation, Webhook, WebhookDelivery
 from agentruns.runtime.loop import execute_run
+from agentruns.services.fork import ForkRequest, run_fork
+from agentruns.services.replays import replay_start
 from agentruns.services.webhooks import REPLAYED, webhook_deliver_due
 from tests.conftest import grant
-from tests.support.catalog import make_openai_configuration, make_snippet, scripted_configuration
+from tests.support.catalog import (
+    make_openai_configuration,
+    make_skill,
+    make_snippet,
+    scripted_configuration,
+)
 from tests.support.fake_provider import FakeProvider
 from tests.support.ops import Receiver, hook_owner
 from tests.support.runs import submit
@@ -339,3 +348,51 @@ def test_gov4_a_follow_up_is_replayed_after_its_threads_earlier_turns(fake, staf
     ]
     (row,) = api.get(f"/api/replays/{body['id']}/").json()["results"]
     assert row["final_reply_changed"] is False and row["run"] == second.pk
+
+
+# What starting one run writes however it started (`services.runs.run_open`): its thread,
+# the run, its log (the thread's lock, its last sequence, the events, their webhook
+# deliveries) and its wake-up (the queue row, the run's note of it, the notification).
+RUN_OPEN_STATEMENTS = 9
+
+
+def started(user: Any, originals: list[Run], configuration: str) -> int:
+    """How many statements starting a replay of `originals` took."""
+    with CaptureQueriesContext(connection) as statements:
+        replay_start(user=user, runs=[run.pk for run in originals], configuration=configuration)
+    return len(statements.captured_queries)
+
+
+def test_gov4_starting_a_replay_reads_what_its_originals_carry_in_a_constant_number_of_statements(
+    staff,
+):
+    """PERF: a replay of 100 runs starts in one request. What each original carries (CG-13:
+    its configuration's sources, its forced set, what a fork carried, the thread's earlier
+    runs') is read for all of them at once: each more original costs only the statements
+    that start its run."""
+    records, manual = make_snippet("records", data_class="internal"), make_skill("manual")
+    kinds = [
+        scripted_configuration(f"kind-{i}", [{"text": "ok"}] * 4, snippets=[records])
+        for i in range(3)
+    ]
+    scripted_configuration("candidate", [{"text": "x"}])
+    originals, earlier_runs = [], []
+    for i, configuration in enumerate(kinds * 2):
+        forced = {"forced_snippets": [records.pk], "forced_skills": [manual.pk]} if i % 2 else {}
+        earlier = submit(staff, configuration.slug, f"first {i}", **forced)
+        assert execute_run(earlier.pk) == Run.Status.COMPLETED
+        follow_up = submit(staff, configuration.slug, f"then {i}", thread=earlier.thread_id)
+        assert execute_run(follow_up.pk) == Run.Status.COMPLETED
+        originals.append(follow_up)
+        earlier_runs.append(earlier)
+    fork = run_fork(user=staff, run_id=originals[1].pk, request=ForkRequest(input="and more"))
+    assert execute_run(fork.pk) == Run.Status.COMPLETED
+    originals.append(fork)
+
+    two = started(staff, originals[-2:], "candidate")  # a forced set carried, and a fork
+    seven = started(staff, originals, "candidate")
+
+    assert seven - two <= 5 * RUN_OPEN_STATEMENTS, (two, seven)
+    replayed = Run.objects.filter(replay_of=fork).first()  # carries what the fork did (CG-13)
+    carried = Event.objects.get(run=replayed, sequence=1).payload["carried"]
+    assert {"kind": "skill", "id": manual.pk, "from": earlier_runs[1].pk} in carried
