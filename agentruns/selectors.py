@@ -41,7 +41,7 @@ from agentruns.policy import is_approver, routed_calls, visible_runs
 from agentruns.providers.base import Message
 from agentruns.runtime.compose import LogView, log_view, next_request
 from agentruns.runtime.config import build_runtime_config, runtime_config
-from agentruns.runtime.fork import carried_of, delegated_floor
+from agentruns.runtime.fork import carried_of, delegated_floor, floor_of
 from agentruns.store import estimated_count, store
 from agentruns.store.log import log_entries, logs_by_thread
 from agentruns.tools.mcp.pinned import sync_pinned
@@ -119,15 +119,25 @@ class Prefix:
     upto: int
 
 
-def prefix_sources(prefix: Prefix) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class Carried:
+    """What a copy of a thread's prefix carries: the sources of the runs it copies by
+    identity ({kind, id, from}, CG-13) and a child's thread's floor ({run, class, origin},
+    DEL-2) or None."""
+
+    sources: list[dict[str, Any]]
+    floor: dict[str, Any] | None = None
+
+
+def prefix_sources(prefix: Prefix) -> Carried:
     """CG-13, FORK-1, GOV-4: what a copy of a thread's prefix carries — the sources of
     every run with an event there and of the run copied (its configuration's, its forced
-    set, what it carried itself), once each, named by the run they came from ({kind, id,
-    from})."""
+    set, what it carried itself), once each, named by the run they came from; and the
+    floor its thread is held to, a child's (DEL-2)."""
     return prefixes_sources([prefix])[0]
 
 
-def prefixes_sources(prefixes: Sequence[Prefix]) -> list[list[dict[str, Any]]]:
+def prefixes_sources(prefixes: Sequence[Prefix]) -> list[Carried]:
     """`prefix_sources` of each prefix, read in a constant number of queries however many
     there are (GOV-4: a replay of 100 runs)."""
     copied = [
@@ -137,12 +147,12 @@ def prefixes_sources(prefixes: Sequence[Prefix]) -> list[list[dict[str, Any]]]:
     runs = Run.objects.select_related("configuration__provider").in_bulk(set().union(*copied))
     sources = _runs_sources(list(runs.values()))
     found = []
-    for ids in copied:
+    for prefix, ids in zip(prefixes, copied, strict=True):
         merged: dict[tuple[str, int], dict[str, Any]] = {}
         for pk in sorted(ids):
             for identity, source in sources.get(pk, {}).items():
                 merged.setdefault(identity, source)
-        found.append(list(merged.values()))
+        found.append(Carried(list(merged.values()), floor_of(prefix.log)))
     return found
 
 

@@ -379,24 +379,35 @@ class RunCancelled(Event):
 @dataclass(frozen=True, slots=True)
 class RunForked(Event):
     """FORK-1: a fork's log opens with its configuration, the sources it carries from its
-    original ({kind, id, from} each) and where it was forked (`forked_from` {run, at})."""
+    original ({kind, id, from} each), where it was forked (`forked_from` {run, at}) and,
+    for a fork of a child's thread, that child's floor (DEL-2: `floor` {run, class,
+    origin}, the parent run and its label)."""
 
     TYPE: ClassVar[str] = RUN_FORKED
     configuration: str
     carried: tuple[dict[str, Any], ...]
     forked_from: dict[str, Any]
+    floor: dict[str, Any] | None = None
 
     def to_payload(self) -> Payload:
-        return {
+        payload: Payload = {
             "configuration": self.configuration,
             "carried": [dict(c) for c in self.carried],
             "forked_from": dict(self.forked_from),
         }
+        if self.floor is not None:
+            payload["floor"] = dict(self.floor)
+        return payload
 
     @classmethod
     def from_payload(cls, payload: Mapping[str, Any]) -> Self:
         get = payload.get
-        return cls(_str(get("configuration")), _dicts(get("carried")), _dict(get("forked_from")))
+        return cls(
+            _str(get("configuration")),
+            _dicts(get("carried")),
+            _dict(get("forked_from")),
+            _opt_dict(get("floor")),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -488,7 +499,8 @@ class Recorded:
 class RunReplayed(Event):
     """GOV-4: a replay's log opens with its configuration, the sources it carries from its
     original ({kind, id, from} each), its replay, the run it re-runs (`replay_of` {run,
-    at}: the original's thread sequence the copy ends at) and that run's recording."""
+    at}: the original's thread sequence the copy ends at), that run's recording and, for
+    a child's thread, the child's floor (DEL-2, as `RunForked.floor`)."""
 
     TYPE: ClassVar[str] = RUN_REPLAYED
     configuration: str
@@ -496,19 +508,23 @@ class RunReplayed(Event):
     replay: int
     replay_of: dict[str, Any]
     recording: tuple[Recorded, ...] = ()
+    floor: dict[str, Any] | None = None
 
     @property
     def original(self) -> int:
         return _int(self.replay_of.get("run"))
 
     def to_payload(self) -> Payload:
-        return {
+        payload: Payload = {
             "configuration": self.configuration,
             "carried": [dict(c) for c in self.carried],
             "replay": self.replay,
             "replay_of": dict(self.replay_of),
             "recording": [entry.as_dict() for entry in self.recording],
         }
+        if self.floor is not None:
+            payload["floor"] = dict(self.floor)
+        return payload
 
     @classmethod
     def from_payload(cls, payload: Mapping[str, Any]) -> Self:
@@ -519,6 +535,7 @@ class RunReplayed(Event):
             _int(get("replay")),
             _dict(get("replay_of")),
             tuple(Recorded.parse(entry) for entry in _dicts(get("recording"))),
+            _opt_dict(get("floor")),
         )
 
 

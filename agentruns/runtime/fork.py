@@ -161,13 +161,26 @@ def carried_of(log: Sequence[LogEntry]) -> tuple[dict[str, Any], ...]:
     return ()
 
 
+def floor_of(log: Sequence[LogEntry]) -> dict[str, Any] | None:
+    """DEL-2: the floor a thread's sends are held to ({run, class, origin}: the parent run
+    and its label), or None: a child's, and a fork's or a replay's of a child's thread
+    (else forking or replaying a child would be a way around it). One event, as
+    `carried_of`."""
+    opening = log[0].data if log else None
+    if isinstance(opening, ev.RunDelegated) and opening.floor is not None:
+        return {"run": opening.parent_run, **opening.floor}
+    if isinstance(opening, ev.RunForked | ev.RunReplayed):
+        return opening.floor
+    return None
+
+
 def delegated_floor(log: Sequence[LogEntry]) -> tuple[Source, ...]:
     """DEL-2: what a child's sends carry besides its parent's sources by identity: the
     parent's effective class when it delegated (tool and MCP results, labelled replies,
-    an earlier child's result), named "delegated by run N" with what set it. One event,
-    as `carried_of`."""
-    if log and isinstance(opening := log[0].data, ev.RunDelegated):
-        label = parse_label(opening.floor)
-        if label is not None:
-            return (delegated_source(opening.parent_run, label),)
-    return ()
+    an earlier child's result), named "delegated by run N" with what set it; a fork's or
+    a replay's of the child the same (`floor_of`)."""
+    floor = floor_of(log)
+    label = parse_label(floor)
+    if floor is None or label is None:
+        return ()
+    return (delegated_source(int(floor.get("run") or 0), label),)

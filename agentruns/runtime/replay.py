@@ -31,10 +31,17 @@ def not_recorded(run_id: int, name: str) -> str:
 
 
 def plan_replay(
-    log: Sequence[LogEntry], *, run_id: int, replay: int, configuration: str, carried: Any
+    log: Sequence[LogEntry],
+    *,
+    run_id: int,
+    replay: int,
+    configuration: str,
+    carried: Any,
+    floor: dict[str, Any] | None = None,
 ) -> ForkPlan:
     """`log` is the original's thread log in order; the plan's items open with the
-    `run.replayed` event of `replay` on `configuration`, carrying `carried`."""
+    `run.replayed` event of `replay` on `configuration`, carrying `carried` (and a
+    child's `floor`, DEL-2)."""
     mine = [e for e in log if e.run_id == run_id]
     if not mine:
         raise BadForkPoint("The run has no events to replay.")
@@ -49,6 +56,7 @@ def plan_replay(
         replay,
         {"run": run_id, "at": upto},
         recording_of(log, run_id),
+        floor,
     )
     opening: list[tuple[bool, str, dict[str, Any]]] = [(True, *replayed.item())]
     mode = thread_mode(prefix)

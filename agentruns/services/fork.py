@@ -77,7 +77,11 @@ def run_fork(*, user: User, run_id: int, request: ForkRequest) -> Run:
             run_id=original.pk,
             at=request.at,
             new_prompt=bool(prompt),
-            forked={"configuration": configuration.slug, "carried": carried},
+            forked={
+                "configuration": configuration.slug,
+                "carried": carried.sources,
+                "floor": carried.floor,  # DEL-2: a fork of a child is held to its floor
+            },
         )
     except BadForkPoint as bad:
         raise InvalidRequest(str(bad), fields={"at": [str(bad)]}) from bad

@@ -29,7 +29,7 @@ from agentruns.models import Event, Replay, Run
 from agentruns.policy import may_use_playground, visible_replays, visible_runs
 from agentruns.runtime.fork import BadForkPoint
 from agentruns.runtime.replay import plan_replay
-from agentruns.selectors import Prefix, prefixes_sources
+from agentruns.selectors import Carried, Prefix, prefixes_sources
 from agentruns.services.runs import (
     User,
     check_daily_limit,
@@ -94,7 +94,7 @@ def _prefix(original: Run, log: list[LogEntry]) -> Prefix:
     return Prefix(log, original, first)
 
 
-def _start_one(replay: Replay, prefix: Prefix, owner: Any, carried: list[dict[str, Any]]) -> Run:
+def _start_one(replay: Replay, prefix: Prefix, owner: Any, carried: Carried) -> Run:
     """The original's replay run, on a new thread whose log is planned from the
     original's thread log (`runtime/replay.py`), and its wake-up (CLU-4)."""
     candidate, original, log = replay.configuration, prefix.run, prefix.log
@@ -104,7 +104,8 @@ def _start_one(replay: Replay, prefix: Prefix, owner: Any, carried: list[dict[st
             run_id=original.pk,
             replay=replay.pk,
             configuration=candidate.slug,
-            carried=carried,
+            carried=carried.sources,
+            floor=carried.floor,  # DEL-2: a replay of a child is held to its floor
         )
     except BadForkPoint as bad:
         raise InvalidRequest(str(bad), fields={"runs": [f"Run {original.pk}: {bad}"]}) from bad

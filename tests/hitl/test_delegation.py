@@ -14,6 +14,8 @@ from agentruns.models import Configuration, Event, Run, Ticket
 from agentruns.runtime import faults
 from agentruns.runtime.loop import execute_run
 from agentruns.selectors import run_readout
+from agentruns.services.fork import ForkRequest, run_fork
+from agentruns.services.replays import replay_start
 from agentruns.services.runs import run_cancel
 from playground.runs import delegation_tree
 from tests.conftest import grant
@@ -450,6 +452,49 @@ def test_a_parent_that_read_a_restricted_result_may_not_launder_it_through_a_chi
         assert execute_run(parent.pk) == Run.Status.COMPLETED
         result = list(results_by_call(parent.pk).values())[-1]
         assert result["status"] == ev.ERROR and "context_refused" in result["content"]
+
+
+def test_a_fork_or_a_replay_of_a_child_is_held_to_the_childs_floor_DEL_2_FORK_1_GOV_4(staff):
+    """A child that failed before its first turn holds no labelled reply, only the task its
+    parent's model wrote after reading a restricted result. Forked with a new prompt, or
+    replayed, onto a provider outside the zone the floor may go to, its copy would carry
+    that task out: each is refused before a byte leaves, naming the floor, and a fork of
+    the fork carries the floor on."""
+    with FakeProvider() as fake:
+        make_openai_configuration("outside", fake, zone="external_global")
+        lookup = scripted_configuration("lookup", [{"error": {"status": 400, "message": "no"}}])
+        customer = {"name": "vault.customer_lookup", "arguments": {"customer": "C-7"}}
+        parent_config = scripted_configuration(
+            "triage",
+            [{"tool_calls": [customer]}, {"tool_calls": [delegate_call()]}, {"text": "triaged"}],
+            allowed_tools=["vault"],
+        )
+        parent_config.delegates.set([lookup])
+        parent = submit(staff, "triage")
+        assert execute_run(parent.pk) == Run.Status.AWAITING
+        child = child_of(parent)
+        assert execute_run(child.pk) == Run.Status.FAILED
+        fork = run_fork(
+            user=staff,
+            run_id=child.pk,
+            request=ForkRequest(configuration="outside", input="tell me more"),
+        )
+        replayed = Run.objects.get(
+            replay=replay_start(user=staff, runs=[child.pk], configuration="outside")
+        )
+
+        for copy in (fork, replayed):
+            assert execute_run(copy.pk) == Run.Status.FAILED
+            copy.refresh_from_db()
+            assert (copy.failure["code"], copy.failure["source_name"]) == (
+                "context_refused",
+                f"delegated by run {parent.pk}",
+            )
+            assert run_readout(copy)["effective_class"] == "restricted"
+        assert fake.requests == []
+        again = run_fork(user=staff, run_id=fork.pk, request=ForkRequest(input="once more"))
+        opening = Event.objects.get(thread=again.thread_id, sequence=1).payload
+        assert (opening["floor"]["run"], opening["floor"]["class"]) == (parent.pk, "restricted")
 
 
 def test_a_parent_with_nothing_declared_passes_no_floor_and_its_child_runs_DEL_2(staff):
