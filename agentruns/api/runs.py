@@ -171,6 +171,8 @@ def ticket_dict(ticket: Ticket | None) -> dict[str, Any] | None:
             "schema": ticket.schema,
             # SCHED-3: a timer's deadline is when the run goes on by itself.
             **({"due": ticket.deadline} if ticket.kind == Ticket.Kind.TIMER else {}),
+            # DEL-1, §11's ticket: the child run whose end answers a delegation.
+            **({"child": ticket.child_id} if ticket.kind == Ticket.Kind.DELEGATION else {}),
         },
         "approvals": approvals_dict(ticket),
         "origin": origin_dict(ticket.run),
@@ -239,6 +241,7 @@ def run_dict(
         data["children"] = list(run.children.order_by("id").values_list("pk", flat=True))
         active = visible_tickets(viewer).filter(run=run, status=Ticket.Status.ACTIVE).first()
         data["ticket"] = ticket_dict(active)
+        data["waiting_on"] = waiting_on(run)
         data["readout"] = run_readout(run)
         counts = dict(Event.objects.filter(run=run).values_list("type").annotate(n=Count("id")))
         data["counters"] = {
@@ -252,6 +255,16 @@ def run_dict(
             run.invocations.filter(status="uncertain").values("call_id", "tool", "arguments")
         )
     return data
+
+
+def waiting_on(run: Run) -> list[int]:
+    """DEL-1: the child runs a parent waits for, in its calls' order. Several delegations of
+    one turn open a ticket each, and `ticket` shows one ticket (the newest), so this is
+    where a host sees every child it waits for."""
+    if run.status != Run.Status.AWAITING:
+        return []
+    waiting = run.tickets.filter(status=Ticket.Status.ACTIVE, kind=Ticket.Kind.DELEGATION)
+    return [pk for pk in waiting.order_by("id").values_list("child_id", flat=True) if pk]
 
 
 def event_dict(event: Event) -> dict[str, Any]:

@@ -20,6 +20,10 @@ class TargetOut(serializers.Serializer):
     arguments_digest = serializers.CharField()
     question = serializers.CharField()
     schema = serializers.JSONField(allow_null=True)
+    due = serializers.DateTimeField(required=False, help_text="SCHED-3: a timer's due time.")
+    child = serializers.IntegerField(
+        required=False, allow_null=True, help_text="DEL-1: the child run a delegation waits for."
+    )
 
 
 class ApprovalsOut(serializers.Serializer):
@@ -106,6 +110,11 @@ class RunOut(serializers.Serializer):
 
 class RunDetailOut(RunOut):
     ticket = TicketOut(allow_null=True)
+    waiting_on = serializers.ListField(
+        child=serializers.IntegerField(),
+        help_text="DEL-1: the child runs the run waits for, in its calls' order "
+        "(`ticket` shows only the newest of their delegation tickets).",
+    )
     readout = serializers.DictField()
     counters = CountersOut()
     uncertain_calls = UncertainOut(many=True)

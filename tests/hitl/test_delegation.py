@@ -350,6 +350,29 @@ def test_the_run_has_its_parent_and_children_and_the_page_shows_the_tree_DEL_5(s
     assert f'Delegated by <a href="/runs/{parent.pk}/">run #{parent.pk}</a>' in child_page
 
 
+def test_the_run_names_every_child_it_waits_for_not_only_the_newest_ticket_DEL_1_DEL_5(staff):
+    """Two delegations of one turn open a ticket each; `ticket` shows one of them (as it
+    always did), `waiting_on` every child still running, in the calls' order."""
+    calls = [delegate_call(task="find the owner"), delegate_call(task="find the runbook")]
+    tree(parent_turns=[{"tool_calls": calls}, {"text": "triaged"}])
+    parent = submit(staff, "triage")
+    assert execute_run(parent.pk) == Run.Status.AWAITING
+    first, second = Run.objects.filter(parent=parent).order_by("id")
+    assert (first.input, second.input) == ("find the owner", "find the runbook")
+    api = client_for(staff)
+
+    body = api.get(f"/api/runs/{parent.pk}/").json()
+    assert body["waiting_on"] == [first.pk, second.pk]
+    assert body["ticket"]["target"]["kind"] == "delegation"
+    assert body["ticket"]["target"]["child"] in (first.pk, second.pk)
+
+    assert execute_run(second.pk) == Run.Status.COMPLETED
+    assert api.get(f"/api/runs/{parent.pk}/").json()["waiting_on"] == [first.pk]
+    assert execute_run(first.pk) == Run.Status.COMPLETED
+    assert api.get(f"/api/runs/{parent.pk}/").json()["waiting_on"] == []
+    assert api.get(f"/api/runs/{first.pk}/").json()["waiting_on"] == []
+
+
 def test_the_demo_delegates_two_lookups_one_of_whose_approval_travels_to_the_inbox_DEL_7(
     staff, client
 ):
