@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from agentruns import events as ev
-from agentruns.models import Checkpoint, Event, Run, ToolInvocation
+from agentruns.models import Checkpoint, Event, Run, Ticket, ToolInvocation
 from agentruns.services.usage import Usage, turn_usage
 
 
@@ -53,30 +53,34 @@ TIME_LABELS = {
     "model": "Model",
     "tools": "Tools",
     "people": "Waiting for people",
+    "children": "Waiting for child runs",
     "other": "Queue and bookkeeping",
 }
 
 
 def time_split(run: Run, events: list[Event], now: datetime) -> list[dict[str, Any]]:
     """Seconds per phase from event timestamps; a wait still open counts until now. Every
-    second a ticket is open is people's, whatever the log records meanwhile (a reminder,
-    an escalation, one approval of a quorum). The log has no claim timestamp, so a model
-    reply's share includes any wait for a worker."""
+    second a ticket is open is a wait, whatever the log records meanwhile (a reminder, an
+    escalation, one approval of a quorum): for child runs while only delegation tickets
+    are open (DEL-1: nobody answers those), else for people. The log has no claim
+    timestamp, so a model reply's share includes any wait for a worker."""
     spent = dict.fromkeys(TIME_LABELS, 0.0)
     previous = run.created_at
-    open_tickets: set[str] = set()  # by call id
+    open_tickets: dict[str, str] = {}  # the wait each open ticket is, by call id
     for event in events:
         gap = max((event.created_at - previous).total_seconds(), 0.0)
-        spent["people" if open_tickets else TIME_OF.get(event.type, "other")] += gap
+        spent[_waiting(open_tickets) or TIME_OF.get(event.type, "other")] += gap
         if event.type in (ev.TICKET_OPENED, ev.TICKET_DECIDED):
             data = ev.parse(event.type, event.payload)
             if isinstance(data, ev.TicketOpened):
-                open_tickets.add(data.call_id)
+                delegation = data.kind == Ticket.Kind.DELEGATION
+                open_tickets[data.call_id] = "children" if delegation else "people"
             elif isinstance(data, ev.TicketDecided):
-                open_tickets.discard(data.call_id)
+                open_tickets.pop(data.call_id, None)
         previous = event.created_at
     if events and not run.is_terminal:
-        spent["people" if open_tickets else "other"] += max((now - previous).total_seconds(), 0.0)
+        gap = max((now - previous).total_seconds(), 0.0)
+        spent[_waiting(open_tickets) or "other"] += gap
     total = sum(spent.values()) or 1.0
     return [
         {
@@ -87,6 +91,13 @@ def time_split(run: Run, events: list[Event], now: datetime) -> list[dict[str, A
         }
         for key, label in TIME_LABELS.items()
     ]
+
+
+def _waiting(open_tickets: dict[str, str]) -> str | None:
+    """A person's ticket makes it people's time even beside a child's."""
+    if not open_tickets:
+        return None
+    return "people" if "people" in open_tickets.values() else "children"
 
 
 @dataclass

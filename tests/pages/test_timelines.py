@@ -1,7 +1,7 @@
 """UI-2, HITL-7: a run page that tells the truth about a wait. Every second a ticket is open
-is people's time, the wait before its first reminder, escalation or partial approval too;
-an expired ticket says it expired and by when, never "by None", and the scripted model
-does not claim that an approver decided."""
+is people's time (a delegation's, its child runs'), the wait before its first reminder,
+escalation or partial approval too; an expired ticket says it expired and by when, never
+"by None", and the scripted model does not claim that an approver decided."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from agentruns.models import Configuration, Event, Run, Ticket
 from agentruns.runtime.loop import execute_run
 from agentruns.services.reminders import tickets_remind_and_escalate
 from agentruns.services.resume import ticket_expire_due
+from tests.support.catalog import scripted_configuration
 from tests.support.runs import park
 
 pytestmark = pytest.mark.django_db
@@ -84,3 +85,34 @@ def test_hitl7_an_expired_ticket_says_by_when_and_the_model_claims_no_decision(c
     assert f"Expired (no decision by {when})" in inspector and "by None" not in inspector
     reply = Run.objects.get(pk=run.pk).final_reply
     assert "decided" not in reply and "approval" in reply
+
+
+def test_ui2_the_time_a_parent_waits_for_its_child_is_its_own_line_DEL_1(client, staff):
+    """Nobody answers a delegation ticket: the parent's wait for its child run is not
+    people's time."""
+    child = scripted_configuration("lookup", [{"text": "the owner is Ada"}])
+    delegate = {"name": "agent.delegate", "arguments": {"configuration": "lookup", "task": "t"}}
+    scripted_configuration("triage", [{"tool_calls": [delegate]}, {"text": "triaged"}])
+    Configuration.objects.get(slug="triage").delegates.set([child])
+    run = park(staff, "triage")
+    assert execute_run(Run.objects.get(parent=run).pk) == Run.Status.COMPLETED
+    assert execute_run(run.pk) == Run.Status.COMPLETED
+    start = Run.objects.get(pk=run.pk).created_at
+    log = list(Event.objects.filter(run=run).order_by("sequence"))
+    dates = {
+        ev.USER: [0.0],
+        ev.ASSISTANT: [OPENED, ENDED],
+        ev.TICKET_OPENED: [OPENED],
+        ev.TICKET_DECIDED: [EXPIRED],
+        ev.TOOL_RESULT: [EXPIRED],
+        ev.RUN_COMPLETED: [ENDED],
+    }
+    for event in log:
+        dated = start + timedelta(seconds=dates[event.type].pop(0))
+        Event.objects.filter(pk=event.pk).update(created_at=dated)
+    client.force_login(staff)
+
+    page = client.get(f"/runs/{run.pk}/").content.decode()
+
+    assert seconds(page, "Waiting for child runs") == EXPIRED - OPENED
+    assert seconds(page, "Waiting for people") == 0
