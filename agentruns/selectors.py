@@ -237,8 +237,11 @@ def run_next_sends(runs: Sequence[Run], generation: int | None = None) -> dict[i
 def run_readout(run: Run) -> dict[str, Any]:
     """CG-10 for a run: the live configuration plus the run's forced set (RG-2), the
     labelled replies its next send carries (CG-12), its granted tools and the results
-    that send would withhold (MCP-4)."""
-    return run_readouts([run])[run.pk]
+    that send would withhold (MCP-4), and what each delegate may receive (DEL-1, DEL-2):
+    without them a delegating run's page said "No tools" above its agent.delegate calls."""
+    data = run_readouts([run])[run.pk]
+    data["delegates"] = _delegate_rows(run.configuration, data["effective_class"])
+    return data
 
 
 def run_readouts(runs: Iterable[Run]) -> dict[int, dict[str, Any]]:

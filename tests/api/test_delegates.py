@@ -9,6 +9,7 @@ import pytest
 
 from agentruns.models import Configuration
 from tests.support.catalog import make_configuration, make_provider, make_snippet
+from tests.support.runs import submit
 
 pytestmark = pytest.mark.django_db
 
@@ -98,3 +99,19 @@ def test_the_readout_grants_agent_delegate_where_there_are_delegates_not_no_tool
     alone = admin_client.get("/playground/?configuration=alone").content.decode()
     assert "No tools: the model can only answer in words." in alone
     assert "<code>agent.delegate</code>" not in alone
+
+
+def test_a_delegating_runs_readout_grants_agent_delegate_on_every_door_DEL_1_DEL_2(
+    admin_client, staff, api
+):
+    """A run's readout (its page, the admin, the API) lists agent.delegate and its
+    delegates like the configuration's does, not "No tools" above the run's own
+    agent.delegate calls."""
+    triage = make_configuration("triage")
+    triage.delegates.set([make_configuration("lookup")])
+    run = submit(staff, "triage")  # the API client's user; the superuser sees every run
+    for url in (f"/runs/{run.pk}/", f"/admin/agentruns/run/{run.pk}/change/"):
+        page = admin_client.get(url).content.decode()
+        assert "<code>agent.delegate</code>" in page and "No tools" not in page, url
+    readout = api.get(f"/api/runs/{run.pk}/").json()["readout"]
+    assert [row["configuration"] for row in readout["delegates"]] == ["lookup"]
