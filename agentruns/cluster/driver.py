@@ -359,7 +359,10 @@ class Driver:
             with self._lock:
                 claims = list(self.held.values())
             renew_many(claims)
-            lost = [claim.lease.run_id for claim in claims if claim.signals.lost]
+            with self._lock:
+                # A run that ended while the statement ran is not renewed either: only a
+                # claim still held after it has really lost its lease (CLU-2).
+                lost = [run_id for (run_id, _), held in self.held.items() if held.signals.lost]
             if lost:
                 logger.warning("leases lost for runs %s; their executors stop", lost)
             # CLU-1: a worker whose q2 side stalled (a sibling SIGKILLed holding the task

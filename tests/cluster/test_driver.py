@@ -12,6 +12,7 @@ from django.db import OperationalError, connection
 from django.utils import timezone
 from django_q.models import OrmQ
 
+from agentruns.cluster import driver as driver_module
 from agentruns.cluster.driver import Driver, warm_up
 from agentruns.models import Run
 from agentruns.runtime import loop as executor_module
@@ -317,3 +318,32 @@ def test_perf6_runs_starting_together_build_their_configuration_once(monkeypatch
     found = at_once(8, lambda: runtime_config_module.runtime_config(configuration_id, 0))
     assert len(found) == 8 and len(built) == 1
     assert all(config is found[0] for config in found)
+
+
+def test_clu2_a_run_that_ends_during_the_heartbeat_is_not_reported_lost(
+    driver, monkeypatch, caplog
+):
+    """The heartbeat's renewal skips a run that is no longer running; one that ended while
+    the statement ran (its executor let go of it just after) has not lost its lease, and
+    the log must not say so. One whose epoch moved on while still held has."""
+    ended, taken = submit_batch(configuration("beaten", [{"text": "done"}]), 2)
+    ended_claim, taken_claim = claim(ended.pk), claim(taken.pk)
+    assert ended_claim is not None and taken_claim is not None
+    for held in (ended_claim, taken_claim):
+        driver.held[(held.lease.run_id, held.lease.epoch)] = held
+    Run.objects.filter(pk=ended.pk).update(status=Run.Status.COMPLETED)
+    Run.objects.filter(pk=taken.pk).update(epoch=taken_claim.lease.epoch + 1)
+    real = driver_module.renew_many
+
+    def executor_lets_go(claims: list[Claim]) -> None:
+        real(claims)
+        driver.held.pop((ended.pk, ended_claim.lease.epoch))
+
+    monkeypatch.setattr(driver_module, "renew_many", executor_lets_go)
+    with caplog.at_level("WARNING", logger=driver_module.__name__):
+        driver.beat()
+
+    assert ended_claim.signals.lost and taken_claim.signals.lost
+    (line,) = [r.getMessage() for r in caplog.records if "leases lost" in r.getMessage()]
+    assert str([taken.pk]) in line
+    driver.held.clear()
