@@ -49,11 +49,14 @@ def timeline(run: Run, events: list[Event]) -> list[Row]:
 
 # Where the time between two consecutive events went, by the later one's type.
 TIME_OF = {ev.ASSISTANT: "model", ev.TOOL_RESULT: "tools", ev.TICKET_DECIDED: "people"}
+# The tickets nobody answers, by kind (DEL-1, SCHED-3); any other waits for people.
+NOBODYS = {Ticket.Kind.DELEGATION: "children", Ticket.Kind.TIMER: "timer"}
 TIME_LABELS = {
     "model": "Model",
     "tools": "Tools",
     "people": "Waiting for people",
     "children": "Waiting for child runs",
+    "timer": "Waiting for its time",
     "other": "Queue and bookkeeping",
 }
 
@@ -61,9 +64,10 @@ TIME_LABELS = {
 def time_split(run: Run, events: list[Event], now: datetime) -> list[dict[str, Any]]:
     """Seconds per phase from event timestamps; a wait still open counts until now. Every
     second a ticket is open is a wait, whatever the log records meanwhile (a reminder, an
-    escalation, one approval of a quorum): for child runs while only delegation tickets
-    are open (DEL-1: nobody answers those), else for people. The log has no claim
-    timestamp, so a model reply's share includes any wait for a worker."""
+    escalation, one approval of a quorum). Nobody answers a delegation ticket (DEL-1) or an
+    `agent.wait` timer (SCHED-3): those are the wait for child runs and for its time, each
+    its own line. The log has no claim timestamp, so a model reply's share includes any
+    wait for a worker."""
     spent = dict.fromkeys(TIME_LABELS, 0.0)
     previous = run.created_at
     open_tickets: dict[str, str] = {}  # the wait each open ticket is, by call id
@@ -73,8 +77,7 @@ def time_split(run: Run, events: list[Event], now: datetime) -> list[dict[str, A
         if event.type in (ev.TICKET_OPENED, ev.TICKET_DECIDED):
             data = ev.parse(event.type, event.payload)
             if isinstance(data, ev.TicketOpened):
-                delegation = data.kind == Ticket.Kind.DELEGATION
-                open_tickets[data.call_id] = "children" if delegation else "people"
+                open_tickets[data.call_id] = NOBODYS.get(data.kind, "people")
             elif isinstance(data, ev.TicketDecided):
                 open_tickets.pop(data.call_id, None)
         previous = event.created_at
@@ -94,10 +97,10 @@ def time_split(run: Run, events: list[Event], now: datetime) -> list[dict[str, A
 
 
 def _waiting(open_tickets: dict[str, str]) -> str | None:
-    """A person's ticket makes it people's time even beside a child's."""
-    if not open_tickets:
-        return None
-    return "people" if "people" in open_tickets.values() else "children"
+    """A person's ticket makes it people's time even beside one nobody answers, and a
+    child's makes it the children's beside a timer's."""
+    waits = set(open_tickets.values())
+    return next((wait for wait in ("people", "children", "timer") if wait in waits), None)
 
 
 @dataclass

@@ -1,7 +1,8 @@
 """UI-2, HITL-7: a run page that tells the truth about a wait. Every second a ticket is open
-is people's time (a delegation's, its child runs'), the wait before its first reminder,
-escalation or partial approval too; an expired ticket says it expired and by when, never
-"by None", and the scripted model does not claim that an approver decided."""
+is a wait: people's, a delegation's for its child runs, an `agent.wait` timer's for its time;
+the wait before its first reminder, escalation or partial approval too. An expired ticket
+says it expired and by when, never "by None", and the scripted model does not claim that an
+approver decided."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from agentruns.models import Configuration, Event, Run, Ticket
 from agentruns.runtime.loop import execute_run
 from agentruns.services.reminders import tickets_remind_and_escalate
 from agentruns.services.resume import ticket_expire_due
+from agentruns.services.timers import timers_due
+from playground.timeline import time_split
 from tests.support.catalog import scripted_configuration
 from tests.support.runs import park
 
@@ -97,6 +100,48 @@ def test_ui2_the_time_a_parent_waits_for_its_child_is_its_own_line_DEL_1(client,
     run = park(staff, "triage")
     assert execute_run(Run.objects.get(parent=run).pk) == Run.Status.COMPLETED
     assert execute_run(run.pk) == Run.Status.COMPLETED
+    spread(run)
+    client.force_login(staff)
+
+    page = client.get(f"/runs/{run.pk}/").content.decode()
+
+    assert seconds(page, "Waiting for child runs") == EXPIRED - OPENED
+    assert seconds(page, "Waiting for people") == 0
+
+
+def test_ui2_the_time_a_run_waits_on_its_timer_is_its_own_line_SCHED_3(client, staff):
+    """Nobody answers an `agent.wait` timer: the run's wait for its due time is not
+    people's time."""
+    wait = {"id": "call_wait", "name": "agent.wait", "arguments": {"seconds": 60}}
+    scripted_configuration(
+        "nap", [{"tool_calls": [wait]}, {"text": "rested"}], allowed_tools=["agent"]
+    )
+    run = park(staff, "nap")
+    Ticket.objects.filter(run=run).update(deadline=timezone.now() - timedelta(seconds=1))
+    assert timers_due() == 1
+    assert execute_run(run.pk) == Run.Status.COMPLETED
+    log = spread(run)
+    client.force_login(staff)
+
+    page = client.get(f"/runs/{run.pk}/").content.decode()
+
+    assert seconds(page, "Waiting for its time") == EXPIRED - OPENED
+    assert seconds(page, "Waiting for people") == 0
+    # A person's ticket open beside the timer (as a log may say) makes it people's time.
+    asked = ev.TicketOpened("c", "call_ask", Ticket.Kind.TOOL_PERMISSION, "ask", None)
+    answered = ev.TicketDecided("c", "call_ask", ev.ALLOW, by="ada")
+    beside = [
+        Event(type=data.TYPE, payload=data.to_payload(), created_at=at.created_at)
+        for data, at in ((asked, log[2]), (answered, log[3]))
+    ]
+    both = [*log[:3], beside[0], log[3], beside[1], *log[4:]]
+    split = {t["key"]: t["seconds"] for t in time_split(run, both, timezone.now())}
+    assert (split["people"], split["timer"]) == (EXPIRED - OPENED, 0)
+
+
+def spread(run: Run) -> list[Event]:
+    """Date a run's log, one model turn parked on one ticket, over two minutes, as a real
+    wait would be; the log as dated."""
     start = Run.objects.get(pk=run.pk).created_at
     log = list(Event.objects.filter(run=run).order_by("sequence"))
     dates = {
@@ -108,11 +153,6 @@ def test_ui2_the_time_a_parent_waits_for_its_child_is_its_own_line_DEL_1(client,
         ev.RUN_COMPLETED: [ENDED],
     }
     for event in log:
-        dated = start + timedelta(seconds=dates[event.type].pop(0))
-        Event.objects.filter(pk=event.pk).update(created_at=dated)
-    client.force_login(staff)
-
-    page = client.get(f"/runs/{run.pk}/").content.decode()
-
-    assert seconds(page, "Waiting for child runs") == EXPIRED - OPENED
-    assert seconds(page, "Waiting for people") == 0
+        event.created_at = start + timedelta(seconds=dates[event.type].pop(0))
+        Event.objects.filter(pk=event.pk).update(created_at=event.created_at)
+    return log
