@@ -36,7 +36,7 @@ from agentruns.gate.lookups import (
     source_rows,
 )
 from agentruns.gate.readout import GrantedTool, readout
-from agentruns.models import Configuration, Event, Run, Skill, Snippet, ToolInvocation
+from agentruns.models import Configuration, Event, Run, Skill, Snippet, Ticket, ToolInvocation
 from agentruns.policy import is_approver, routed_calls, visible_runs
 from agentruns.providers.base import Message
 from agentruns.runtime.compose import LogView, log_view, next_request
@@ -407,6 +407,16 @@ def uncertain_invocations(user: Any) -> QuerySet[ToolInvocation]:
         .select_related("run", "run__configuration")
         .order_by("-effect_sent_at")[:200]
     )
+
+
+def waiting_on(run: Run) -> list[int]:
+    """DEL-1: the child runs a parent waits for, in its calls' order: several delegations
+    of one turn open a ticket each. The run API's `waiting_on` and the run page's "Waiting
+    for its child runs"."""
+    if run.status != Run.Status.AWAITING:
+        return []
+    waiting = run.tickets.filter(status=Ticket.Status.ACTIVE, kind=Ticket.Kind.DELEGATION)
+    return [pk for pk in waiting.order_by("id").values_list("child_id", flat=True) if pk]
 
 
 def delegation_cycle(configuration_id: int | None, delegate_ids: Iterable[int]) -> bool:

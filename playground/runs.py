@@ -35,6 +35,7 @@ from agentruns.selectors import (
     configuration_choices,
     preselected,
     run_readout,
+    waiting_on,
 )
 from agentruns.services.fork import ForkRequest, run_fork
 from agentruns.services.runs import Submission, run_submit
@@ -231,7 +232,7 @@ def live_context(run: Run, *, viewer: Any = None) -> dict[str, Any]:
         "start_choices": start_choices(),
         "failure": failure_sentence(run.failure) if run.failure else "",
         "ticket": tickets[0] if tickets else None,
-        "waiting_for": [t.child_id for t in tickets if t.kind == Ticket.Kind.DELEGATION],
+        "waiting_for": waiting_on(run),
         "counters": {
             "events": len(events),
             "model turns": counts.get(ev.ASSISTANT, 0),

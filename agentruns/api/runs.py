@@ -31,7 +31,7 @@ from agentruns.policy import (
     visible_threads,
     visible_tickets,
 )
-from agentruns.selectors import run_readout, uncertain_invocations
+from agentruns.selectors import run_readout, uncertain_invocations, waiting_on
 from agentruns.services.approvals import approval_count
 from agentruns.services.fork import ForkRequest, run_fork
 from agentruns.services.log import events_read
@@ -241,6 +241,7 @@ def run_dict(
         data["children"] = list(run.children.order_by("id").values_list("pk", flat=True))
         active = visible_tickets(viewer).filter(run=run, status=Ticket.Status.ACTIVE).first()
         data["ticket"] = ticket_dict(active)
+        # DEL-1: `ticket` shows one ticket (the newest); a host sees every child here.
         data["waiting_on"] = waiting_on(run)
         data["readout"] = run_readout(run)
         counts = dict(Event.objects.filter(run=run).values_list("type").annotate(n=Count("id")))
@@ -255,16 +256,6 @@ def run_dict(
             run.invocations.filter(status="uncertain").values("call_id", "tool", "arguments")
         )
     return data
-
-
-def waiting_on(run: Run) -> list[int]:
-    """DEL-1: the child runs a parent waits for, in its calls' order. Several delegations of
-    one turn open a ticket each, and `ticket` shows one ticket (the newest), so this is
-    where a host sees every child it waits for."""
-    if run.status != Run.Status.AWAITING:
-        return []
-    waiting = run.tickets.filter(status=Ticket.Status.ACTIVE, kind=Ticket.Kind.DELEGATION)
-    return [pk for pk in waiting.order_by("id").values_list("child_id", flat=True) if pk]
 
 
 def event_dict(event: Event) -> dict[str, Any]:

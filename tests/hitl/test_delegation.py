@@ -350,9 +350,12 @@ def test_the_run_has_its_parent_and_children_and_the_page_shows_the_tree_DEL_5(s
     assert f'Delegated by <a href="/runs/{parent.pk}/">run #{parent.pk}</a>' in child_page
 
 
-def test_the_run_names_every_child_it_waits_for_not_only_the_newest_ticket_DEL_1_DEL_5(staff):
+def test_the_run_names_every_child_it_waits_for_not_only_the_newest_ticket_DEL_1_DEL_5(
+    staff, client
+):
     """Two delegations of one turn open a ticket each; `ticket` shows one of them (as it
-    always did), `waiting_on` every child still running, in the calls' order."""
+    always did), `waiting_on` every child still running, in the calls' order, and the run
+    page names the same children."""
     calls = [delegate_call(task="find the owner"), delegate_call(task="find the runbook")]
     tree(parent_turns=[{"tool_calls": calls}, {"text": "triaged"}])
     parent = submit(staff, "triage")
@@ -366,8 +369,15 @@ def test_the_run_names_every_child_it_waits_for_not_only_the_newest_ticket_DEL_1
     assert body["ticket"]["target"]["kind"] == "delegation"
     assert body["ticket"]["target"]["child"] in (first.pk, second.pk)
 
+    client.force_login(staff)
+    links = (f'<a href="/runs/{pk}/">#{pk}</a>' for pk in (first.pk, second.pk))
+    waits = "Waiting for its child runs {}, {}".format(*links)
+    assert waits in client.get(f"/runs/{parent.pk}/").content.decode()
+
     assert execute_run(second.pk) == Run.Status.COMPLETED
     assert api.get(f"/api/runs/{parent.pk}/").json()["waiting_on"] == [first.pk]
+    waits = f'Waiting for its child run <a href="/runs/{first.pk}/">#{first.pk}</a> ('
+    assert waits in client.get(f"/runs/{parent.pk}/").content.decode()
     assert execute_run(first.pk) == Run.Status.COMPLETED
     assert api.get(f"/api/runs/{parent.pk}/").json()["waiting_on"] == []
     assert api.get(f"/api/runs/{first.pk}/").json()["waiting_on"] == []
