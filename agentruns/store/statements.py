@@ -84,18 +84,34 @@ def _execute(db: Any, sql: str, params: list[Any]) -> list[Row]:
         result = conn.pgconn.exec_params(_numbered(sql), values, oids)
     else:
         result = _run_prepared(conn, sql, values, oids)
-    return _rows(_check(result, conn))
+    return _rows(_check(result, conn), (sql, oids))
 
 
-def _rows(result: pq.abc.PGresult) -> list[Row]:
-    decoders = [_decoder(result.ftype(column)) for column in range(result.nfields)]
+def _rows(result: pq.abc.PGresult, key: tuple[str, tuple[int, ...]]) -> list[Row]:
+    decoders = _COLUMNS.get(key)
+    if decoders is None or len(decoders) != result.nfields:
+        decoders = tuple(
+            enumerate(_decoder(result.ftype(column)) for column in range(result.nfields))
+        )
+        if len(_COLUMNS) >= _COLUMNS_LIMIT:
+            _COLUMNS.clear()
+        _COLUMNS[key] = decoders
+    value = result.get_value
     return [
         tuple(
-            None if (raw := result.get_value(row, column)) is None else decode(raw)
-            for column, decode in enumerate(decoders)
+            None if (raw := value(row, column)) is None else decode(raw)
+            for column, decode in decoders
         )
         for row in range(result.ntuples)
     ]
+
+
+# A statement's result columns' decoders by its text and parameter types (the key of its
+# prepared statement, whose result types follow from them): looked up once per process
+# rather than a column at a time on every execution (PERF-6). Bounded: the loop has a few
+# dozen shapes.
+_COLUMNS: dict[tuple[str, tuple[int, ...]], tuple[tuple[int, Callable[[bytes], Any]], ...]] = {}
+_COLUMNS_LIMIT = 512
 
 
 def _as_text(value: Any) -> Any:
@@ -137,11 +153,22 @@ def _format(params: list[Any]) -> tuple[list[bytes | None], tuple[int, ...]]:
     values: list[bytes | None] = []
     oids = []
     for value in params:
+        # The commonest kinds inline, without a call each: a step's statement has dozens
+        # of parameters (PERF-6).
+        kind_of = type(value)
         if value is None:
             values.append(None)
             oids.append(0)
             continue
-        kind = _PARAMETERS.get(type(value))
+        if kind_of is JsonText:
+            values.append(value)
+            oids.append(0)
+            continue
+        if kind_of is int:
+            values.append(b"%d" % value)
+            oids.append(_INT8)
+            continue
+        kind = _PARAMETERS.get(kind_of)
         if kind is None:
             if not isinstance(value, Enum):
                 raise _Unformattable(type(value).__name__)
@@ -184,6 +211,9 @@ _PARAMETERS: dict[type, tuple[int, Callable[[Any], bytes]]] = {
     datetime: (types["timestamptz"].oid, _iso),
     date: (types["date"].oid, _iso),
 }
+
+
+_INT8 = _PARAMETERS[int][0]
 
 
 @lru_cache(maxsize=256)
