@@ -164,7 +164,17 @@ def test_ops8_a_stopped_web_worker_leaves_at_once_and_no_stop_reads_like_a_crash
     take longer to finalise than `graceful_timeout` still leaves before it, so the master
     never has to kill one and log "was sent SIGKILL! Perhaps out of memory?"."""
     port = _free_port()
-    env = {**os.environ, "AGENTRUNS_WEB_WORKERS": "2", "AGENTRUNS_WEB_GRACEFUL_TIMEOUT": "2"}
+    # The finalisation (12 s) outlasts the graceful timeout (5 s), which outlasts a clean
+    # stop even on a loaded machine. The signal is sent once both workers have booted (see
+    # slow_exit_wsgi): one still booting loses it, and the master then waits it out.
+    booted = tmp_path / "booted"
+    booted.mkdir()
+    env = {
+        **os.environ,
+        "AGENTRUNS_WEB_WORKERS": "2",
+        "AGENTRUNS_WEB_GRACEFUL_TIMEOUT": "5",
+        "SLOW_EXIT_BOOTED_DIR": str(booted),
+    }
     log_path = tmp_path / "gunicorn.log"
     with log_path.open("wb") as log:
         master = subprocess.Popen(
@@ -185,13 +195,13 @@ def test_ops8_a_stopped_web_worker_leaves_at_once_and_no_stop_reads_like_a_crash
             start_new_session=True,
         )
     try:
-        wait_for(lambda: len(group_pids(master.pid)) == 3, timeout=30, what="two workers")
+        wait_for(lambda: len(list(booted.iterdir())) == 2, timeout=30, what="two booted workers")
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as response:
             assert response.read() == b"ok"
         started = time.monotonic()
         os.killpg(master.pid, signal.SIGINT)
         assert master.wait(timeout=STOP_SECONDS) == 0
-        assert time.monotonic() - started < 2  # no worker waited out its finalisation
+        assert time.monotonic() - started < 5  # no worker waited out its finalisation
     finally:
         for pid in group_pids(master.pid):
             os.kill(pid, signal.SIGKILL)
