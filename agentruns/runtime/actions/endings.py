@@ -263,7 +263,7 @@ def _run_row(ctx: RunContext, status: str, ending: Ending | None = None) -> RunU
     return RunUpdate(
         status=status,
         ending=ending,
-        steps=ctx.state.turns,
+        turns=ctx.state.turns,
         tool_calls_used=ctx.state.tool_calls_used,
         last_sequence=ctx.state.last_sequence,
     )
