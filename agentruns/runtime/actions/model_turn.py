@@ -234,11 +234,11 @@ def _reused_call_ids(ctx: RunContext, calls: list[ProposedCall]) -> set[str]:
 def _earlier_call_ids(ctx: RunContext) -> set[str]:
     """Every call id the thread's model turns proposed, each event read once per run
     rather than the whole log once per turn."""
-    read, seen = ctx.call_ids_memo
+    read, seen = ctx.memos.call_ids
     for event in ctx.events[read:]:
         if isinstance(turn := event.data, ev.AssistantMessage):
             seen.update(call.id for call in turn.tool_calls)
-    ctx.call_ids_memo = (len(ctx.events), seen)
+    ctx.memos.call_ids = (len(ctx.events), seen)
     return seen
 
 
