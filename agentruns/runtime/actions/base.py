@@ -35,8 +35,7 @@ from agentruns.runtime.state import (
     restore,
 )
 from agentruns.store import store
-from agentruns.store.records import Claim, Lease, Signals, Written
-from agentruns.store.rows import InvocationChange, NewInvocation, NewTicket, RunUpdate
+from agentruns.store.records import NO_ROWS, Claim, Lease, Rows, Signals, Written
 from agentruns.tools.mcp.pinned import sync_pinned
 from agentruns.tools.policy import (
     Mode,
@@ -273,38 +272,32 @@ class RunContext:
         *,
         checkpoints: Sequence[tuple[str, int | None]] = (),
         continuation: Any = None,
-        new_invocations: Sequence[NewInvocation] = (),
-        invocation_updates: Sequence[InvocationChange] = (),
-        run_update: RunUpdate | Callable[[], RunUpdate] | None = None,
-        new_tickets: Sequence[NewTicket] = (),
+        rows: Rows | Callable[[], Rows] = NO_ROWS,
         durable: bool = True,
         hold: bool = False,
     ) -> list[LogEntry]:
         """Events fenced by the lease, folded into the state, with the checkpoints taken
-        on the way and the step's row changes — written as one unit (journal.write), with
-        the step held before it if any; or, with `hold`, held itself. A `run_update`
-        given as a function is taken of the state with `items` folded in."""
+        on the way (`continuation`: the provider's data of a model turn among them) and
+        the step's `rows` — written as one unit (journal.write), with the step held before
+        it if any; or, with `hold`, held itself. `rows` given as a function are taken of
+        the state with `items` folded in (a run row's counters)."""
         written = [
             LogEntry.at(self.next_sequence + offset, item, self.lease.run_id)
             for offset, item in enumerate(items)
         ]
         snapshots = self._fold(written, checkpoints, continuation)
-        step = journal.Step(
-            events=written,
-            checkpoints=snapshots,
-            new_invocations=list(new_invocations),
-            invocation_updates=list(invocation_updates),
-            run_update=run_update() if callable(run_update) else run_update,
-            new_tickets=list(new_tickets),
-            after=self.next_sequence - 1,
-        )
+        changed = rows() if callable(rows) else rows
+        after = self.next_sequence - 1
+        step = journal.Step(events=written, checkpoints=snapshots, rows=changed, after=after)
         if hold:
-            redoable = not (durable or step.new_invocations or new_tickets or step.run_update)
+            redoable = not (
+                durable or changed.new_invocations or changed.new_tickets or changed.run_update
+            )
             assert redoable, "only a re-doable step"
             self.held = step if self.held is None else self.held.then(step)
             return written
         result = self._write(step, durable)
-        for row in new_invocations:
+        for row in changed.new_invocations:
             self.invocations[row.call_id] = Invocation(
                 result.invocations[row.call_id], row.tool_version, None
             )

@@ -29,6 +29,7 @@ from agentruns.runtime.redaction import redact, redact_value
 from agentruns.runtime.state import ProposedCall
 from agentruns.runtime.storable import storable_reply, unstorable_arguments
 from agentruns.store import store
+from agentruns.store.records import Rows
 from agentruns.store.rows import NewInvocation
 from agentruns.tools.policy import (
     needs_human,
@@ -173,14 +174,15 @@ def _record_turn(
         for v in verdicts
         if v.status is not None
     ]
+    authorised = [_new_invocation(ctx, turn_index, c) for c in calls if c.id in granted]
     ctx.commit(
         [*redaction, turn.item(), *refusals],
-        new_invocations=[_new_invocation(ctx, turn_index, c) for c in calls if c.id in granted],
         checkpoints=(
             (Checkpoint.Kind.MODEL_RESPONSE, len(redaction) + 1),
             (Checkpoint.Kind.TOOL_PENDING, None),
         ),
         continuation=continuation,
+        rows=Rows(new_invocations=authorised),
         durable=False,
     )
     return None
