@@ -142,7 +142,7 @@ def _park(
             written = ctx.write(
                 opened,
                 checkpoints=((Checkpoint.Kind.SUSPENSION, None),),
-                rows=Rows(
+                rows=lambda: Rows(
                     run_update=_run_row(ctx, Run.Status.AWAITING), new_tickets=written_tickets
                 ),
             )
