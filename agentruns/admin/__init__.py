@@ -380,7 +380,15 @@ class TicketApprovalAdmin(RecordAdmin):
 
 @admin.register(ToolInvocation)
 class ToolInvocationAdmin(RecordAdmin):
-    list_display = ["run", "step", "call_id", "tool", "status", "effect_sent_at", "completed_at"]
+    list_display = [
+        "run",
+        "turn_index",
+        "call_id",
+        "tool",
+        "status",
+        "effect_sent_at",
+        "completed_at",
+    ]
     list_filter = ["status", "tool"]
     readonly_fields = [field.name for field in ToolInvocation._meta.fields]
 

@@ -181,7 +181,7 @@ def seed_history(
 def _seed(history: History, configurations: list[int], users: list[int | None]) -> dict[str, int]:
     n, per_run = history.runs, history.events_per_run
     thread_base, run_base = _max_id(Thread), _max_id(Run)
-    step = history.days * 86400 / max(n, 1)
+    spacing = history.days * 86400 / max(n, 1)
     counts = {
         "threads": insert_select(
             Thread,
@@ -191,7 +191,7 @@ def _seed(history: History, configurations: list[int], users: list[int | None]) 
                     [configurations, len(configurations)],
                 ),
                 "created_by_id": ("(%s::bigint[])[1 + i %% %s]", [users, len(users)]),
-                "created_at": f"now() - (({n} - i) * interval '{step:.6f} seconds')",
+                "created_at": f"now() - (({n} - i) * interval '{spacing:.6f} seconds')",
             },
             f"generate_series(1, {n}) i",
         )
@@ -214,7 +214,7 @@ def _seed(history: History, configurations: list[int], users: list[int | None]) 
             "final_reply": "'done'",
             "epoch": "1",
             "attempts": "1",
-            "steps": str(per_run // 2),
+            "turns": str(per_run // 2),
             "tool_calls_used": str(history.invocations_per_run),
             "last_sequence": str(per_run),
         },
@@ -238,7 +238,7 @@ def _seed(history: History, configurations: list[int], users: list[int | None]) 
         ToolInvocation,
         {
             "run_id": "r.id",
-            "step": "g",
+            "turn_index": "g",
             "call_id": "'call_' || g",
             "tool": "'clock.now'",
             "tool_version": "'1'",

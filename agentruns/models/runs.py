@@ -115,8 +115,8 @@ class Run(models.Model):
     # CLU-5
     idempotency_key = models.CharField(max_length=200, null=True, blank=True)
     request_digest = models.CharField(max_length=64, blank=True)
-    # Caches of the log, refreshed when a run parks or ends.
-    steps = models.PositiveIntegerField(default=0)
+    # Caches of the log, refreshed when a run parks or ends (`turns`: model turns taken).
+    turns = models.PositiveIntegerField(default=0)
     tool_calls_used = models.PositiveIntegerField(default=0)
     last_sequence = models.PositiveIntegerField(default=0)
     # FORK-1: the run this one was forked from and the sequence (in that run's thread) its
@@ -302,7 +302,8 @@ class ToolInvocation(models.Model):
         db_index=False,
         db_constraint=False,
     )
-    step = models.PositiveIntegerField()
+    # The model turn that proposed the call: its place in its run (LOOP-3).
+    turn_index = models.PositiveIntegerField()
     call_id = models.CharField(max_length=200)
     tool = models.CharField(max_length=100)
     tool_version = models.CharField(max_length=20)
@@ -334,7 +335,7 @@ class ToolInvocation(models.Model):
             models.UniqueConstraint(fields=["idempotency_key"], name="invocation_key_once")
         ]
         indexes = [
-            models.Index(fields=["run", "step", "call_id"], name="invocation_call"),
+            models.Index(fields=["run", "turn_index", "call_id"], name="invocation_call"),
             # PERF-8, TOOL-4: the inbox lists the uncertain writes, a handful among millions.
             models.Index(
                 fields=["-effect_sent_at"],

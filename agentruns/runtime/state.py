@@ -21,7 +21,9 @@ __all__ = ["ProposedCall"]  # a call as the fold holds it is the one the log rec
 class Turn:
     """The newest model turn of the run and what became of its calls."""
 
-    turn_index: int  # its place in its run (stored as `step` in the log and the tables)
+    # Its place in its run (`ToolInvocation.turn_index`); the log's payloads and the
+    # checkpoint states store it as "step", a name kept so stored JSON needs no migration.
+    turn_index: int
     text: str
     calls: list[ProposedCall]
     granted: list[str]
@@ -67,7 +69,8 @@ class Turn:
 @dataclass
 class RunState:
     last_sequence: int = 0
-    turns: int = 0  # model turns taken (the run row's `steps`)
+    # Model turns taken (the run row's `turns`); a checkpoint state stores it as "steps".
+    turns: int = 0
     tool_calls_used: int = 0
     turn: Turn | None = None
     terminal: str | None = None

@@ -149,5 +149,5 @@ def edited_invocation(run: Run, ticket: Ticket) -> dict[str, Any]:
     return {
         "arguments": ticket.edited_arguments,
         "arguments_digest": ticket.edited_digest,
-        "idempotency_key": idempotency_key(run.pk, invocation.step, call, registered),
+        "idempotency_key": idempotency_key(run.pk, invocation.turn_index, call, registered),
     }

@@ -49,7 +49,7 @@ class SystemStore(abc.ABC):
         self, run_id: int, turn_index: int, call_ids: Sequence[str]
     ) -> list[tuple[str, int, str, datetime | None]]:
         """(call id, invocation id, tool version, effect sent at) of a turn's calls."""
-        turn = ToolInvocation.objects.filter(run_id=run_id, step=turn_index)
+        turn = ToolInvocation.objects.filter(run_id=run_id, turn_index=turn_index)
         rows = turn.filter(call_id__in=call_ids)
         return list(rows.values_list("call_id", "pk", "tool_version", "effect_sent_at"))
 

@@ -74,15 +74,16 @@ class PortableStore(SystemStore):
             Checkpoint.objects.bulk_create(
                 Checkpoint(**checkpoint_row(lease, cp, now)) for cp in step.checkpoints
             )
+            changed = step.rows
             created = ToolInvocation.objects.bulk_create(
-                ToolInvocation(**row.row(), created_at=now) for row in step.new_invocations
+                ToolInvocation(**row.row(), created_at=now) for row in changed.new_invocations
             )
-            for ticket in step.new_tickets:
+            for ticket in changed.new_tickets:
                 Ticket.objects.create(**ticket.row())
             GateAudit.objects.bulk_create(GateAudit(**row, created_at=now) for row in step.audits)
-            for change in step.invocation_updates:
+            for change in changed.invocation_updates:
                 ToolInvocation.objects.filter(pk=change.pk).update(**change.changes())
-            run_update = step.run_update
+            run_update = changed.run_update
             fenced = Run.objects.filter(lease.fence)
             if run_update is not None and not fenced.update(**run_update.columns()):
                 _lost()

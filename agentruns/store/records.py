@@ -8,7 +8,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import date
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.db.models import Q
@@ -128,18 +128,42 @@ class Written:
     used_today: tuple[date, int] | None = None
 
 
+class Rows(NamedTuple):
+    """The rows a step writes besides its events and checkpoints (store/rows.py): the
+    invocations a model turn authorises (TOOL-3), changes of invocation rows, of the run
+    row, and the tickets a parking step opens (HITL-2; DEL-1: one per delegation call when
+    a turn's siblings start together). A named tuple, cheaper to build than a dataclass:
+    a step's caller builds one on the hot path (PERF-1); a step without rows shares
+    `NO_ROWS`."""
+
+    new_invocations: Sequence[NewInvocation] = ()
+    invocation_updates: Sequence[InvocationChange] = ()
+    run_update: RunUpdate | None = None
+    new_tickets: Sequence[NewTicket] = ()
+
+    def then(self, later: Rows) -> Rows:
+        """These rows and a later step's as one write's: the later run update's values win."""
+        if later is NO_ROWS or self is NO_ROWS:  # held results and a send's audits: no copy
+            return self if later is NO_ROWS else later
+        return Rows(
+            [*self.new_invocations, *later.new_invocations],
+            [*self.invocation_updates, *later.invocation_updates],
+            RunUpdate.merged(self.run_update, later.run_update),
+            [*self.new_tickets, *later.new_tickets],
+        )
+
+
+NO_ROWS = Rows()
+
+
 @dataclass
 class Step:
-    """Everything one durable step writes."""
+    """Everything one durable step writes. Its defaults are immutable and shared: a step is
+    built per durable write (PERF-1) and what it leaves out costs nothing."""
 
-    events: Sequence[LogEntry] = field(default_factory=list)
-    checkpoints: list[Taken] = field(default_factory=list)
-    new_invocations: list[NewInvocation] = field(default_factory=list)
-    invocation_updates: list[InvocationChange] = field(default_factory=list)
-    run_update: RunUpdate | None = None
-    # HITL-2: the ticket a parking step opens, written with the step; DEL-1: one per
-    # delegation call when a turn's siblings start together.
-    new_tickets: list[NewTicket] = field(default_factory=list)
+    events: Sequence[LogEntry] = ()
+    checkpoints: Sequence[Taken] = ()
+    rows: Rows = NO_ROWS
     # The newest sequence of the thread this worker has seen (0: none). The step is written
     # only if the log still holds it: a database crash can lose a tail of steps committed
     # without waiting for the WAL flush, and a worker that carried on over a fresh
@@ -147,7 +171,7 @@ class Step:
     after: int = 0
     # CG-4: the audit rows of the send that follows the step, written only behind the same
     # fence. A step that carries them is durable: each row is a send's justification.
-    audits: list[dict[str, Any]] = field(default_factory=list)
+    audits: Sequence[dict[str, Any]] = ()
 
     def then(self, later: Step) -> Step:
         """This step and a later one as one write, fenced where this one was. They commit
@@ -158,10 +182,7 @@ class Step:
         return Step(
             events=[*self.events, *later.events],
             checkpoints=later.checkpoints or self.checkpoints,
-            new_invocations=[*self.new_invocations, *later.new_invocations],
-            invocation_updates=[*self.invocation_updates, *later.invocation_updates],
-            run_update=RunUpdate.merged(self.run_update, later.run_update),
-            new_tickets=[*self.new_tickets, *later.new_tickets],
+            rows=self.rows.then(later.rows),
             after=self.after,
             audits=[*self.audits, *later.audits],
         )

@@ -35,14 +35,14 @@ class NewInvocation(NamedTuple):
     status: str
 
     def row(self) -> dict[str, Any]:
-        """Its `ToolInvocation` columns (the turn index's column is still named `step`)."""
+        """Its `ToolInvocation` columns."""
         return dict(zip(INVOCATION_COLUMNS, self, strict=True))
 
 
 # NewInvocation's fields as the table's columns, in order.
 INVOCATION_COLUMNS = (
     "run_id",
-    "step",
+    "turn_index",
     "call_id",
     "tool",
     "tool_version",
@@ -112,7 +112,7 @@ class RunUpdate(NamedTuple):
 
     status: str | None = None
     ending: Ending | None = None
-    steps: int | None = None
+    turns: int | None = None
     tool_calls_used: int | None = None
     last_sequence: int | None = None
     forced_snippet_ids: tuple[int, ...] | None = None
@@ -148,7 +148,7 @@ class RunUpdate(NamedTuple):
         return RunUpdate._make(kept)
 
 
-COUNTERS = ("steps", "tool_calls_used", "last_sequence")
+COUNTERS = ("turns", "tool_calls_used", "last_sequence")
 
 
 class StepResult(NamedTuple):

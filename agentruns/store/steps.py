@@ -6,6 +6,7 @@ shape (`statements.prepared`)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import date, datetime
 from functools import cache
 from typing import Any
@@ -148,7 +149,11 @@ STAMPED_LATER = None
 
 
 def _insert(
-    name: str, model: Any, columns: tuple[str, ...], rows: list[dict[str, Any]], params: list[Any]
+    name: str,
+    model: Any,
+    columns: tuple[str, ...],
+    rows: Sequence[dict[str, Any]],
+    params: list[Any],
 ) -> str:
     """A table's rows as ONE parameter, a JSON array of records (PERF-1): one orjson call
     instead of a formatted parameter per cell, and for the server one JSON parse and one
@@ -272,24 +277,25 @@ def step_statement(lease: Lease, step: Step, *, fast: bool, count_today: bool) -
     if step.checkpoints:
         rows = [checkpoint_row(lease, cp, STAMPED_LATER) for cp in step.checkpoints]
         parts.append(_insert("cp", Checkpoint, CHECKPOINT_COLUMNS, rows, params))
-    if step.new_invocations:
-        rows = [invocation.row() for invocation in step.new_invocations]
+    changed = step.rows
+    if changed.new_invocations:
+        rows = [invocation.row() for invocation in changed.new_invocations]
         parts.append(_insert_given("inv", ToolInvocation, INVOCATION_COLUMNS, rows, params))
-    if step.new_tickets:
-        rows = [{**ticket.row(), "status": Ticket.Status.ACTIVE} for ticket in step.new_tickets]
+    if changed.new_tickets:
+        rows = [{**ticket.row(), "status": Ticket.Status.ACTIVE} for ticket in changed.new_tickets]
         parts.append(_insert("tk", Ticket, TICKET_COLUMNS, rows, params))
-    changes = [(change.pk, change.changes()) for change in step.invocation_updates]
+    changes = [(change.pk, change.changes()) for change in changed.invocation_updates]
     parts.extend(_invocation_updates(changes, params))
     if step.audits:
         parts.append(_insert("au", GateAudit, AUDIT_COLUMNS, step.audits, params))
-    if step.run_update is not None:
+    if changed.run_update is not None:
         fenced = "id = %s AND epoch = %s" + (f" AND NOT {SUBSCRIBED}" if unsubscribed else "")
-        parts.append(_update("run", RUN, step.run_update.columns(), fenced, params))
+        parts.append(_update("run", RUN, changed.run_update.columns(), fenced, params))
         params.extend([lease.run_id, lease.epoch])
     used = USAGE_USED if used_params else "NULL"
     created = (
         "(SELECT json_agg(json_build_array(call_id, id)) FROM inv)"
-        if step.new_invocations
+        if changed.new_invocations
         else "NULL"
     )
     sql = (

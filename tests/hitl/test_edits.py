@@ -72,7 +72,7 @@ def test_hitl12_an_edited_allow_executes_the_edited_arguments_once(approver, par
     assert invocation.arguments_digest == digest(EDITED)
     call = ProposedCall("call_w", "notes.write", EDITED)
     assert invocation.idempotency_key == idempotency_key(
-        parked.pk, invocation.step, call, REGISTRY.get("notes.write")
+        parked.pk, invocation.turn_index, call, REGISTRY.get("notes.write")
     )
     assert execute_run(parked.pk) == Run.Status.COMPLETED
     assert list(Note.objects.values_list("title", "body")) == [("final", "the approver's body")]

@@ -100,6 +100,17 @@ def test_hitl1_read_only_calls_run_first_and_one_ticket_parks_a_leaseless_run(
     assert len(fake.requests) == 1
 
 
+def test_hitl1_a_parked_runs_row_caches_its_log_up_to_the_opened_ticket(approver, fake, config):
+    """The run row's caches of the log (`turns`, `last_sequence`) are taken of the state
+    with the step's own events folded in: a parked run's newest event is its ticket's."""
+    run = submit(approver, "p")
+    assert execute_run(run.pk) == "awaiting"
+    run.refresh_from_db()
+    newest = run_events(run.pk)[-1]
+    assert newest.type == "ticket.opened"
+    assert (run.turns, run.last_sequence) == (1, newest.sequence)
+
+
 def test_hitl1_hitl5_mixed_decisions_reach_the_model_in_model_order(approver, fake, config):
     run = submit(approver, "p")
     client = client_for(approver)

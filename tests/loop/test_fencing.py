@@ -237,7 +237,7 @@ def test_the_idempotency_key_is_unique_constrained(staff, fake):
     run = submit(staff, "two-tool")
     fields = dict(
         run=run,
-        step=0,
+        turn_index=0,
         call_id="c",
         tool="test.echo",
         tool_version="1",

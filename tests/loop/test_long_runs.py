@@ -14,6 +14,7 @@ from agentruns import events as ev
 from agentruns.events import LogEntry
 from agentruns.models import Run
 from agentruns.runtime.actions import compact, model_turn
+from agentruns.runtime.actions.base import Memos
 from agentruns.runtime.loop import execute_run
 from tests.support.catalog import make_configuration
 from tests.support.deferred import thread_events
@@ -47,12 +48,12 @@ def test_perf1_a_long_run_measures_each_event_for_the_budget_once(staff, monkeyp
 
 
 def test_loop7_the_reuse_check_reads_only_the_events_added_since_it_last_read():
-    ctx = SimpleNamespace(events=[_turn(1, "a", "b")], call_ids_memo=(0, set()))
+    ctx = SimpleNamespace(events=[_turn(1, "a", "b")], memos=Memos())
     assert model_turn._earlier_call_ids(ctx) == {"a", "b"}
 
     ctx.events += [LogEntry(2, ev.TOOL_RESULT, {"call_id": "a"}, 1), _turn(3, "c")]
     assert model_turn._earlier_call_ids(ctx) == {"a", "b", "c"}
-    assert ctx.call_ids_memo[0] == 3
+    assert ctx.memos.call_ids[0] == 3
 
     ctx.events[0] = _turn(1, "changed")  # an event already read is not read again
     assert "changed" not in model_turn._earlier_call_ids(ctx)

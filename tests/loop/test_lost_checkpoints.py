@@ -293,8 +293,8 @@ def test_an_adopted_newer_turn_is_dispatched_once_and_fitted_to_its_own_budget(
     external_ran = max_tool_calls >= 3
     assert len(effect_lines(effects, run.pk)) == int(external_ran)
     assert Note.objects.filter(run=run).count() == 1
-    steps = dict(ToolInvocation.objects.filter(run=run).values_list("call_id", "step"))
-    assert steps == {
+    turns = dict(ToolInvocation.objects.filter(run=run).values_list("call_id", "turn_index"))
+    assert turns == {
         ECHO_CALL["id"]: 0,
         NOTE_CALL["id"]: 1,
         **({EXTERNAL_CALL["id"]: 1} if external_ran else {}),

@@ -177,8 +177,8 @@ def test_a_steps_invocation_changes_find_their_rows_by_key_in_a_table_of_thousan
     run_id = workload.submit(workload.configuration("plan-probe", 1, 1), workload.bench_user())
     with connection.cursor() as cursor:
         cursor.execute(
-            "INSERT INTO agentruns_toolinvocation (run_id, step, call_id, tool, tool_version, "
-            "arguments, arguments_digest, idempotency_key, status, created_at) "
+            "INSERT INTO agentruns_toolinvocation (run_id, turn_index, call_id, tool, "
+            "tool_version, arguments, arguments_digest, idempotency_key, status, created_at) "
             "SELECT %s, n, 'c' || n, 'bench.noop', '1', '{}', '', 'k' || n, 'executing', now() "
             "FROM generate_series(1, 3000) AS n",
             [run_id],

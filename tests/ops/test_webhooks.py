@@ -21,7 +21,7 @@ from agentruns.runtime import journal
 from agentruns.runtime.loop import execute_run
 from agentruns.services.webhooks import NO_RESPONSE, backoff_seconds, webhook_deliver_due
 from agentruns.store import store
-from agentruns.store.records import Lease, Step
+from agentruns.store.records import Lease, Rows, Step
 from agentruns.store.rows import RunUpdate
 from agentruns.store.steps import Subscribers
 from tests.support.catalog import make_configuration, make_provider
@@ -260,7 +260,7 @@ def _claimed_lease(run_id: int) -> Lease:
 
 def _step(run_id: int, sequence: int) -> Step:
     entry = LogEntry(sequence, "message.assistant", {"text": "hi", "tool_calls": []}, run_id)
-    return Step(events=[entry], after=sequence - 1, run_update=RunUpdate(steps=sequence))
+    return Step(events=[entry], after=sequence - 1, rows=Rows(run_update=RunUpdate(turns=sequence)))
 
 
 def test_ops4_while_nobody_subscribed_a_step_leaves_the_outbox_out_but_not_a_new_webhook(staff):
@@ -282,7 +282,7 @@ def test_ops4_while_nobody_subscribed_a_step_leaves_the_outbox_out_but_not_a_new
     assert Subscribers.seen is True
     rows = WebhookDelivery.objects.filter(run_id=lease.run_id, event_type="message.assistant")
     assert list(rows.values_list("webhook_id", "sequence")) == [(done.pk, 4)]
-    assert Run.objects.get(pk=lease.run_id).steps == 4
+    assert Run.objects.get(pk=lease.run_id).turns == 4
     assert Event.objects.filter(run_id=lease.run_id, sequence__gte=2).count() == 3
 
 

@@ -220,7 +220,7 @@ def test_ops6_showing_a_card_decides_nothing(approver, approval):
 def test_tool4_uncertain_calls_are_listed_for_approvers_only(approver, initiator, approval):
     ToolInvocation.objects.create(
         run=approval,
-        step=9,
+        turn_index=9,
         call_id="call_lost",
         tool="test.external_write",
         tool_version="1",

@@ -35,8 +35,7 @@ from agentruns.runtime.state import (
     restore,
 )
 from agentruns.store import store
-from agentruns.store.records import Claim, Lease, Signals, Written
-from agentruns.store.rows import InvocationChange, NewInvocation, NewTicket, RunUpdate
+from agentruns.store.records import NO_ROWS, Claim, Lease, Rows, Signals, Written
 from agentruns.tools.mcp.pinned import sync_pinned
 from agentruns.tools.policy import (
     Mode,
@@ -91,24 +90,42 @@ class Viewed:
 
 
 @dataclass
+class Memos:
+    """What a drive computed from its log and the catalog and may reuse: never an
+    authority, each recomputed from them when stale. The log only grows within a drive
+    (`RunContext.committed`) and an event never changes once written, so:
+
+    - `config`: (catalog generation, the live configuration); stale once the executor's
+      generation moves on (`RunContext.config`).
+    - `view`: the log's view and its projection (`Viewed`), keyed by (generation, gate
+      enforcement) and of the log's first `view.events` events; stale when the key
+      changed, extended when only the log grew (`RunContext._viewed`).
+    - `tokens`: an event's tokens, keyed by (sequence, withheld, exact count or bytes):
+      never stale (compact.py `_event_tokens`).
+    - `call_ids`: (events read, the call ids their model turns proposed), LOOP-7's reuse
+      check: never stale, the events after the first ones read are read next (model_turn.py
+      `_earlier_call_ids`)."""
+
+    config: tuple[int, RuntimeConfig] | None = None
+    view: Viewed | None = None
+    tokens: dict[tuple[int, bool, bool], int] = field(default_factory=dict)
+    call_ids: tuple[int, set[str]] = field(default_factory=lambda: (0, set()))
+
+
+@dataclass
 class RunContext:
     """One claimed run as the actions see it. Only `commit`/`write` change the log, the state
-    and the invocations; the memos are caches an action may fill (tokens per event, the
-    configuration per generation, the active deferred tools per log length, the call ids
-    proposed so far). The lease and the claim never change; what does (the catalog
-    generation this executor knows, today's usage, the forced set once composed) lives
-    here, on the executor's thread."""
+    and the invocations; `memos` holds what the actions computed of them and may reuse
+    (`Memos`). The lease and the claim never change; what does (the catalog generation
+    this executor knows, today's usage, the forced set once composed) lives here, on the
+    executor's thread."""
 
     claim: Claim
     events: list[LogEntry] = field(default_factory=list)
     state: RunState = field(default_factory=RunState)
     next_sequence: int = 1
     invocations: dict[str, Invocation] = field(default_factory=dict)
-    token_memo: dict[tuple[int, bool, bool], int] = field(default_factory=dict)
-    # (events read, the call ids of their model turns): LOOP-7's reuse check.
-    call_ids_memo: tuple[int, set[str]] = field(default_factory=lambda: (0, set()))
-    config_memo: tuple[int, RuntimeConfig] | None = None
-    view_memo: Viewed | None = None
+    memos: Memos = field(default_factory=Memos)
     # The catalog generation this executor decided on last (CG-9, SEC-6).
     generation: int = 0
     # OPS-2: (UTC day, the configuration's tokens that day) as this run's last write that
@@ -168,10 +185,11 @@ class RunContext:
     @property
     def config(self) -> RuntimeConfig:
         """The live configuration: reloaded whenever the catalog generation moved on."""
-        memo = self.config_memo
+        memos = self.memos
+        memo = memos.config
         if memo is None or memo[0] != self.generation:
             config = runtime_config(self.lease.configuration_id, self.generation)
-            self.config_memo = memo = (self.generation, config)
+            memos.config = memo = (self.generation, config)
         return memo[1]
 
     def view(self) -> LogView:
@@ -208,20 +226,21 @@ class RunContext:
     def _viewed(self) -> Viewed:
         enforce = current_enforcement() is Enforcement.ENFORCE
         key = (self.generation, enforce)
-        known = self.view_memo
+        memos = self.memos
+        known = memos.view
         if known is not None and known.key == key and known.events == len(self.events):
             return known
         if known is not None and known.key == key and known.events < len(self.events):
             added = self.events[known.events :]
             view = extend_view(known.view, added, self.config, enforce=enforce)
             if view is not None:  # its effective entries extend the known ones
-                self.view_memo = Viewed(
+                memos.view = Viewed(
                     key, len(self.events), view, known.projection, known.projected, known.totals
                 )
-                return self.view_memo
+                return memos.view
         view = log_view(self.events, self.config, enforce=enforce)
-        self.view_memo = Viewed(key, len(self.events), view)
-        return self.view_memo
+        memos.view = Viewed(key, len(self.events), view)
+        return memos.view
 
     @property
     def mode(self) -> Mode:
@@ -253,38 +272,32 @@ class RunContext:
         *,
         checkpoints: Sequence[tuple[str, int | None]] = (),
         continuation: Any = None,
-        new_invocations: Sequence[NewInvocation] = (),
-        invocation_updates: Sequence[InvocationChange] = (),
-        run_update: RunUpdate | Callable[[], RunUpdate] | None = None,
-        new_tickets: Sequence[NewTicket] = (),
+        rows: Rows | Callable[[], Rows] = NO_ROWS,
         durable: bool = True,
         hold: bool = False,
     ) -> list[LogEntry]:
         """Events fenced by the lease, folded into the state, with the checkpoints taken
-        on the way and the step's row changes — written as one unit (journal.write), with
-        the step held before it if any; or, with `hold`, held itself. A `run_update`
-        given as a function is taken of the state with `items` folded in."""
+        on the way (`continuation`: the provider's data of a model turn among them) and
+        the step's `rows` — written as one unit (journal.write), with the step held before
+        it if any; or, with `hold`, held itself. `rows` given as a function are taken of
+        the state with `items` folded in (a run row's counters)."""
         written = [
             LogEntry.at(self.next_sequence + offset, item, self.lease.run_id)
             for offset, item in enumerate(items)
         ]
         snapshots = self._fold(written, checkpoints, continuation)
-        step = journal.Step(
-            events=written,
-            checkpoints=snapshots,
-            new_invocations=list(new_invocations),
-            invocation_updates=list(invocation_updates),
-            run_update=run_update() if callable(run_update) else run_update,
-            new_tickets=list(new_tickets),
-            after=self.next_sequence - 1,
-        )
+        changed = rows() if callable(rows) else rows
+        after = self.next_sequence - 1
+        step = journal.Step(events=written, checkpoints=snapshots, rows=changed, after=after)
         if hold:
-            redoable = not (durable or step.new_invocations or new_tickets or step.run_update)
+            redoable = not (
+                durable or changed.new_invocations or changed.new_tickets or changed.run_update
+            )
             assert redoable, "only a re-doable step"
             self.held = step if self.held is None else self.held.then(step)
             return written
         result = self._write(step, durable)
-        for row in new_invocations:
+        for row in changed.new_invocations:
             self.invocations[row.call_id] = Invocation(
                 result.invocations[row.call_id], row.tool_version, None
             )

@@ -36,10 +36,11 @@ def _event_tokens(ctx: RunContext, event: LogEntry, measure: Measure = message_t
     data = event.data
     withheld = isinstance(data, ev.ToolResult | ev.Compaction) and data.withheld
     key = (event.sequence, withheld, measure is message_tokens)
-    tokens = ctx.token_memo.get(key)
+    memo = ctx.memos.tokens
+    tokens = memo.get(key)
     if tokens is None:
         tokens = sum(measure(message) for message in project([event]))
-        ctx.token_memo[key] = tokens
+        memo[key] = tokens
     return tokens
 
 

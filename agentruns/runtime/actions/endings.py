@@ -30,6 +30,7 @@ from agentruns.runtime.state import (
     ProposedCall,
     Turn,
 )
+from agentruns.store.records import Rows
 from agentruns.store.rows import Ending, InvocationChange, NewTicket, RunUpdate
 from agentruns.store.transitions import (
     cancel_requester,
@@ -141,8 +142,9 @@ def _park(
             written = ctx.write(
                 opened,
                 checkpoints=((Checkpoint.Kind.SUSPENSION, None),),
-                run_update=_run_row(ctx, Run.Status.AWAITING),
-                new_tickets=written_tickets,
+                rows=lambda: Rows(
+                    run_update=_run_row(ctx, Run.Status.AWAITING), new_tickets=written_tickets
+                ),
             )
     if cancelled:
         return _cancelled(ctx)
@@ -171,7 +173,7 @@ def _cancel_landed(ctx: RunContext) -> bool:
 def release(ctx: RunContext) -> Outcome:
     """A worker shutting down hands the run back without spending an attempt."""
     with transaction.atomic():
-        written = ctx.write([], run_update=_run_row(ctx, Run.Status.QUEUED))
+        written = ctx.write([], rows=Rows(run_update=_run_row(ctx, Run.Status.QUEUED)))
         enqueue_wake(ctx.lease.run_id)
     ctx.committed(written)
     return Outcome.RELEASED
@@ -211,8 +213,10 @@ def finish(
         ctx.write,
         items,
         checkpoints=((Checkpoint.Kind.TERMINAL, None),),
-        invocation_updates=updates,
-        run_update=lambda: _run_row(ctx, status, Ending(final_reply, failure)),
+        rows=lambda: Rows(
+            invocation_updates=updates,
+            run_update=_run_row(ctx, status, Ending(final_reply, failure)),
+        ),
     )
     parent = delegated_by(ctx.events)
     if parent is None:
@@ -263,7 +267,7 @@ def _run_row(ctx: RunContext, status: str, ending: Ending | None = None) -> RunU
     return RunUpdate(
         status=status,
         ending=ending,
-        steps=ctx.state.turns,
+        turns=ctx.state.turns,
         tool_calls_used=ctx.state.tool_calls_used,
         last_sequence=ctx.state.last_sequence,
     )

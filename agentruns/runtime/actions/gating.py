@@ -20,6 +20,7 @@ from agentruns.runtime.config import carried_sources, forced_sources
 from agentruns.runtime.fork import carried_of, delegated_floor
 from agentruns.store import store
 from agentruns.store.connection import connection_given_back
+from agentruns.store.records import Rows
 from agentruns.store.rows import RunUpdate
 
 logger = logging.getLogger(__name__)
@@ -40,15 +41,12 @@ def compose(ctx: RunContext) -> None:
     items: Items = []
     if dropped:
         items.append(ev.SourcesDropped(tuple(d.as_dict() for d in dropped)).item())
-    ctx.commit(
-        items,
-        run_update=RunUpdate(
-            forced_snippet_ids=ctx.forced_snippet_ids,
-            forced_skill_ids=ctx.forced_skill_ids,
-            composed_at=timezone.now(),
-        ),
-        durable=False,
+    composed = RunUpdate(
+        forced_snippet_ids=ctx.forced_snippet_ids,
+        forced_skill_ids=ctx.forced_skill_ids,
+        composed_at=timezone.now(),
     )
+    ctx.commit(items, rows=Rows(run_update=composed), durable=False)
     ctx.composed = True
 
 

@@ -29,6 +29,7 @@ from agentruns.runtime.redaction import redact, redact_value
 from agentruns.runtime.state import ProposedCall
 from agentruns.runtime.storable import storable_reply, unstorable_arguments
 from agentruns.store import store
+from agentruns.store.records import Rows
 from agentruns.store.rows import NewInvocation
 from agentruns.tools.policy import (
     needs_human,
@@ -173,14 +174,15 @@ def _record_turn(
         for v in verdicts
         if v.status is not None
     ]
+    authorised = [_new_invocation(ctx, turn_index, c) for c in calls if c.id in granted]
     ctx.commit(
         [*redaction, turn.item(), *refusals],
-        new_invocations=[_new_invocation(ctx, turn_index, c) for c in calls if c.id in granted],
         checkpoints=(
             (Checkpoint.Kind.MODEL_RESPONSE, len(redaction) + 1),
             (Checkpoint.Kind.TOOL_PENDING, None),
         ),
         continuation=continuation,
+        rows=Rows(new_invocations=authorised),
         durable=False,
     )
     return None
@@ -234,11 +236,11 @@ def _reused_call_ids(ctx: RunContext, calls: list[ProposedCall]) -> set[str]:
 def _earlier_call_ids(ctx: RunContext) -> set[str]:
     """Every call id the thread's model turns proposed, each event read once per run
     rather than the whole log once per turn."""
-    read, seen = ctx.call_ids_memo
+    read, seen = ctx.memos.call_ids
     for event in ctx.events[read:]:
         if isinstance(turn := event.data, ev.AssistantMessage):
             seen.update(call.id for call in turn.tool_calls)
-    ctx.call_ids_memo = (len(ctx.events), seen)
+    ctx.memos.call_ids = (len(ctx.events), seen)
     return seen
 
 

@@ -20,6 +20,7 @@ from agentruns.runtime.actions.base import Outcome, RunContext
 from agentruns.runtime.actions.endings import boundary
 from agentruns.runtime.replay import answer, not_recorded
 from agentruns.runtime.state import ProposedCall, Turn
+from agentruns.store.records import Rows
 from agentruns.store.rows import InvocationChange
 
 
@@ -61,10 +62,9 @@ def _record(ctx: RunContext, result: ev.ToolResult) -> None:
     status = (
         ToolInvocation.Status.COMPLETED if result.status == ev.OK else ToolInvocation.Status.FAILED
     )
+    updates = [InvocationChange(invocation.pk, status, timezone.now())] if invocation else []
     ctx.commit(
         [result.item()],
-        invocation_updates=(
-            [InvocationChange(invocation.pk, status, timezone.now())] if invocation else []
-        ),
         checkpoints=((Checkpoint.Kind.TOOL_COMPLETED, None),),
+        rows=Rows(invocation_updates=updates),
     )

@@ -35,6 +35,7 @@ from agentruns.runtime.state import (
 from agentruns.runtime.storable import storable_output
 from agentruns.store import store
 from agentruns.store.connection import close_thread_connections, connection_given_back
+from agentruns.store.records import Rows
 from agentruns.store.rows import InvocationChange
 from agentruns.tools.builtin import wait_due
 from agentruns.tools.policy import (
@@ -282,15 +283,16 @@ def _run_transactional(ctx: RunContext, ready: Ready) -> None:
         output = run_tool(ready.tool, ready.call, ready.context, savepoint=True)
         written = ctx.write(
             _output_items(ready, output),
-            invocation_updates=[completion(ready.invocation.pk, output)],
             checkpoints=((Checkpoint.Kind.TOOL_COMPLETED, None),),
+            rows=Rows(invocation_updates=[completion(ready.invocation.pk, output)]),
         )
     ctx.committed(written)
 
 
 def _mark_effect_sent(ctx: RunContext, invocations: Sequence[Invocation]) -> None:
     now = timezone.now()
-    ctx.commit([], invocation_updates=effects.watermark([i.pk for i in invocations], now))
+    sent = effects.watermark([i.pk for i in invocations], now)
+    ctx.commit([], rows=Rows(invocation_updates=sent))
     for invocation in invocations:
         invocation.effect_sent_at = now
     faults.fault_point(faults.EFFECT_SENT)
@@ -336,8 +338,8 @@ def _record_output(ctx: RunContext, ready: Ready, output: ToolOutput, *, redoabl
     the call again is held for the next write (the audit before the next send)."""
     ctx.commit(
         _output_items(ready, output),
-        invocation_updates=[completion(ready.invocation.pk, output)],
         checkpoints=((Checkpoint.Kind.TOOL_COMPLETED, None),),
+        rows=Rows(invocation_updates=[completion(ready.invocation.pk, output)]),
         durable=not redoable,
         hold=redoable,
     )
@@ -357,8 +359,8 @@ def _record_result(
         updates.append(InvocationChange(invocation.pk, invocation_status, timezone.now()))
     ctx.commit(
         [ev.result_item(call.id, call.name, status, content)],
-        invocation_updates=updates,
         checkpoints=((Checkpoint.Kind.TOOL_COMPLETED, None),),
+        rows=Rows(invocation_updates=updates),
     )
 
 
