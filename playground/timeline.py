@@ -50,7 +50,7 @@ def timeline(run: Run, events: list[Event]) -> list[Row]:
 # Where the time between two consecutive events went, by the later one's type.
 TIME_OF = {ev.ASSISTANT: "model", ev.TOOL_RESULT: "tools", ev.TICKET_DECIDED: "people"}
 # The tickets nobody answers, by kind (DEL-1, SCHED-3); any other waits for people.
-NOBODYS = {Ticket.Kind.DELEGATION: "children", Ticket.Kind.TIMER: "timer"}
+NOBODYS: dict[str, str] = {Ticket.Kind.DELEGATION: "children", Ticket.Kind.TIMER: "timer"}
 TIME_LABELS = {
     "model": "Model",
     "tools": "Tools",
