@@ -514,8 +514,10 @@ DEMO_TRIGGER_SECRET = "demo-alert-secret-change-me"
 
 
 def load_demo_schedules() -> None:
-    """After the catalog and the users: the owner is the demo's member."""
-    owner = get_user_model().objects.get(username="member")
+    """After the catalog and the users: the owner is the demo's member, whom only a
+    superuser may name (SCHED-2), so the admin created both."""
+    users = get_user_model().objects
+    owner, admin = users.get(username="member"), users.get(username="admin")
     if not Schedule.objects.filter(name="morning-report").exists():
         Schedule.objects.create(
             name="morning-report",
@@ -525,6 +527,7 @@ def load_demo_schedules() -> None:
             timezone="Europe/Berlin",
             catch_up=Schedule.CatchUp.ONCE,
             owner=owner,
+            created_by=admin,
             active=False,
         )
     Trigger.objects.get_or_create(
@@ -532,6 +535,7 @@ def load_demo_schedules() -> None:
         defaults={
             "configuration": Configuration.objects.get(slug="approval-demo"),
             "owner": owner,
+            "created_by": admin,
             "secret": DEMO_TRIGGER_SECRET,
         },
     )

@@ -21,6 +21,7 @@ from django.shortcuts import redirect, render
 
 from agentruns.errors import AgentrunsError
 from agentruns.policy import may_use_playground
+from agentruns.selectors import preselected
 from agentruns.services.replays import (
     MAX_RUNS,
     REFUSED,
@@ -55,14 +56,16 @@ def replays(request: HttpRequest) -> HttpResponse:
     if request.method == "POST":
         return _start(request)
     runs = request.GET.get("runs", "")
+    choices = start_choices()
     return render(
         request,
         "playground/replays.html",
         {
             "replays": [_counted(replay_table(replay)) for replay in replays_of(request.user)],
             "runs": ", ".join(str(pk) for pk in (run_ids(runs) or [])),
-            "choices": start_choices(),
-            "candidate": request.GET.get("configuration", ""),
+            "choices": choices,
+            # UI-7: like the playground and "Start a run", one that works offline.
+            "candidate": request.GET.get("configuration") or preselected(choices),
             "max_runs": MAX_RUNS,
         },
     )

@@ -15,6 +15,7 @@ from django.utils.safestring import SafeString
 from agentruns.admin.ops import WriteOnlySecretMixin
 from agentruns.admin.record import RecordAdmin
 from agentruns.models import Schedule, ScheduleFiring, Trigger, TriggerFiring
+from agentruns.words import when
 
 SHOWN = 10
 
@@ -28,6 +29,8 @@ def _run_link(run_id: int | None) -> Any:
 
 
 def _table(rows: list[tuple[Any, ...]], empty: str) -> SafeString:
+    """Times in rows come as `words.when` puts them (UI-7): a bare datetime would print
+    as Python writes it."""
     if not rows:
         return format_html("<p>{}</p>", empty)
     body = format_html_join(
@@ -81,7 +84,7 @@ class ScheduleAdmin(OwnerMixin, admin.ModelAdmin):
         ]
         return _table(
             [
-                (row.due_at, _run_link(row.run_id), row.run.status if row.run else "—")
+                (when(row.due_at), _run_link(row.run_id), row.run.status if row.run else "—")
                 for row in rows
             ],
             "No run yet.",
@@ -90,7 +93,7 @@ class ScheduleAdmin(OwnerMixin, admin.ModelAdmin):
     @admin.display(description="Skips")
     def skips(self, obj: Schedule) -> SafeString:
         rows = obj.firings.filter(outcome=ScheduleFiring.Outcome.SKIPPED)[:SHOWN]
-        return _table([(row.due_at, row.reason) for row in rows], "No skips.")
+        return _table([(when(row.due_at), row.reason) for row in rows], "No skips.")
 
 
 @admin.register(Trigger)
@@ -104,7 +107,7 @@ class TriggerAdmin(WriteOnlySecretMixin, OwnerMixin, admin.ModelAdmin):
         rows = TriggerFiring.objects.filter(trigger=obj).select_related("run")[:SHOWN]
         return _table(
             [
-                (row.created_at, _run_link(row.run_id), row.run.status if row.run else "—")
+                (when(row.created_at), _run_link(row.run_id), row.run.status if row.run else "—")
                 for row in rows
             ],
             "No run yet.",

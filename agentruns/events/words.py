@@ -15,6 +15,7 @@ from agentruns.events.records import (
     Failure,
     RunCompleted,
     RunDelegated,
+    RunForked,
     RunReplayed,
     ToolResult,
     UserMessage,
@@ -99,6 +100,8 @@ def describe(event: Event) -> str:
             return f"approvers reminded: {event.kind} {event.tool}".strip()
         case RunCompleted():
             return event.final_reply[:SUMMARY_CHARS]
+        case RunForked():
+            return _forked(event)
         case RunDelegated():
             return f"delegated by run #{event.parent_run} ({event.parent_call_id})"
         case RunReplayed():
@@ -109,6 +112,18 @@ def describe(event: Event) -> str:
         case Failure():
             return (event.code or "") + " " + event.detail[:200]
     return json.dumps(event.to_payload())[:200]
+
+
+def _forked(event: RunForked) -> str:
+    origin = event.forked_from
+    carried = len(event.carried)
+    words = (
+        f"forked from run #{origin.get('run')} at event #{origin.get('at')} on "
+        f"{event.configuration}, carrying {carried} source{'' if carried == 1 else 's'}"
+    )
+    if event.floor:
+        words += f"; held to run #{event.floor.get('run')}'s floor ({event.floor.get('class')})"
+    return words
 
 
 def _decided(event: TicketDecided) -> str:
