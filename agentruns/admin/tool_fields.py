@@ -68,8 +68,7 @@ def mode_tool_choices(current: Iterable[str] = ()) -> list[Choice]:
 
 
 class ToolCheckboxes(forms.CheckboxSelectMultiple):
-    class Media:
-        css = {"all": ["agentruns/admin.css"]}
+    """Styled by agentruns/admin.css, which every admin page loads."""
 
     def __init__(self, attrs: dict[str, Any] | None = None, choices: Any = ()) -> None:
         super().__init__({"class": "tool-checklist", **(attrs or {})}, choices)
@@ -90,9 +89,6 @@ class ToolChecklist(forms.MultipleChoiceField):
 
 class ModesWidget(forms.Widget):
     template_name = "admin/agentruns/widgets/modes.html"
-
-    class Media:
-        css = {"all": ["agentruns/admin.css"]}
 
     def __init__(self, choices: Sequence[Choice] = (), attrs: dict[str, Any] | None = None):
         super().__init__(attrs)

@@ -5,10 +5,17 @@ from __future__ import annotations
 
 import re
 
+from django.contrib.auth import get_user_model
 from playwright.sync_api import expect
 
-from agentruns.demo import load_demo_data
-from agentruns.models import Configuration, Run, Snippet
+from agentruns.demo import (
+    load_demo_data,
+    load_demo_governance,
+    load_demo_schedules,
+    load_demo_users,
+)
+from agentruns.models import Configuration, Run, Snippet, Trigger, TriggerFiring
+from tests.support.runs import submit
 
 
 def test_a_forced_source_run_started_from_the_configuration_admin(
@@ -56,3 +63,34 @@ def test_ui7_tools_and_modes_are_edited_with_checkboxes_and_rows_without_javascr
     config.refresh_from_db()
     assert config.modes[-1] == {"name": "review", "tools": ["notes.read"], "deferred": []}
     assert [mode["name"] for mode in config.modes] == ["agent", "chat", "review"]
+
+
+WIDE_CHANGELISTS = ["triggerfiring", "schedule", "changerequest", "run"]
+
+
+def test_ui7_the_admins_tables_and_the_configurations_name_fit_1280_pixels(
+    transactional_db, page_as
+):
+    load_demo_data()
+    load_demo_users()
+    load_demo_schedules()
+    load_demo_governance()
+    admin = get_user_model().objects.get(username="admin")
+    trigger = Trigger.objects.get(slug="demo-alert")
+    TriggerFiring.objects.create(
+        trigger=trigger,
+        signature="23658a2d6effbac48cfb19707acf58179c62cdb10964a82f533126b2dd0a8d49",
+        signed_at=trigger.created_at,
+        run=submit(admin, "approval-demo", "Alert: disk full on db-1"),
+    )
+    page = page_as(admin)
+    for model in WIDE_CHANGELISTS:
+        page.goto(f"/admin/agentruns/{model}/")
+        results = page.locator("#changelist-form .results")
+        overflow = results.evaluate("e => e.scrollWidth - e.clientWidth")
+        assert overflow <= 0, f"{model}: the table is {overflow} px wider than its box"
+    incident = Configuration.objects.get(slug="incident-desk")
+    page.goto(f"/admin/agentruns/configuration/{incident.pk}/change/")
+    name = page.locator("#id_name")
+    expect(name).to_have_value("Incident desk (EU provider, global fallback)")
+    assert name.evaluate("e => e.scrollWidth <= e.clientWidth"), "the name is cut"
