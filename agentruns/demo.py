@@ -108,6 +108,7 @@ CONFIGURATIONS: list[dict[str, Any]] = [
     dict(
         slug="helpdesk",
         name="Helpdesk (global provider)",
+        example_task="A customer cannot sign in since this morning: what do we tell them?",
         provider="global-scripted",
         model="scripted-1",
         system_prompt="You are the helpdesk assistant.",
@@ -119,6 +120,7 @@ CONFIGURATIONS: list[dict[str, Any]] = [
     dict(
         slug="incident-desk",
         name="Incident desk (EU provider, global fallback)",
+        example_task="Summarise last night's incident for the report.",
         provider="eu-scripted",
         model="scripted-1",
         system_prompt="You investigate incidents.",
@@ -131,6 +133,7 @@ CONFIGURATIONS: list[dict[str, Any]] = [
     dict(
         slug="secure-desk",
         name="Secure desk (local provider)",
+        example_task="Summarise the merger plans for the board.",
         provider="local-scripted",
         model="scripted-1",
         system_prompt="You handle restricted material.",
@@ -161,6 +164,7 @@ CONFIGURATIONS: list[dict[str, Any]] = [
     dict(
         slug="multi-tool-demo",
         name="Multi-tool run (scripted)",
+        example_task="Write the standup note",
         provider="local-scripted",
         model="scripted-1",
         # Priced like a hosted model (per million tokens), so runs show a cost (OPS-1).
@@ -195,6 +199,7 @@ CONFIGURATIONS: list[dict[str, Any]] = [
     dict(
         slug="approval-demo",
         name="Asks approval before writing (scripted)",
+        example_task="Save a note on the incident: the cache was stale.",
         provider="local-scripted",
         model="scripted-1",
         system_prompt="You write incident notes.",
@@ -221,6 +226,7 @@ CONFIGURATIONS: list[dict[str, Any]] = [
     dict(
         slug="delegate-demo",
         name="Delegates two lookups to other agents at once (scripted)",
+        example_task="Triage the payments incident: who owns the service, where is its runbook?",
         provider="local-scripted",
         model="scripted-1",
         system_prompt="You triage incidents and hand lookups to the lookup agents.",
@@ -257,6 +263,7 @@ CONFIGURATIONS: list[dict[str, Any]] = [
     dict(
         slug="runbook-demo",
         name="Finds runbooks (scripted)",
+        example_task="Find the runbook of the payments service.",
         provider="local-scripted",
         model="scripted-1",
         system_prompt="You find the runbook of a service.",
@@ -272,6 +279,7 @@ CONFIGURATIONS: list[dict[str, Any]] = [
     dict(
         slug="lookup-demo",
         name="Looks things up and notes them, with approval (scripted)",
+        example_task="Find who owns the payments service and note it.",
         provider="local-scripted",
         model="scripted-1",
         system_prompt="You look up owners of services and note what you found.",
@@ -297,6 +305,7 @@ CONFIGURATIONS: list[dict[str, Any]] = [
     dict(
         slug="question-demo",
         name="Asks a typed question (scripted)",
+        example_task="Triage the incident and record how severe it is.",
         provider="local-scripted",
         model="scripted-1",
         system_prompt="You triage incidents.",
@@ -328,6 +337,7 @@ CONFIGURATIONS: list[dict[str, Any]] = [
     dict(
         slug="deferred-demo",
         name="Deferred tool catalog (scripted)",
+        example_task="Save a note on what you found; the notes tools are behind tool_search.",
         provider="local-scripted",
         model="scripted-1",
         system_prompt="You help with notes; more tools are behind tool_search.",
@@ -361,6 +371,7 @@ CONFIGURATIONS: list[dict[str, Any]] = [
     dict(
         slug="mcp-demo",
         name="Ticket tracker over MCP (scripted, local)",
+        example_task="Triage ticket T-1 and comment on it in the tracker.",
         provider="local-scripted",
         **TRACKER_DESK,
         script={
@@ -386,6 +397,7 @@ CONFIGURATIONS: list[dict[str, Any]] = [
     dict(
         slug="mcp-demo-global",
         name="Ticket tracker over MCP (scripted, global provider)",
+        example_task="Triage ticket T-1.",
         provider="global-scripted",
         **TRACKER_DESK,
         script={

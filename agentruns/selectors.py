@@ -289,8 +289,24 @@ def bounded_count(rows: QuerySet) -> tuple[int, bool]:
     return max(exact, estimate), False
 
 
-# UI-7: the task a new user's first click runs (the demo's multi-tool-demo completes it).
+# UI-7: the task a new user's first click runs (the demo's multi-tool-demo completes it),
+# and any configuration's that names none of its own.
 EXAMPLE_TASK = "Write the standup note"
+
+
+def example_task(configuration: Configuration | None) -> str:
+    return (configuration.example_task if configuration else "") or EXAMPLE_TASK
+
+
+def task_for(
+    typed: str | None, configuration: Configuration | None, among: Iterable[Configuration]
+) -> str:
+    """UI-7: the task box after a change of configuration. What the user typed stays; a
+    fresh form, or a box still holding the example of one of `among`, shows this
+    configuration's example (so its runs say what it is for)."""
+    if typed is None or typed in {example_task(c) for c in among}:
+        return example_task(configuration)
+    return typed
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """The tool playground (FS, UI-2, UI-3, UI-6): staff with `agentruns.use_playground` only
 (FS-5). The form is a plain POST; htmx refreshes the readout as boxes are ticked, and
 without JavaScript an "Update readout" button posts the form to show it (a POST, so the
-CSRF token never lands in a URL: UI-7)."""
+CSRF token never lands in a URL: UI-7). htmx posts the form to the readout for the same
+reason, and because the form carries the task, which is no URL's business either."""
 
 from __future__ import annotations
 
@@ -46,22 +47,24 @@ def playground(request: HttpRequest) -> HttpResponse:
     if request.POST.get("action") == "dry":
         dry = form.attempt(request, lambda s: run_dry(user=request.user, submission=s))
         if dry is not None:
-            context = {**form_context(form, request.POST), "dry": dry}
+            context = {**form_context(form, request.POST, as_typed=True), "dry": dry}
             return render(request, "playground/playground.html", context)
     else:
         run = form.start(request)
         if run is not None:
             messages.success(request, f"Run #{run.pk} started; it fills in below as it goes.")
             return redirect("playground:inspector", run_id=run.pk)
-    context = form_context(form, request.POST)
+    context = form_context(form, request.POST, as_typed=True)
     return render(request, "playground/playground.html", context, status=400)
 
 
 @playground_only
 def readout(request: HttpRequest) -> HttpResponse:
-    """The readout panel (and the mode list) for what is ticked now; htmx swaps it in."""
+    """The readout panel (and the mode list, and the task box when it held another
+    configuration's example) for what is ticked now; htmx posts the form and swaps it in."""
+    data = request.POST if request.method == "POST" else request.GET
     return render(
-        request, "playground/_playground_readout.html", form_context(PlaygroundForm(), request.GET)
+        request, "playground/_playground_readout.html", form_context(PlaygroundForm(), data)
     )
 
 

@@ -200,7 +200,7 @@ class ConfigurationAdmin(PlaygroundAdminMixin, GovernedAdmin):
     inlines = [SnippetInline, SkillInline, FallbackInline]
     readonly_fields = ["readout_panel"]
     fieldsets = [
-        (None, {"fields": ["slug", "name", "provider", "model", "active"]}),
+        (None, {"fields": ["slug", "name", "provider", "model", "example_task", "active"]}),
         ("Context", {"fields": ["system_prompt", "system_prompt_data_class", "readout_panel"]}),
         (
             "Tools and budgets",

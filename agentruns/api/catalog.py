@@ -179,6 +179,7 @@ class ConfigurationSerializer(serializers.ModelSerializer):
             "name",
             "provider",
             "model",
+            "example_task",
             "system_prompt",
             "system_prompt_data_class",
             "snippets",

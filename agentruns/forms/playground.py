@@ -15,11 +15,11 @@ from django.http import HttpRequest, QueryDict
 from agentruns.errors import AgentrunsError
 from agentruns.models import Configuration, Run, Skill, Snippet
 from agentruns.selectors import (
-    EXAMPLE_TASK,
     configuration_choices,
     configuration_readout,
     mode_names,
     preselected,
+    task_for,
 )
 from agentruns.services.runs import Submission, run_submit
 from agentruns.throttles import SUBMIT, throttle_check
@@ -82,9 +82,13 @@ def chosen(data: QueryDict, name: str) -> set[int]:
     return {int(v) for v in data.getlist(name) if v.isdigit()}
 
 
-def form_context(form: PlaygroundForm, data: QueryDict) -> dict[str, Any]:
+def form_context(
+    form: PlaygroundForm, data: QueryDict, *, as_typed: bool = False
+) -> dict[str, Any]:
     """The form's lists and the readout (CG-10) of exactly what this run would carry. A
-    fresh form preselects a configuration that works offline, with a task to run (UI-7)."""
+    fresh form preselects a configuration that works offline, with a task to run, and a
+    change of configuration brings its example task unless the user typed their own
+    (UI-7); `as_typed` keeps the task as posted (the form that ran or dry-ran it)."""
     configurations = list(
         Configuration.objects.filter(active=True).select_related("provider").order_by("slug")
     )
@@ -92,6 +96,7 @@ def form_context(form: PlaygroundForm, data: QueryDict) -> dict[str, Any]:
     slug = data.get("configuration") or preselected(choices)
     configuration = next((c for c in configurations if c.slug == slug), None)
     snippet_ids, skill_ids = chosen(data, "snippets"), chosen(data, "skills")
+    typed = data.get("task")
     context: dict[str, Any] = {
         "form": form,
         "choices": choices,
@@ -101,7 +106,8 @@ def form_context(form: PlaygroundForm, data: QueryDict) -> dict[str, Any]:
         "skills": Skill.objects.filter(active=True).order_by("slug"),
         "snippet_ids": snippet_ids,
         "skill_ids": skill_ids,
-        "task": data.get("task", EXAMPLE_TASK),
+        "task": (typed or "") if as_typed else task_for(typed, configuration, configurations),
+        "typed": typed,
         "mode": data.get("mode", ""),
         "modes": [],
         "readout": None,

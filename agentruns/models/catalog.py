@@ -204,6 +204,14 @@ class Configuration(models.Model):
         Provider, null=True, blank=True, on_delete=models.SET_NULL, related_name="configurations"
     )
     model = models.CharField(max_length=200, blank=True)
+    # UI-7: a task that shows what this configuration is for, so a run of it started from
+    # the playground does not read like every other configuration's.
+    example_task = models.CharField(
+        max_length=500,
+        blank=True,
+        help_text="The task the playground fills in for this configuration; "
+        "empty: the site's example.",
+    )
     system_prompt = models.TextField(blank=True)
     system_prompt_data_class = models.CharField(
         max_length=32, choices=DATA_CLASS_CHOICES, blank=True

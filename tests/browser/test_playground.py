@@ -9,7 +9,7 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from agentruns.demo import load_demo_data
-from agentruns.models import Run, Snippet
+from agentruns.models import Configuration, Run, Snippet
 from tests.support.catalog import openai_configuration
 from tests.support.fake_provider import FakeProvider
 from tests.support.runs import park
@@ -188,3 +188,17 @@ def test_ui7_a_waiting_runs_inspector_says_what_it_waits_for_and_how_it_updates(
     expect(reload if javascript else live).to_be_hidden()
     page.goto(f"/playground/runs/{approval.pk}/")
     expect(page.locator("[data-call]")).to_contain_text("Waiting for approval")
+
+
+def test_ui7_a_change_of_configuration_brings_its_example_task_unless_one_was_typed(
+    demo, page_as, staff
+):
+    page = page_as(staff)
+    page.goto("/playground/")
+    task, select = page.get_by_label("Task"), page.get_by_label("Configuration")
+    select.select_option("approval-demo")
+    expect(task).to_have_value(Configuration.objects.get(slug="approval-demo").example_task)
+    task.fill("Check the backups")
+    select.select_option("helpdesk")
+    expect(page.locator("#readout [data-configuration]")).to_contain_text("helpdesk")
+    expect(task).to_have_value("Check the backups")
