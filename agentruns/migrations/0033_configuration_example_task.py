@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('agentruns', '0031_del_sibling_tickets'),
+        ('agentruns', '0032_turn_names'),
     ]
 
     operations = [
