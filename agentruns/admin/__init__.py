@@ -21,7 +21,7 @@ from agentruns.admin import (  # noqa: F401  (MCP servers; webhooks, usage, audi
 from agentruns.admin.decisions import RunCancelAdminMixin, TicketDecisionAdminMixin
 from agentruns.admin.governance import GovernedAdmin
 from agentruns.admin.playground import PlaygroundAdminMixin
-from agentruns.admin.record import RecordAdmin, RecordInline
+from agentruns.admin.record import GateAuditColumns, RecordAdmin, RecordInline
 from agentruns.admin.tool_fields import ConfigurationAdminForm
 from agentruns.errors import AgentrunsError
 from agentruns.models import (
@@ -74,7 +74,8 @@ class ProviderAdminForm(forms.ModelForm):
 class ProviderAdmin(GovernedAdmin):
     kind = "provider"
     form = ProviderAdminForm
-    list_display = ["slug", "name", "kind", "trust_zone", "base_url", "api_key_env", "active"]
+    # UI-7: the key's variable is on the provider's page, so the list fits 1280 px.
+    list_display = ["slug", "name", "kind", "trust_zone", "base_url", "active"]
     list_filter = ["kind", "trust_zone", "active"]
     search_fields = ["slug", "name", "base_url"]
     prepopulated_fields = {"slug": ["name"]}
@@ -246,19 +247,7 @@ class ConfigurationAdmin(PlaygroundAdminMixin, GovernedAdmin):
 
 
 @admin.register(GateAudit)
-class GateAuditAdmin(RecordAdmin):
-    list_display = [
-        "created_at",
-        "configuration",
-        "run_id",
-        "verdict",
-        "enforcement",
-        "zone",
-        "ceiling",
-        "source_kind",
-        "source_name",
-        "data_class",
-    ]
+class GateAuditAdmin(GateAuditColumns, RecordAdmin):
     list_filter = ["verdict", "enforcement", "zone"]
     search_fields = ["configuration", "source_name"]
 
@@ -337,19 +326,26 @@ class RunEventInline(EventInline):
 class TicketAdmin(TicketDecisionAdminMixin, RecordAdmin):
     """A ticket changes only by a decision (TicketDecisionAdminMixin, through run_resume)."""
 
-    list_display = [
-        "correlation_id",
-        "run",
-        "kind",
-        "tool",
-        "status",
-        "deadline",
-        "resolved_by",
-        "origin",
-    ]
+    # UI-7: six columns fit 1280 px (kind and tool in one, status and who resolved it).
+    list_display = ["correlation", "run", "waits_for", "state", "deadline", "origin"]
     list_filter = ["status", "kind"]
     list_select_related = ["run"]
     readonly_fields = [*(field.name for field in Ticket._meta.fields), "origin"]
+
+    @admin.display(description="ticket", ordering="correlation_id")
+    def correlation(self, obj: Ticket) -> str:
+        """The correlation id's first group: the whole id wraps to five lines in a list,
+        and is on the ticket's page."""
+        return f"{str(obj.correlation_id)[:8]}…"
+
+    @admin.display(description="waits for", ordering="kind")
+    def waits_for(self, obj: Ticket) -> str:
+        return f"{obj.get_kind_display()} {obj.tool}".strip()
+
+    @admin.display(description="status", ordering="status")
+    def state(self, obj: Ticket) -> str:
+        status = obj.get_status_display()
+        return f"{status} by {obj.resolved_by}" if obj.resolved_by else status
 
     @admin.display(description="origin")
     def origin(self, obj: Ticket) -> str:
@@ -380,15 +376,9 @@ class TicketApprovalAdmin(RecordAdmin):
 
 @admin.register(ToolInvocation)
 class ToolInvocationAdmin(RecordAdmin):
-    list_display = [
-        "run",
-        "turn_index",
-        "call_id",
-        "tool",
-        "status",
-        "effect_sent_at",
-        "completed_at",
-    ]
+    # UI-7: the call's id is on the invocation's page (a hosted model's wraps to six lines
+    # in a list that fits 1280 px); its run, turn and tool name it here.
+    list_display = ["run", "turn_index", "tool", "status", "effect_sent_at", "completed_at"]
     list_filter = ["status", "tool"]
     readonly_fields = [field.name for field in ToolInvocation._meta.fields]
 

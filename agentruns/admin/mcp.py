@@ -93,10 +93,10 @@ class McpServerAdmin(GovernedAdmin):
     kind = "mcp_server"
     form = McpServerForm
     change_form_template = "admin/agentruns/mcpserver/change_form.html"
+    # UI-7: the transport is the filter's (the target says which: a URL or a command).
     list_display = [
         "slug",
         "name",
-        "transport",
         "target",
         "output_class",
         "effect",

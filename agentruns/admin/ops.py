@@ -13,7 +13,7 @@ from django.db.models import Max, Min, QuerySet
 from django.http import HttpRequest, StreamingHttpResponse
 
 from agentruns.admin.governance import GovernedAdmin
-from agentruns.admin.record import RecordAdmin, RecordInline
+from agentruns.admin.record import GateAuditColumns, RecordAdmin, RecordInline
 from agentruns.models import AuditRecord, DailyUsage, Webhook, WebhookAttempt, WebhookDelivery
 from agentruns.policy import may_export_audit, of_visible_threads
 from agentruns.services.audit import AuditFilter, audit_response
@@ -116,19 +116,13 @@ def _period(queryset: QuerySet[AuditRecord]) -> AuditFilter:
 
 
 @admin.register(AuditRecord)
-class AuditRecordAdmin(RecordAdmin):
+class AuditRecordAdmin(GateAuditColumns, RecordAdmin):
     """OPS-5 in the admin: select gate decisions and export the whole audit (decisions,
     approvals, denials, expiries, redactions, cancels) of the period they span. Whoever
     may export the audit sees all of it (`may_export_audit`)."""
 
-    list_display = [
-        "created_at",
-        "configuration",
-        "run_id",
-        "verdict",
-        "enforcement",
-        "source_name",
-    ]
+    # UI-7: what one selects a period by; each row's class and zone are on its page.
+    list_display = ["created_at", "configuration", "run_id", "decision", "source"]
     list_filter = ["verdict", "enforcement"]
     actions = ["export_csv", "export_jsonl"]
 

@@ -15,6 +15,8 @@ from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from agentruns.models import GateAudit
+
 
 class ReadOnly:
     """No Add, no Save, no Delete, whatever Django permission the viewer holds."""
@@ -47,3 +49,30 @@ class RecordInline(ReadOnly, admin.TabularInline):
 
     extra = 0
     can_delete = False
+
+
+class GateAuditColumns(admin.ModelAdmin):
+    """A gate decision's row in a list (CG-4, OPS-5) in six columns, so it fits a 1280 px
+    window (UI-7): the verdict carries its enforcement, the source its kind, and the class
+    the ceiling and zone it was weighed against. Each field is on the row's own page."""
+
+    list_display = ["created_at", "configuration", "run_id", "decision", "source", "weighed"]
+
+    @admin.display(description="verdict", ordering="verdict")
+    def decision(self, audit: GateAudit) -> str:
+        return f"{audit.verdict} ({audit.enforcement})"
+
+    @admin.display(description="source", ordering="source_name")
+    def source(self, audit: GateAudit) -> str:
+        return f"{words(audit.source_kind)} {audit.source_name}".strip() or "—"
+
+    @admin.display(description="class, ceiling (zone)", ordering="data_class")
+    def weighed(self, audit: GateAudit) -> str:
+        if not audit.zone:
+            return audit.data_class or "—"
+        return f"{audit.data_class or '—'}, {audit.ceiling} ({words(audit.zone)})"
+
+
+def words(label: str) -> str:
+    """`external_global` as the trust zone filters write it, and may wrap: "external global"."""
+    return label.replace("_", " ")

@@ -14,8 +14,18 @@ from agentruns.demo import (
     load_demo_schedules,
     load_demo_users,
 )
-from agentruns.models import Configuration, Run, Snippet, Trigger, TriggerFiring
-from tests.support.runs import submit
+from agentruns.models import (
+    Configuration,
+    GateAudit,
+    Run,
+    Schedule,
+    Snippet,
+    Ticket,
+    ToolInvocation,
+    Trigger,
+    TriggerFiring,
+)
+from tests.support.runs import park, prompt
 
 
 def test_a_forced_source_run_started_from_the_configuration_admin(
@@ -65,7 +75,18 @@ def test_ui7_tools_and_modes_are_edited_with_checkboxes_and_rows_without_javascr
     assert [mode["name"] for mode in config.modes] == ["agent", "chat", "review"]
 
 
-WIDE_CHANGELISTS = ["triggerfiring", "schedule", "changerequest", "run"]
+WIDE_CHANGELISTS = [
+    "triggerfiring",
+    "schedule",
+    "changerequest",
+    "run",
+    "gateaudit",
+    "ticket",
+    "toolinvocation",
+    "auditrecord",
+    "mcpserver",
+    "provider",
+]
 
 
 def test_ui7_the_admins_tables_and_the_configurations_name_fit_1280_pixels(
@@ -81,16 +102,66 @@ def test_ui7_the_admins_tables_and_the_configurations_name_fit_1280_pixels(
         trigger=trigger,
         signature="23658a2d6effbac48cfb19707acf58179c62cdb10964a82f533126b2dd0a8d49",
         signed_at=trigger.created_at,
-        run=submit(admin, "approval-demo", "Alert: disk full on db-1"),
+        run=park(admin, "approval-demo", "Alert: disk full on db-1"),
     )
+    # Rows as runs write them: gate audits, a parked run's ticket, tool invocations.
+    standup = prompt(admin, "multi-tool-demo", "Write the standup note")
+    mcp_demo_records(standup, admin)
+    morning = Schedule.objects.get(name="morning-report")
+    morning.active = True  # so its list shows a next run's date (no cluster starts it)
+    morning.save()
     page = page_as(admin)
+    overflows = {}
     for model in WIDE_CHANGELISTS:
         page.goto(f"/admin/agentruns/{model}/")
+        expect(page.locator("#result_list tbody tr").first).to_be_visible()
         results = page.locator("#changelist-form .results")
-        overflow = results.evaluate("e => e.scrollWidth - e.clientWidth")
-        assert overflow <= 0, f"{model}: the table is {overflow} px wider than its box"
+        overflows[model] = results.evaluate("e => e.scrollWidth - e.clientWidth")
+    wider = {model: px for model, px in overflows.items() if px > 0}
+    assert not wider, f"tables wider than their box, in px: {wider}"
     incident = Configuration.objects.get(slug="incident-desk")
     page.goto(f"/admin/agentruns/configuration/{incident.pk}/change/")
     name = page.locator("#id_name")
     expect(name).to_have_value("Incident desk (EU provider, global fallback)")
     assert name.evaluate("e => e.scrollWidth <= e.clientWidth"), "the name is cut"
+
+
+def mcp_demo_records(run: Run, user: object) -> None:
+    """The longest values `make run`'s MCP demo writes (MCP-4, MCP-5), on `run`: a result
+    withheld from a global zone, a hosted model's call id, an approval of an MCP tool."""
+    GateAudit.objects.create(
+        verdict="refused",
+        enforcement="observed",
+        configuration="mcp-demo-global",
+        run_id=run.pk,
+        zone="external_global",
+        ceiling="confidential",
+        source_kind="tool_result",
+        source_name="tracker.customer_lookup",
+        data_class="restricted",
+    )
+    ToolInvocation.objects.create(
+        run=run,
+        turn_index=12,
+        call_id="toolu_01A09q90qw90lq917835lq9",
+        tool="tracker.customer_lookup",
+        tool_version="1",
+        arguments_digest="0" * 64,
+        idempotency_key="1" * 64,
+        status=ToolInvocation.Status.COMPLETED,
+        effect_sent_at=run.created_at,
+        completed_at=run.created_at,
+    )
+    Ticket.objects.create(
+        run=run,
+        thread=run.thread,
+        snapshot_id="2" * 64,
+        catalog_fingerprint="3" * 64,
+        deadline=run.created_at,
+        kind=Ticket.Kind.TOOL_PERMISSION,
+        call_id="toolu_01A09q90qw90lq917835lq9",
+        tool="tracker.add_comment",
+        status=Ticket.Status.ANSWERED,
+        resolved_at=run.created_at,
+        resolved_by=user,
+    )
