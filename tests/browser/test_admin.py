@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 from django.contrib.auth import get_user_model
+from django.utils import timezone
 from playwright.sync_api import expect
 
 from agentruns.demo import (
@@ -24,6 +25,9 @@ from agentruns.models import (
     ToolInvocation,
     Trigger,
     TriggerFiring,
+    Webhook,
+    WebhookAttempt,
+    WebhookDelivery,
 )
 from tests.support.runs import park, prompt
 
@@ -86,6 +90,8 @@ WIDE_CHANGELISTS = [
     "auditrecord",
     "mcpserver",
     "provider",
+    "webhookdelivery",
+    "webhookattempt",
 ]
 
 
@@ -107,6 +113,7 @@ def test_ui7_the_admins_tables_and_the_configurations_name_fit_1280_pixels(
     # Rows as runs write them: gate audits, a parked run's ticket, tool invocations.
     standup = prompt(admin, "multi-tool-demo", "Write the standup note")
     mcp_demo_records(standup, admin)
+    webhook_records(standup, admin)
     morning = Schedule.objects.get(name="morning-report")
     morning.active = True  # so its list shows a next run's date (no cluster starts it)
     morning.save()
@@ -164,4 +171,32 @@ def mcp_demo_records(run: Run, user: object) -> None:
         status=Ticket.Status.ANSWERED,
         resolved_at=run.created_at,
         resolved_by=user,
+    )
+
+
+def webhook_records(run: Run, user: object) -> None:
+    """A delivery that gave up on an unreachable receiver (OPS-4), and its last attempt."""
+    webhook = Webhook.objects.create(
+        url="https://hooks.example.com/agentruns/events/incoming",
+        events=["ticket.created"],
+        secret="s" * 32,
+        created_by=user,
+    )
+    delivery = WebhookDelivery.objects.create(
+        webhook=webhook,
+        event_type="ticket.created",
+        run_id=run.pk,
+        thread_id=run.thread_id,
+        sequence=17,
+        event_created_at=timezone.now(),
+        status=WebhookDelivery.Status.FAILED,
+        attempts=8,
+        last_status_code=503,
+        withheld=["tool_result"],
+    )
+    WebhookAttempt.objects.create(
+        delivery=delivery,
+        status_code=503,
+        latency_ms=10023,
+        error="HTTPSConnectionPool(host='hooks.example.com', port=443): Read timed out.",
     )
