@@ -58,8 +58,7 @@ class OwnerMixin:
 
 @admin.register(Schedule)
 class ScheduleAdmin(OwnerMixin, admin.ModelAdmin):
-    # UI-7: no column of its own for `active`: an inactive schedule has no next run.
-    list_display = ["name", "configuration", "when", "owner", "next_run", "last_run"]
+    list_display = ["name", "configuration", "when", "owner", "active", "next_run_at", "last_run"]
     list_filter = ["active", "configuration"]
     search_fields = ["name"]
     readonly_fields = ["next_run_at", "last_runs", "skips", "created_by", "created_at"]
@@ -72,10 +71,6 @@ class ScheduleAdmin(OwnerMixin, admin.ModelAdmin):
         if obj.cron:
             return f"{obj.cron} ({obj.timezone})"
         return f"every {obj.interval_seconds} s"
-
-    @admin.display(description="Next run at", ordering="next_run_at", empty_value="inactive")
-    def next_run(self, obj: Schedule) -> Any:
-        return obj.next_run_at  # None exactly when inactive (Schedule.save)
 
     @admin.display(description="Last run")
     def last_run(self, obj: Schedule) -> Any:
