@@ -168,6 +168,11 @@ def _insert_given(
 ) -> str:
     """`_insert` of rows that hold exactly the columns a row sends (a typed row's `row()`)."""
     params.append(_json(rows))
+    return _insert_statement(name, model, columns)
+
+
+@cache
+def _insert_statement(name: str, model: Any, columns: tuple[str, ...]) -> str:
     return _insert_sql(name, model._meta.db_table, columns, _record_types(model, _given(columns)))
 
 

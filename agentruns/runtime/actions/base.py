@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import date
 from enum import StrEnum
+from functools import cached_property
 from typing import Any
 
 from django.db import IntegrityError
@@ -20,14 +21,15 @@ from agentruns.classes import Enforcement
 from agentruns.errors import Fenced
 from agentruns.events import LogEntry
 from agentruns.gate.audit import AuditRow, current_enforcement
-from agentruns.gate.core import Decision
+from agentruns.gate.core import Decision, Source
 from agentruns.models import Run
 from agentruns.providers.base import Message
 from agentruns.runtime import faults, journal
 from agentruns.runtime.compose import LogView, extend_view, log_view
 from agentruns.runtime.config import RuntimeConfig, runtime_config
 from agentruns.runtime.context import Projection, extend_projection, projection
-from agentruns.runtime.handback import delegated_by
+from agentruns.runtime.fork import carried_of, delegated_floor
+from agentruns.runtime.handback import Parent, delegated_by
 from agentruns.runtime.state import (
     ProposedCall,
     RunState,
@@ -177,20 +179,37 @@ class RunContext:
         """LOOP-6, DEL-3: the configuration's `max_tool_calls`, and for a child no more
         than its tree had left when it was delegated."""
         limit = self.config.max_tool_calls
-        parent = delegated_by(self.events)
+        parent = self.parent
         if parent is None or parent.tool_call_budget is None:
             return limit
         return min(limit, parent.tool_call_budget)
 
+    # What the thread's opening event says (its log's first event, which never changes):
+    # read once a drive, not once a turn.
+    @cached_property
+    def parent(self) -> Parent | None:
+        """DEL-1: the run that delegated this one, if any."""
+        return delegated_by(self.events)
+
+    @cached_property
+    def carried(self) -> tuple[dict[str, Any], ...]:
+        """FORK-1, DEL-2, GOV-4: the sources carried by identity from an original run."""
+        return carried_of(self.events)
+
+    @cached_property
+    def floor(self) -> tuple[Source, ...]:
+        """DEL-2: the floor of what a delegating parent had read, as a labelled source."""
+        return delegated_floor(self.events)
+
     @property
     def config(self) -> RuntimeConfig:
         """The live configuration: reloaded whenever the catalog generation moved on."""
-        memos = self.memos
-        memo = memos.config
-        if memo is None or memo[0] != self.generation:
-            config = runtime_config(self.lease.configuration_id, self.generation)
-            memos.config = memo = (self.generation, config)
-        return memo[1]
+        memo = self.memos.config
+        if memo is not None and memo[0] == self.generation:
+            return memo[1]
+        config = runtime_config(self.lease.configuration_id, self.generation)
+        self.memos.config = (self.generation, config)
+        return config
 
     def view(self) -> LogView:
         """What the log says the next send carries (`log_view`, the one recipe the dry run

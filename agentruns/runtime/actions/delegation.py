@@ -21,13 +21,12 @@ from agentruns import events as ev
 from agentruns.gate.core import DELEGATED, REPLY
 from agentruns.runtime.actions.base import RunContext
 from agentruns.runtime.actions.gating import sources
-from agentruns.runtime.handback import delegated_by
 from agentruns.runtime.state import ProposedCall
 from agentruns.store.delegation import child_create, configuration_active
 
 
 def depth_of(ctx: RunContext) -> int:
-    parent = delegated_by(ctx.events)
+    parent = ctx.parent
     return parent.depth if parent else 0
 
 

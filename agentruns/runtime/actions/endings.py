@@ -22,7 +22,6 @@ from agentruns.runtime.effects import close_open_calls
 from agentruns.runtime.handback import (
     child_class,
     child_result,
-    delegated_by,
     hand_back,
     lock_parent,
 )
@@ -218,7 +217,7 @@ def finish(
             run_update=_run_row(ctx, status, Ending(final_reply, failure)),
         ),
     )
-    parent = delegated_by(ctx.events)
+    parent = ctx.parent
     if parent is None:
         ctx.committed(ending())
         return Outcome(status)

@@ -17,7 +17,6 @@ from agentruns.gate.readout import verdict_label
 from agentruns.runtime.actions.base import Items, Outcome, RunContext
 from agentruns.runtime.actions.endings import finish_failed
 from agentruns.runtime.config import carried_sources, forced_sources
-from agentruns.runtime.fork import carried_of, delegated_floor
 from agentruns.store import store
 from agentruns.store.connection import connection_given_back
 from agentruns.store.records import Rows
@@ -55,8 +54,8 @@ def sources(ctx: RunContext) -> tuple[Source, ...]:
     carried by identity (RG-1, RG-2, FORK-1, DEL-2); a child's floor (DEL-2) and the
     labelled replies the send carries (CG-12)."""
     snippets, skills = forced_sources(ctx.forced_snippet_ids, ctx.forced_skill_ids, ctx.generation)
-    carried = carried_sources(carried_of(ctx.events), ctx.generation)
-    labelled = (*delegated_floor(ctx.events), *ctx.view().replies)
+    carried = carried_sources(ctx.carried, ctx.generation)
+    labelled = (*ctx.floor, *ctx.view().replies)
     return compose_sources(ctx.config.view, snippets, skills, carried, labelled)
 
 
