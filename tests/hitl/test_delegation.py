@@ -458,16 +458,7 @@ def test_a_parent_that_read_a_restricted_result_may_not_launder_it_through_a_chi
     by run N" and the result that set it, and the parent gets that as the call's error."""
     with FakeProvider() as fake:
         lookup = make_openai_configuration("lookup", fake, zone="external_global")
-        customer = {"name": "vault.customer_lookup", "arguments": {"customer": "C-7"}}
-        parent_config = scripted_configuration(
-            "triage",
-            [{"tool_calls": [customer]}, {"tool_calls": [delegate_call()]}, {"text": "triaged"}],
-            allowed_tools=["vault"],
-        )
-        parent_config.delegates.set([lookup])
-        parent = submit(staff, "triage")
-        assert execute_run(parent.pk) == Run.Status.AWAITING
-        child = child_of(parent)
+        parent, child = after_a_restricted_read(staff, lookup)
         assert execute_run(child.pk) == Run.Status.FAILED
         assert fake.requests == []
         child.refresh_from_db()
@@ -487,6 +478,21 @@ def test_a_parent_that_read_a_restricted_result_may_not_launder_it_through_a_chi
         assert result["status"] == ev.ERROR and "context_refused" in result["content"]
 
 
+def after_a_restricted_read(staff, delegate: Configuration) -> tuple[Run, Run]:
+    """A `triage` run that read a restricted result of `vault.customer_lookup`, then
+    delegated to `delegate` and parked on its child; and that child."""
+    customer = {"name": "vault.customer_lookup", "arguments": {"customer": "C-7"}}
+    parent_config = scripted_configuration(
+        "triage",
+        [{"tool_calls": [customer]}, {"tool_calls": [delegate_call()]}, {"text": "triaged"}],
+        allowed_tools=["vault"],
+    )
+    parent_config.delegates.set([delegate])
+    parent = submit(staff, "triage")
+    assert execute_run(parent.pk) == Run.Status.AWAITING
+    return parent, child_of(parent)
+
+
 def test_a_fork_or_a_replay_of_a_child_is_held_to_the_childs_floor_DEL_2_FORK_1_GOV_4(staff):
     """A child that failed before its first turn holds no labelled reply, only the task its
     parent's model wrote after reading a restricted result. Forked with a new prompt, or
@@ -496,16 +502,7 @@ def test_a_fork_or_a_replay_of_a_child_is_held_to_the_childs_floor_DEL_2_FORK_1_
     with FakeProvider() as fake:
         make_openai_configuration("outside", fake, zone="external_global")
         lookup = scripted_configuration("lookup", [{"error": {"status": 400, "message": "no"}}])
-        customer = {"name": "vault.customer_lookup", "arguments": {"customer": "C-7"}}
-        parent_config = scripted_configuration(
-            "triage",
-            [{"tool_calls": [customer]}, {"tool_calls": [delegate_call()]}, {"text": "triaged"}],
-            allowed_tools=["vault"],
-        )
-        parent_config.delegates.set([lookup])
-        parent = submit(staff, "triage")
-        assert execute_run(parent.pk) == Run.Status.AWAITING
-        child = child_of(parent)
+        parent, child = after_a_restricted_read(staff, lookup)
         assert execute_run(child.pk) == Run.Status.FAILED
         fork = run_fork(
             user=staff,

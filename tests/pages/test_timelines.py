@@ -46,25 +46,11 @@ def waited(staff) -> tuple[Run, datetime]:
     Ticket.objects.filter(run=run).update(deadline=deadline)
     assert ticket_expire_due() == 1
     assert execute_run(run.pk) == Run.Status.COMPLETED
-    # Spread the log over two minutes as a real wait would, event by event.
-    start = Run.objects.get(pk=run.pk).created_at
-    log = list(Event.objects.filter(run=run).order_by("sequence"))
-    dates = {
-        ev.USER: [0.0],
-        ev.ASSISTANT: [OPENED, ENDED],
-        ev.TICKET_OPENED: [OPENED],
-        ev.TICKET_REMINDED: [REMINDED],
-        ev.TICKET_DECIDED: [EXPIRED],
-        ev.TOOL_RESULT: [EXPIRED],
-        ev.RUN_COMPLETED: [ENDED],
-    }
+    log = spread(run, {ev.TICKET_REMINDED: [REMINDED]})
     assert [event.type for event in log] == [
         ev.USER, ev.ASSISTANT, ev.TICKET_OPENED, ev.TICKET_REMINDED, ev.TICKET_DECIDED,
         ev.TOOL_RESULT, ev.ASSISTANT, ev.RUN_COMPLETED,
     ]  # fmt: skip
-    for event in log:
-        dated = start + timedelta(seconds=dates[event.type].pop(0))
-        Event.objects.filter(pk=event.pk).update(created_at=dated)
     return run, deadline
 
 
@@ -139,9 +125,9 @@ def test_ui2_the_time_a_run_waits_on_its_timer_is_its_own_line_SCHED_3(client, s
     assert (split["people"], split["timer"]) == (EXPIRED - OPENED, 0)
 
 
-def spread(run: Run) -> list[Event]:
+def spread(run: Run, more: dict[str, list[float]] | None = None) -> list[Event]:
     """Date a run's log, one model turn parked on one ticket, over two minutes, as a real
-    wait would be; the log as dated."""
+    wait would be (`more`: the seconds of other event types); the log as dated."""
     start = Run.objects.get(pk=run.pk).created_at
     log = list(Event.objects.filter(run=run).order_by("sequence"))
     dates = {
@@ -151,6 +137,7 @@ def spread(run: Run) -> list[Event]:
         ev.TICKET_DECIDED: [EXPIRED],
         ev.TOOL_RESULT: [EXPIRED],
         ev.RUN_COMPLETED: [ENDED],
+        **(more or {}),
     }
     for event in log:
         event.created_at = start + timedelta(seconds=dates[event.type].pop(0))
