@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import User
 from django.utils import timezone
 from playwright.sync_api import expect
 
@@ -133,7 +134,7 @@ def test_ui7_the_admins_tables_and_the_configurations_name_fit_1280_pixels(
     assert name.evaluate("e => e.scrollWidth <= e.clientWidth"), "the name is cut"
 
 
-def mcp_demo_records(run: Run, user: object) -> None:
+def mcp_demo_records(run: Run, user: User) -> None:
     """The longest values `make run`'s MCP demo writes (MCP-4, MCP-5), on `run`: a result
     withheld from a global zone, a hosted model's call id, an approval of an MCP tool."""
     GateAudit.objects.create(
@@ -174,7 +175,7 @@ def mcp_demo_records(run: Run, user: object) -> None:
     )
 
 
-def webhook_records(run: Run, user: object) -> None:
+def webhook_records(run: Run, user: User) -> None:
     """A delivery that gave up on an unreachable receiver (OPS-4), and its last attempt."""
     webhook = Webhook.objects.create(
         url="https://hooks.example.com/agentruns/events/incoming",
