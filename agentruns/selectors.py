@@ -79,26 +79,43 @@ def configuration_readout(
     tools = granted(configuration)
     data = readout(view, sources, current_enforcement(), tools=tools)
     data["dropped"] = [item.as_dict() for item in dropped]
-    data["delegates"] = _delegate_rows(configuration, data["effective_class"])
+    data["delegates"] = _delegate_rows(
+        _delegates([configuration])[configuration.pk], data["effective_class"]
+    )
     return data
 
 
-def _delegate_rows(configuration: Configuration, effective: str) -> list[dict]:
-    """DEL-1, DEL-2: what each delegate may receive (its reachable ceiling) and whether a
+def _delegate_rows(delegates: Sequence[tuple[str, Any]], effective: str) -> list[dict]:
+    """DEL-1, DEL-2: what each delegate (slug, reachable zone) may receive and whether a
     child of it would be refused, its sends carrying this configuration's class."""
     floor = parse_class(effective)
-    rows = []
-    for delegate in configuration.delegates.select_related("provider"):
-        zone = reachable_zone(config_view(delegate))
-        rows.append(
-            {
-                "configuration": delegate.slug,
-                "zone": zone.label,
-                "ceiling": zone.ceiling.label,
-                "refused": floor is not None and floor > zone.ceiling,
-            }
+    return [
+        {
+            "configuration": slug,
+            "zone": zone.label,
+            "ceiling": zone.ceiling.label,
+            "refused": floor is not None and floor > zone.ceiling,
+        }
+        for slug, zone in delegates
+    ]
+
+
+def _delegates(configurations: Iterable[Configuration]) -> dict[int, list[tuple[str, Any]]]:
+    """Each configuration's delegates (by id) as (slug, reachable zone): all of them read
+    in one query, and their views in 3 more only when there are any (PERF-8)."""
+    by_id: dict[int, list[tuple[str, Any]]] = {c.pk: [] for c in configurations}
+    links = list(
+        Configuration.delegates.through.objects.filter(from_configuration__in=list(by_id))
+        .select_related("to_configuration__provider")
+        .order_by("to_configuration__slug")
+    )
+    views = config_views(link.to_configuration for link in links)
+    for link in links:
+        delegate = link.to_configuration
+        by_id[link.from_configuration_id].append(
+            (delegate.slug, reachable_zone(views[delegate.pk]))
         )
-    return rows
+    return by_id
 
 
 def run_sources(run: Run) -> tuple[ConfigView, list[Source]]:
@@ -237,16 +254,15 @@ def run_next_sends(runs: Sequence[Run], generation: int | None = None) -> dict[i
 def run_readout(run: Run) -> dict[str, Any]:
     """CG-10 for a run: the live configuration plus the run's forced set (RG-2), the
     labelled replies its next send carries (CG-12), its granted tools and the results
-    that send would withhold (MCP-4), and what each delegate may receive (DEL-1, DEL-2):
-    without them a delegating run's page said "No tools" above its agent.delegate calls."""
-    data = run_readouts([run])[run.pk]
-    data["delegates"] = _delegate_rows(run.configuration, data["effective_class"])
-    return data
+    that send would withhold (MCP-4), and what each delegate may receive (DEL-1, DEL-2)."""
+    return run_readouts([run])[run.pk]
 
 
 def run_readouts(runs: Iterable[Run]) -> dict[int, dict[str, Any]]:
     """`run_readout` of each run (by id), the configurations read in 3 queries together
-    (PERF-8: the inbox shows a readout on every card)."""
+    (PERF-8: the inbox shows a readout on every card), their delegates in one more
+    (without them a delegating run's page and inbox card said "No tools" above its
+    agent.delegate calls)."""
     runs = list(runs)
     views = config_views(run.configuration for run in runs)
     openings = _openings(runs)
@@ -255,6 +271,7 @@ def run_readouts(runs: Iterable[Run]) -> dict[int, dict[str, Any]]:
     configurations = {run.configuration_id: run.configuration for run in runs}
     tools = {pk: granted(c, generation) for pk, c in configurations.items()}
     next_sends = run_next_sends(runs, generation)
+    delegates = _delegates(configurations.values())
     out = {}
     for run in runs:
         view = views[run.configuration_id]
@@ -269,6 +286,8 @@ def run_readouts(runs: Iterable[Run]) -> dict[int, dict[str, Any]]:
             withheld=next_send.withheld,
             results=next_send.results,
         )
+        data = out[run.pk]
+        data["delegates"] = _delegate_rows(delegates[run.configuration_id], data["effective_class"])
     return out
 
 

@@ -8,6 +8,7 @@ import itertools
 import pytest
 
 from agentruns.models import Configuration
+from agentruns.selectors import run_readouts
 from tests.support.catalog import make_configuration, make_provider, make_snippet
 from tests.support.runs import submit
 
@@ -115,3 +116,5 @@ def test_a_delegating_runs_readout_grants_agent_delegate_on_every_door_DEL_1_DEL
         assert "<code>agent.delegate</code>" in page and "No tools" not in page, url
     readout = api.get(f"/api/runs/{run.pk}/").json()["readout"]
     assert [row["configuration"] for row in readout["delegates"]] == ["lookup"]
+    # The inbox's cards read theirs together (PERF-8): the same rows.
+    assert run_readouts([run])[run.pk]["delegates"] == readout["delegates"]
