@@ -9,10 +9,12 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from unittest import mock
 
 import pytest
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connection, connections
+from django.db.backends.base.base import BaseDatabaseWrapper
 
 from agentruns.models import Run
 from agentruns.runtime import faults
@@ -21,6 +23,8 @@ from agentruns.store.connection import (
     MostRecentFirstPool,
     _django_pools,
     close_thread_connections,
+    release_connection,
+    take_connection,
     this_connection,
     use_pool,
 )
@@ -129,3 +133,39 @@ def test_a_run_takes_its_connection_again_as_soon_as_its_provider_answers_perf6(
     with fault_hook(on_point):
         assert execute_run(run.pk) == Run.Status.COMPLETED
     assert held == [True, True]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_run_takes_its_pooled_connection_back_without_reconnecting_perf6(
+    pooled_process: None,
+) -> None:
+    """Taking the pooled connection again after each provider call is a checkout, not
+    Django's connect() (its autocommit setter and signals cost about a twentieth of an
+    executor's CPU a run): only the thread's first take connects."""
+    scripted_configuration("retaken", [{"tool_calls": [CLOCK]}, {"text": "done"}])
+    run = submit(runs_user(), "retaken")
+    close_thread_connections()
+    with mock.patch.object(
+        type(this_connection()), "connect", autospec=True, side_effect=BaseDatabaseWrapper.connect
+    ) as connect:
+        assert execute_run(run.pk) == Run.Status.COMPLETED
+    assert connect.call_count == 1
+    assert this_connection().connection is None  # given back when the drive ended
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_connection_given_back_mid_transaction_is_handed_out_in_autocommit_perf6(
+    pooled_process: None,
+) -> None:
+    """A thread that closed its connection inside a transaction left it out of
+    autocommit; the next checkout puts it back, as Django's connect() would."""
+    take_connection()
+    held = this_connection().connection
+    held.autocommit = False
+    release_connection()  # Django's wrapper still says autocommit: it is handed back
+    take_connection()
+    assert this_connection().connection is held
+    assert held.autocommit
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+    assert not held.info.transaction_status  # IDLE: nothing left open
