@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin, messages
+from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
@@ -95,8 +96,12 @@ class GovernedAdmin(HeldAdmin):
     def history_view(
         self, request: HttpRequest, object_id: str, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
-        """GOV-1: the versions, newest first, each with what changed and its diffs."""
-        obj = get_object_or_404(self.model, pk=object_id)
+        """GOV-1: the versions, newest first, each with what changed and its diffs. An id
+        that names no row (a missing one, or "x") is answered as Django's own history view
+        answers it: the admin's "doesn't exist" redirect, never a 500 (SEC-3)."""
+        obj = self.get_object(request, unquote(object_id))
+        if obj is None:
+            return super().history_view(request, object_id, extra_context)
         if not self.has_view_or_change_permission(request, obj):
             raise PermissionDenied
         opts = self.model._meta
