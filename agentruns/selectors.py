@@ -359,6 +359,28 @@ def preselected(choices: Sequence[ConfigurationChoice]) -> str:
     return next(iter(offline), choices[0].slug if choices else "")
 
 
+@dataclass(frozen=True)
+class StartForm:
+    """What a form that starts a run shows (UI-7): its configuration select, the
+    configuration selected, and the task box."""
+
+    choices: list[ConfigurationChoice]
+    configuration: Configuration | None
+    task: str
+
+
+def start_form(
+    configurations: Sequence[Configuration], *, slug: str | None, typed: str | None
+) -> StartForm:
+    """UI-7, the one rule of every start form (the playground's, the runs page's *Start a
+    run*): the configuration asked for, else one that works offline (`preselected`), and
+    its example task unless the user typed their own (`task_for`)."""
+    choices = configuration_choices(configurations)
+    slug = slug or preselected(choices)
+    configuration = next((c for c in configurations if c.slug == slug), None)
+    return StartForm(choices, configuration, task_for(typed, configuration, configurations))
+
+
 def mode_names(configuration: Configuration) -> list[str]:
     """DEF-1: the configuration's modes by name, its default first."""
     return [mode.name for mode in build_runtime_config(configuration).modes]

@@ -30,11 +30,10 @@ from agentruns.errors import AgentrunsError
 from agentruns.models import Configuration, Event, Run, Ticket
 from agentruns.policy import may_use_playground, visible_runs
 from agentruns.selectors import (
-    EXAMPLE_TASK,
     bounded_count,
     configuration_choices,
-    preselected,
     run_readout,
+    start_form,
     waiting_on,
 )
 from agentruns.services.fork import ForkRequest, run_fork
@@ -71,12 +70,12 @@ class RunPaginator(Paginator):
 
 @login_required
 def run_list(request: HttpRequest) -> HttpResponse:
-    choices = start_choices()
+    start = start_form(start_configurations(), slug=None, typed=None)
     context = _listed(request)
     context.update(
-        choices=choices,
-        preselected=preselected(choices),
-        example_task=EXAMPLE_TASK,
+        choices=start.choices,
+        preselected=start.configuration.slug if start.configuration else "",
+        task=start.task,
         statuses=Run.Status.values,
         configurations=Configuration.objects.order_by("slug").values_list("slug", flat=True),
         # GOV-4: the page's ended runs, for its "Replay these runs" link.
@@ -167,6 +166,20 @@ def run_start(request: HttpRequest) -> HttpResponse:
         return redirect("playground:runs")
     messages.success(request, f"Run #{run.pk} started.")
     return redirect("playground:run", run_id=run.pk)
+
+
+@login_required
+@require_POST
+def run_start_task(request: HttpRequest) -> HttpResponse:
+    """*Start a run*'s task box for the configuration now selected (UI-7, as the
+    playground's): htmx posts the form as the select changes (the task is no URL's
+    business)."""
+    start = start_form(
+        start_configurations(),
+        slug=request.POST.get("configuration"),
+        typed=request.POST.get("task"),
+    )
+    return render(request, "playground/_start_task.html", {"task": start.task})
 
 
 @login_required
@@ -274,11 +287,15 @@ def delegation_tree(viewer: Any, run: Run, events: list[Event]) -> list[TreeNode
     return tops
 
 
-def start_choices() -> list[Any]:
+def start_configurations() -> list[Configuration]:
     """The configurations a run may start on, a fork's included (FORK-2): active ones."""
-    return configuration_choices(
+    return list(
         Configuration.objects.filter(active=True).select_related("provider").order_by("slug")
     )
+
+
+def start_choices() -> list[Any]:
+    return configuration_choices(start_configurations())
 
 
 def visible_forks(user: Any, run: Run) -> list[Run]:

@@ -13,6 +13,7 @@ urlpatterns = [
     path("runs/", runs.run_list, name="runs"),
     path("runs/live/", runs.run_list_live, name="runs-live"),
     path("runs/start/", runs.run_start, name="run-start"),
+    path("runs/start/task/", runs.run_start_task, name="run-start-task"),
     path("runs/<int:run_id>/", runs.run_detail, name="run"),
     path("runs/<int:run_id>/live/", runs.run_live, name="run-live"),
     path("runs/<int:run_id>/fork/", runs.run_fork_page, name="run-fork"),

@@ -14,13 +14,7 @@ from django.http import HttpRequest, QueryDict
 
 from agentruns.errors import AgentrunsError
 from agentruns.models import Configuration, Run, Skill, Snippet
-from agentruns.selectors import (
-    configuration_choices,
-    configuration_readout,
-    mode_names,
-    preselected,
-    task_for,
-)
+from agentruns.selectors import configuration_readout, mode_names, start_form
 from agentruns.services.runs import Submission, run_submit
 from agentruns.throttles import SUBMIT, throttle_check
 from agentruns.words import field_errors, sentence
@@ -92,21 +86,23 @@ def form_context(
     configurations = list(
         Configuration.objects.filter(active=True).select_related("provider").order_by("slug")
     )
-    choices = configuration_choices(configurations)
-    slug = data.get("configuration") or preselected(choices)
-    configuration = next((c for c in configurations if c.slug == slug), None)
-    snippet_ids, skill_ids = chosen(data, "snippets"), chosen(data, "skills")
     typed = data.get("task")
+    start = start_form(configurations, slug=data.get("configuration"), typed=typed)
+    configuration = start.configuration
+    snippet_ids, skill_ids = chosen(data, "snippets"), chosen(data, "skills")
     context: dict[str, Any] = {
         "form": form,
-        "choices": choices,
+        "choices": start.choices,
         "configuration": configuration,
-        "needs": next((c.needs for c in choices if c.slug == slug), ""),
+        "needs": next(
+            (c.needs for c in start.choices if configuration and c.slug == configuration.slug),
+            "",
+        ),
         "snippets": Snippet.objects.filter(active=True).order_by("slug"),
         "skills": Skill.objects.filter(active=True).order_by("slug"),
         "snippet_ids": snippet_ids,
         "skill_ids": skill_ids,
-        "task": (typed or "") if as_typed else task_for(typed, configuration, configurations),
+        "task": (typed or "") if as_typed else start.task,
         "typed": typed,
         "mode": data.get("mode", ""),
         "modes": [],
