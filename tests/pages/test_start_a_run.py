@@ -1,6 +1,7 @@
 """UI-7: the runs page's *Start a run* follows the playground's one rule: the selected
 configuration's own example task (a fresh page: the preselected one's), and a change of
-configuration brings the new one's unless the user typed their own."""
+configuration brings the new one's unless the user typed their own. FS-5: anyone signed in
+may start a plain run, so the form stays in view once they have runs."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 
 from agentruns.demo import load_demo_data
 from agentruns.models import Configuration
+from agentruns.services.runs import Submission, run_submit
 
 pytestmark = pytest.mark.django_db
 
@@ -58,3 +60,11 @@ def test_ui7_the_select_asks_for_its_example_as_it_changes(client):
     select = re.search(r'<select name="configuration" id="id_start_configuration"[^>]*>', page)
     assert select and 'hx-post="/runs/start/task/"' in select.group(0)
     assert 'hx-target="#id_start_task"' in select.group(0)
+
+
+def test_fs5_a_member_with_runs_still_sees_start_a_run_unfolded(client, signed_in):
+    run_submit(user=signed_in, submission=Submission("helpdesk", "Reset my password"))
+    page = client.get("/runs/").content.decode()
+    start = page.index('id="start-title"')
+    assert "<details" not in page[:start]
+    assert 'action="/runs/start/"' in page[start:]
