@@ -34,7 +34,7 @@ from django.db.models import (
 from django.db.models.lookups import LessThanOrEqual
 from django.utils import timezone
 
-from agentruns.models import Configuration, Note, Replay, Run, Thread, Ticket
+from agentruns.models import ChangeRequest, Configuration, Note, Replay, Run, Thread, Ticket
 from agentruns.models.runs import sees_all_runs
 
 Row = TypeVar("Row", bound=Model)
@@ -408,6 +408,18 @@ WITHHELD_TEXT = "(text not shown: you may not view this record's text)"
 
 def may_decide_changes(user: Any) -> bool:
     return bool(user.is_authenticated and user.is_staff and user.has_perm(APPROVE_CHANGE))
+
+
+def pending_changes(user: Any) -> QuerySet[ChangeRequest]:
+    """GOV-3: the held changes an inbox shows: every pending one, to those who decide
+    changes (their own too, with why Approve is not theirs to press)."""
+    pending = ChangeRequest.objects.filter(status=ChangeRequest.Status.PENDING)
+    return pending if may_decide_changes(user) else pending.none()
+
+
+def decidable_changes(user: Any) -> QuerySet[ChangeRequest]:
+    """GOV-3: those of them `user` may decide: not their own (`self_approval`)."""
+    return pending_changes(user).exclude(requested_by=user)
 
 
 def visible_changes(user: Any, kind: str, changes: dict[str, list[Any]]) -> dict[str, list[Any]]:

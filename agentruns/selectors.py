@@ -37,7 +37,13 @@ from agentruns.gate.lookups import (
 )
 from agentruns.gate.readout import GrantedTool, readout
 from agentruns.models import Configuration, Event, Run, Skill, Snippet, Ticket, ToolInvocation
-from agentruns.policy import is_approver, routed_calls, visible_runs
+from agentruns.policy import (
+    answerable_tickets,
+    decidable_changes,
+    is_approver,
+    routed_calls,
+    visible_runs,
+)
 from agentruns.providers.base import Message
 from agentruns.runtime.compose import LogView, log_view, next_request
 from agentruns.runtime.config import build_runtime_config, runtime_config
@@ -289,6 +295,14 @@ def run_readouts(runs: Iterable[Run]) -> dict[int, dict[str, Any]]:
         data = out[run.pk]
         data["delegates"] = _delegate_rows(delegates[run.configuration_id], data["effective_class"])
     return out
+
+
+def inbox_count(user: Any) -> int:
+    """What the viewer's inbox holds for them to decide (HITL-9, GOV-3): the tickets they
+    may answer and the held catalog changes they may approve, in two statements however
+    many there are (PERF-8). The nav's badge, the home page's and the cards' poll all show
+    this one number."""
+    return answerable_tickets(user).count() + decidable_changes(user).count()
 
 
 EXACT_COUNT_UP_TO = 10_000

@@ -13,19 +13,15 @@ from django.shortcuts import redirect
 from django.views.decorators.http import require_POST
 
 from agentruns.errors import AgentrunsError
-from agentruns.models import ChangeRequest
-from agentruns.policy import may_decide_changes, visible_changes
+from agentruns.policy import may_decide_changes, pending_changes, visible_changes
 from agentruns.services.changes import change_request_approve, change_request_reject, text_diffs
 from agentruns.words import sentence
 
 
 def change_cards(user: Any) -> list[dict[str, Any]]:
     """The pending change requests, oldest first (the longest waiting on top)."""
-    if not may_decide_changes(user):
-        return []
-    pending = ChangeRequest.objects.filter(status=ChangeRequest.Status.PENDING)
     cards = []
-    for request in pending.select_related("requested_by").order_by("id")[:100]:
+    for request in pending_changes(user).select_related("requested_by").order_by("id")[:100]:
         changes = visible_changes(user, request.kind, request.changes)
         cards.append(
             {

@@ -7,11 +7,8 @@ from typing import Any
 
 from django.http import HttpRequest
 
-from agentruns.policy import answerable_tickets, may_use_playground
-
-
-def inbox_count(user: Any) -> int:
-    return answerable_tickets(user).count()
+from agentruns.policy import may_use_playground
+from agentruns.selectors import inbox_count
 
 
 def navigation(request: HttpRequest) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from agentruns.forms.decisions import ARGUMENTS, command_from_post, decision_con
 from agentruns.forms.questions import typed_fields
 from agentruns.models import Ticket
 from agentruns.policy import answerable_tickets, visible_tickets, with_access
-from agentruns.selectors import run_readout, run_readouts, uncertain_invocations
+from agentruns.selectors import inbox_count, run_readout, run_readouts, uncertain_invocations
 from agentruns.services.resume import run_resume
 from agentruns.throttles import RESUME, throttle_check
 from agentruns.words import decided_sentence, field_errors, sentence, ticket_outcome
@@ -62,10 +62,10 @@ def inbox(request: HttpRequest) -> HttpResponse:
 @poll
 def cards(request: HttpRequest) -> HttpResponse:
     """The polled list, under the page's filter (its query comes along); 204 while nothing
-    changed (htmx then swaps nothing). A new list carries the nav's count (every ticket,
-    not only the filtered) out of band: both come from this one answer."""
+    changed (htmx then swaps nothing). A new list carries the nav's count (everything to
+    decide, not only the filtered tickets) out of band: both come from this one answer."""
     context = _filtered_context(request, inbox_filter(request), request.path)
-    context["oob_count"] = answerable_tickets(request.user).count()
+    context["oob_count"] = inbox_count(request.user)
     return _partial(request, context)
 
 

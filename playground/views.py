@@ -14,8 +14,8 @@ from django.contrib.auth.views import LoginView, PasswordResetView
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
+from agentruns import selectors
 from agentruns.demo_accounts import demo_credentials
-from playground.context import inbox_count as count_for
 from playground.polls import poll, unchanged
 
 
@@ -27,7 +27,7 @@ def home(request: HttpRequest) -> HttpResponse:
 @poll
 def inbox_count(request: HttpRequest) -> HttpResponse:
     """The nav badge, polled by htmx with the count it shows: 204 while that holds."""
-    count = count_for(request.user)
+    count = selectors.inbox_count(request.user)
     if unchanged(request, str(count)):
         return HttpResponse(status=204)
     return render(request, "playground/_nav_count.html", {"count": count, "polls": True})
