@@ -200,7 +200,7 @@ def answer_errors(schema: dict[str, Any], value: Any) -> dict[str, list[str]]:
     outside the subset (a ticket written before SEC-7) is never run: every answer to it
     is refused, so its ticket ends by expiry or cancel instead of a 500."""
     if schema_problems(schema):
-        return {"": ["The question's schema is not one agentruns can check (SEC-7)."]}
+        return {"": ["The question's schema is not one agentruns can check."]}
     return field_errors(AnswerValidator(closed(schema)), value)
 
 

@@ -125,7 +125,7 @@ def checked_address(host: str, port: int) -> Address:
     for address in addresses:
         problem = address_problem(address)
         if problem:
-            raise TargetRefused(f"refused (SEC-9): {host} resolves to {problem}")
+            raise TargetRefused(f"refused: {host} resolves to {problem}")
     if not addresses:
         raise httpx.ConnectError(f"{host} could not be resolved")
     return addresses[0]
@@ -172,7 +172,7 @@ class PinnedTransport(httpx.BaseTransport):
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         url = request.url
         if url.scheme not in SCHEMES:
-            raise TargetRefused(f"refused (SEC-9): {url.scheme} is not http or https")
+            raise TargetRefused(f"refused: {url.scheme} is not http or https")
         if not host_allowed(url.host):
             address = checked_address(url.host, url.port or SCHEMES[url.scheme])
             if url.scheme == "https":

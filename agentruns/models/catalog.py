@@ -232,7 +232,7 @@ class Configuration(models.Model):
         symmetrical=False,
         blank=True,
         related_name="delegated_by",
-        help_text="Configurations this one may hand a task to with agent.delegate (DEL-1).",
+        help_text="Configurations this one may hand a task to with agent.delegate.",
     )
     allowed_tools = models.JSONField(
         default=list, blank=True, help_text="Tool names or groups this configuration grants."

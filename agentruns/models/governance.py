@@ -73,7 +73,7 @@ class ChangeRequest(models.Model):
 
     class Meta:
         ordering = ["-id"]
-        permissions = [("approve_change", "Can approve a held catalog change (GOV-3)")]
+        permissions = [("approve_change", "Can approve a held catalog change")]
         indexes = [
             models.Index(
                 fields=["created_at"],

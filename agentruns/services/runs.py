@@ -111,7 +111,7 @@ def _thread(user: User, thread_id: int, configuration: Configuration) -> Thread:
     if thread is None:
         raise InvalidRequest("Unknown thread.", fields={"thread": [f"Unknown thread {thread_id}."]})
     if not may_steer(user, thread):
-        raise NotPermitted("Only the thread's initiator may add a prompt to it (SEC-10).")
+        raise NotPermitted("Only the thread's initiator may add a prompt to it.")
     if thread.configuration_id != configuration.pk:
         raise InvalidRequest(
             "The thread belongs to another configuration.",
@@ -466,7 +466,7 @@ def thread_switch_mode(*, user: User, thread_id: int, mode: str) -> Thread:
     if thread is None:
         raise NotFound("No such thread.")
     if not may_steer(user, thread):
-        raise NotPermitted("Only the thread's initiator may switch its mode (SEC-10).")
+        raise NotPermitted("Only the thread's initiator may switch its mode.")
     check_mode(thread.configuration, mode)
     with transaction.atomic():
         # The thread row lock orders this check against a concurrent submission's append.

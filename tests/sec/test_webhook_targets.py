@@ -134,13 +134,13 @@ def test_sec9_a_row_written_earlier_is_refused_at_connect_time(staff):
     assert receiver.received == []
     attempt = only_attempt()
     assert attempt.status_code is None
-    assert attempt.error.startswith("refused (SEC-9): 127.0.0.1 resolves to 127.0.0.1 is a loop")
+    assert attempt.error.startswith("refused: 127.0.0.1 resolves to 127.0.0.1 is a loop")
 
 
 def test_sec9_a_scheme_other_than_http_is_refused_at_connect_time(staff):
     queue_one_delivery(staff, "ftp://files.example.com/x")
     webhook_deliver_due()
-    assert "refused (SEC-9)" in only_attempt().error
+    assert "refused: " in only_attempt().error
 
 
 class FakeDNS:

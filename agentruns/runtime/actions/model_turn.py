@@ -151,7 +151,7 @@ def _record_turn(
             ctx,
             "corrupt_history",
             f"The model reused call ids {', '.join(sorted(reused))}; a history pairing "
-            "them cannot exist (LOOP-7), so nothing was run.",
+            "them cannot exist, so nothing was run.",
         )
     redaction = ev.redacted("model_reply", redacted)
     verdicts, granted = _granted(ctx, calls, offered, unstorable) if calls else ([], [])

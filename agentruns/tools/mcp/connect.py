@@ -97,7 +97,7 @@ class PinnedAsyncTransport(httpx2.AsyncBaseTransport):
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         url = request.url
         if url.scheme not in SCHEMES:
-            raise httpx2.ConnectError(f"refused (SEC-9): {url.scheme} is not http or https")
+            raise httpx2.ConnectError(f"refused: {url.scheme} is not http or https")
         port = url.port or SCHEMES[url.scheme]
         if not mcp_exemptions().allows(url.host, port):
             try:
