@@ -6,7 +6,8 @@ from typing import Any, cast
 
 from django import forms
 from django.contrib import admin
-from django.db.models import QuerySet
+from django.contrib.admin.widgets import RelatedFieldWidgetWrapper
+from django.db.models import ManyToManyField, QuerySet
 from django.http import HttpRequest
 from django.template.loader import render_to_string
 from django.urls import reverse
@@ -236,6 +237,17 @@ class ConfigurationAdmin(PlaygroundAdminMixin, GovernedAdmin):
         ),
         ("Scripted provider", {"fields": ["script"], "classes": ["collapse"]}),
     ]
+
+    def formfield_for_dbfield(
+        self, db_field: Any, request: HttpRequest, **kwargs: Any
+    ) -> forms.Field | None:
+        """Delegates and approver groups are ticked from what exists: no "+" to add one
+        from here (beside a checkbox list it floated next to the first box)."""
+        field = super().formfield_for_dbfield(db_field, request, **kwargs)
+        many = isinstance(db_field, ManyToManyField)
+        if many and field is not None and isinstance(field.widget, RelatedFieldWidgetWrapper):
+            field.widget.can_add_related = False
+        return field
 
     @admin.display(description="Context readout")
     def readout_panel(self, obj: Configuration | None) -> SafeString | str:

@@ -218,3 +218,8 @@ class ConfigurationAdminForm(forms.ModelForm):
         widget = self.fields["modes"].widget
         assert isinstance(widget, ModesWidget)
         widget.choices = mode_tool_choices(listed)
+        # DEL-3: a configuration never delegates to itself; the list does not offer it.
+        delegates = self.fields["delegates"]
+        assert isinstance(delegates, forms.ModelMultipleChoiceField)
+        if stored.pk is not None and delegates.queryset is not None:
+            delegates.queryset = delegates.queryset.exclude(pk=stored.pk)

@@ -258,12 +258,19 @@ class Configuration(models.Model):
     )
     approval_timeout_seconds = models.PositiveIntegerField(default=24 * 3600)
     context_budget_tokens = models.PositiveIntegerField(default=32000)
-    require_second_approver = models.BooleanField(default=False)
+    # HITL-8: four-eyes, about who may approve; HITL-13's quorum is about how many.
+    require_second_approver = models.BooleanField(
+        default=False,
+        help_text="Four-eyes: whoever started a run may not approve its tool calls (they may "
+        "still deny them), so someone else must. How many people must approve is set "
+        "by Approvals required.",
+    )
     # HITL-13: how many distinct people must allow a call before it runs.
     approvals_required = models.PositiveSmallIntegerField(
         default=1,
         validators=[MinValueValidator(1), MaxValueValidator(5)],
-        help_text="Distinct approvers whose allow a tool call needs (1 to 5).",
+        help_text="How many different people must approve a tool call before it runs (1 to "
+        "5). With four-eyes on, the run's initiator never counts among them.",
     )
     # HITL-14, HITL-15: who decides this configuration's tickets (empty: every approver),
     # when they are reminded, and who is called in once 80 % of the deadline has passed.
