@@ -34,7 +34,7 @@ def inspector_context(run: Run) -> dict[str, Any]:
             "ceiling": next_send.ceiling.label,
             "system": system,
             "budget": {
-                "tool calls": f"{run.tool_calls_used} of {run.configuration.max_tool_calls}",
+                "tool calls": context["counters"]["tool calls"],
                 "model turns": f"{len(turns)} of {settings.AGENTRUNS_MAX_TURNS}",
             },
         }

@@ -11,6 +11,7 @@ without JavaScript).
 from __future__ import annotations
 
 import re
+from decimal import Decimal
 from typing import Any
 
 from django.contrib import messages
@@ -30,6 +31,7 @@ from agentruns.services.replays import (
     replay_table,
     replays_of,
 )
+from agentruns.services.usage import Usage, money
 from agentruns.throttles import SUBMIT, throttle_check
 from agentruns.words import field_errors, sentence
 from playground.runs import start_choices
@@ -107,4 +109,14 @@ def replay(request: HttpRequest, replay_id: int) -> HttpResponse:
         found = replay_get(user=request.user, replay_id=replay_id)
     except AgentrunsError as error:
         raise Http404(sentence(error)) from error
-    return render(request, "playground/replay.html", {"replay": replay_table(found)})
+    table = replay_table(found)
+    candidate = found.configuration
+    prices = candidate.input_token_price, candidate.output_token_price
+    for row in table["results"]:
+        # OPS-1: the candidate's cost as people read it ("not priced" without prices).
+        row["cost_text"] = Usage(
+            cost=Decimal(row["usage"]["cost"]), has_prices=any(prices)
+        ).cost_text
+        if row["original_usage"]:
+            row["original_cost"] = money(Decimal(row["original_usage"]["cost"]))
+    return render(request, "playground/replay.html", {"replay": table})

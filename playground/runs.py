@@ -250,7 +250,7 @@ def live_context(run: Run, *, viewer: Any = None) -> dict[str, Any]:
             "events": len(events),
             "model turns": counts.get(ev.ASSISTANT, 0),
             "tool results": counts.get(ev.TOOL_RESULT, 0),
-            "tool calls used": f"{run.tool_calls_used} of {run.configuration.max_tool_calls}",
+            "tool calls": tool_call_budget(run, events),
             "attempts": run.attempts,
         },
         "usage": run_usage(run),
@@ -260,6 +260,15 @@ def live_context(run: Run, *, viewer: Any = None) -> dict[str, Any]:
         "events": events,
         "tree": delegation_tree(viewer, run, events) if viewer is not None else [],
     }
+
+
+def tool_call_budget(run: Run, events: list[Event]) -> str:
+    """LOOP-6 in words that agree with the timeline: the budget counts the calls granted
+    (a delegated tree's included) and never a refused one, so those are named beside it."""
+    results = [ev.parse(e.type, e.payload) for e in events if e.type == ev.TOOL_RESULT]
+    refused = len([r for r in results if isinstance(r, ev.ToolResult) and r.status == ev.REFUSED])
+    granted = f"{run.tool_calls_used} of {run.configuration.max_tool_calls} granted"
+    return f"{granted}, {refused} refused" if refused else granted
 
 
 @dataclass

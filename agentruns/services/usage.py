@@ -35,11 +35,23 @@ def token_cost(
     return cost.quantize(Decimal("0.000001"))
 
 
+NOT_PRICED = "not priced"
+
+
+def money(amount: Decimal) -> str:
+    """A cost as people read it: cents at least, then only the places that say something
+    (0.00015, 1.50, 12.00), never the six trailing zeros the API keeps."""
+    whole, _, places = f"{amount.normalize():f}".partition(".")
+    return f"{whole}.{places.ljust(2, '0')}"
+
+
 @dataclass(frozen=True)
 class Usage:
     input_tokens: int = 0
     output_tokens: int = 0
     cost: Decimal = Decimal("0")
+    # False when the configuration names no price: its cost is unknown, not nothing.
+    has_prices: bool = True
 
     @property
     def currency(self) -> str:
@@ -47,8 +59,13 @@ class Usage:
         return str(settings.AGENTRUNS_CURRENCY)
 
     @property
+    def amount(self) -> str:
+        """The cost for a page: `money`, or "not priced"."""
+        return money(self.cost) if self.has_prices else NOT_PRICED
+
+    @property
     def cost_text(self) -> str:
-        return f"{self.cost} {self.currency}"
+        return f"{self.amount} {self.currency}" if self.has_prices else NOT_PRICED
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -61,13 +78,9 @@ class Usage:
 
 def priced(input_tokens: int, output_tokens: int, configuration: Any) -> Usage:
     """Tokens priced with the configuration's prices (a run's, a day's or one turn's)."""
-    cost = token_cost(
-        input_tokens,
-        output_tokens,
-        configuration.input_token_price,
-        configuration.output_token_price,
-    )
-    return Usage(input_tokens, output_tokens, cost)
+    prices = configuration.input_token_price, configuration.output_token_price
+    cost = token_cost(input_tokens, output_tokens, *prices)
+    return Usage(input_tokens, output_tokens, cost, has_prices=any(prices))
 
 
 def turn_usage(turn: ev.AssistantMessage, configuration: Any) -> Usage:

@@ -228,8 +228,9 @@ def test_ops1_the_run_admin_shows_usage_and_cost(staff, django_user_model):
     client = Client()
     client.force_login(root)
     page = client.get(f"/admin/agentruns/run/{run_id}/change/").content.decode()
-    expected = f"{used.input_tokens} input + {used.output_tokens} output tokens = {used.cost}"
+    expected = f"{used.input_tokens} input + {used.output_tokens} output tokens = {used.cost_text}"
     assert used.cost == used.input_tokens and expected in page
+    assert used.cost_text == f"{used.input_tokens}.00 USD"
 
 
 def test_ops1_prices_and_the_limit_are_edited_on_the_configuration(staff, django_user_model):
