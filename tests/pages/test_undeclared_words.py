@@ -41,3 +41,20 @@ def test_tz1_an_inbox_card_explains_an_undeclared_gate(client, member):
     client.force_login(member)
     card = client.get(f"/inbox/{ticket.correlation_id}/").content.decode()
     assert "no source declares a data class, so nothing is held against the ceiling" in card
+
+
+ADVICE = "Give the configuration, its snippets and skills a data class"
+
+
+def test_tz1_the_advice_to_declare_classes_goes_only_to_who_can_change_configurations(
+    client, staff, member
+):
+    run = park(member, "question-demo")
+    client.force_login(member)
+    page = client.get(f"/runs/{run.pk}/").content.decode()
+    assert "means no source of this send declares a data class" in page
+    assert ADVICE not in page and "(in the admin)" not in page
+
+    own = park(staff, "question-demo")
+    client.force_login(staff)  # keeps the catalog: may change configurations
+    assert ADVICE in client.get(f"/runs/{own.pk}/").content.decode()
