@@ -52,7 +52,10 @@ class PlaygroundAdminMixin(admin.ModelAdmin):
         if submitting:
             run = form.start(request)
             if run is not None:
-                messages.success(request, f"Run #{run.pk} started with the forced sources.")
+                submission = form.submission()
+                forced = submission.forced_snippets or submission.forced_skills
+                how = "with the forced sources" if forced else "without forced sources"
+                messages.success(request, f"Run #{run.pk} started {how}.")
                 return redirect(reverse("playground:inspector", args=[run.pk]))
         ctx = form_context(form, data)
         context = {

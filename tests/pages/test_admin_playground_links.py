@@ -64,3 +64,19 @@ def test_an_empty_task_in_the_admin_form_is_explained(client, staff, helpdesk):
     ).content.decode()
     assert "Give the task to run." in page
     assert not Run.objects.exists()
+
+
+def test_fs5_the_admins_message_says_whether_sources_were_forced(client, staff, helpdesk):
+    client.force_login(grant_admin_of_configurations(staff))
+    url = f"/admin/agentruns/configuration/{helpdesk.pk}/run/"
+    changelog = Snippet.objects.get(slug="changelog")
+
+    plain = client.post(url, {"task": "Plain", "action": "run"}, follow=True).content.decode()
+    forced = client.post(
+        url, {"task": "Forced", "action": "run", "snippets": [changelog.pk]}, follow=True
+    ).content.decode()
+
+    first, second = Run.objects.order_by("id")
+    assert f"Run #{first.pk} started without forced sources." in plain
+    assert f"Run #{second.pk} started with the forced sources." in forced
+
