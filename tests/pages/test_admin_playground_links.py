@@ -3,6 +3,8 @@ form and services as the playground."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from agentruns.demo import load_demo_data
@@ -80,3 +82,17 @@ def test_fs5_the_admins_message_says_whether_sources_were_forced(client, staff, 
     assert f"Run #{first.pk} started without forced sources." in plain
     assert f"Run #{second.pk} started with the forced sources." in forced
 
+
+def test_ui7_the_admin_forms_run_and_update_readout_are_one_kind_of_button(
+    client, staff, helpdesk
+):
+    client.force_login(grant_admin_of_configurations(staff))
+    page = client.get(f"/admin/agentruns/configuration/{helpdesk.pk}/run/").content.decode()
+    row = page[page.index('<div class="submit-row">') :]
+    row = row[: row.index("</div>")]
+    buttons = re.findall(r'<(\w+) type="submit"[^>]*class="([^"]*)"[^>]*>\s*([^<]*)<', row)
+    assert [(tag, label) for tag, _, label in buttons] == [
+        ("button", "Run"),
+        ("button", "Update readout"),
+    ]
+    assert all("button" in classes.split() for _, classes, _ in buttons)
