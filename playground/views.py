@@ -8,9 +8,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from django.conf import settings
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.forms import PasswordResetForm
-from django.contrib.auth.views import LoginView, PasswordResetView
+from django.contrib.auth.views import LoginView, LogoutView, PasswordResetView
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
@@ -38,6 +39,15 @@ class SignIn(LoginView):
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         return {**super().get_context_data(**kwargs), "demo_users": demo_credentials()}
+
+
+class SignOut(LogoutView):
+    """Django's logout; the sign-in page it leads to then says it happened."""
+
+    def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        response = super().post(request, *args, **kwargs)
+        messages.success(request, "You are signed out.")
+        return response
 
 
 class SitePasswordResetForm(PasswordResetForm):
