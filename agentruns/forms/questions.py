@@ -41,6 +41,16 @@ class Control:
     children: tuple[Control, ...] = ()
     value: Any = ""
     errors: tuple[str, ...] = ()
+    title: str = ""  # the schema's `title`, if it gives one
+
+    @property
+    def caption(self) -> str:
+        """What the label says: the schema's title, else the property's name made readable
+        ("due_date" → "Due date"). UI-3 finds a control by its property's name, so that
+        stays in the label, in brackets, whenever these words do not already say it."""
+        words = self.title or self.label.replace("_", " ").strip()
+        words = words[:1].upper() + words[1:] if words else self.label
+        return words if self.label.lower() in words.lower() else f"{words} ({self.label})"
 
     @property
     def dom_id(self) -> str:
@@ -100,7 +110,8 @@ def _control(
         "path": path,
         "label": name,
         "required": required,
-        "description": str(spec.get("description") or spec.get("title") or ""),
+        "description": str(spec.get("description") or ""),
+        "title": str(spec.get("title") or "").strip(),
         "errors": tuple(errors.get(path, ())),
     }
     if kind == "object":

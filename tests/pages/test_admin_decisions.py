@@ -108,7 +108,7 @@ def test_hitl6_a_typed_answer_from_the_admin_is_checked_by_the_schema(admin_clie
     run = park(member, "admq")
     ticket = active_ticket(run.pk)
     html = page(admin_client.get(f"/admin/agentruns/ticket/{ticket.pk}/change/"))
-    assert f'<label for="q-{ticket.correlation_id}-value__hours">hours' in html
+    assert f'<label for="q-{ticket.correlation_id}-value__hours">Hours' in html
     assert ">Answer</button>" in html
     data = {**identity(ticket), "kind": "input", "value.hours": "100"}
     refused = page(admin_client.post(decide_url(ticket), data, follow=True))

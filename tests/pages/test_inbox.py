@@ -176,9 +176,9 @@ def test_ui3_a_question_is_a_form_with_one_control_per_property(initiator, quest
     html = signed_in(initiator).get(f"/inbox/{ticket.correlation_id}/").content.decode()
     cid = ticket.correlation_id
     assert "How bad?" in html
-    assert f'<label for="q-{cid}-value__severity">severity' in html
+    assert f'<label for="q-{cid}-value__severity">Severity' in html
     assert re.search(rf'<select id="q-{cid}-value__severity" name="value\.severity"', html)
-    assert f'<label for="q-{cid}-value__hours">hours</label>' in html
+    assert f'<label for="q-{cid}-value__hours">Hours</label>' in html
     assert re.search(r'type="number"[^>]*name="value\.hours"[^>]*min="0"[^>]*max="72"', html)
     assert ">Answer</button>" in html
 
@@ -197,9 +197,9 @@ def test_ui2_a_nested_object_is_a_fieldset_of_its_own_controls(initiator, questi
     Ticket.objects.filter(pk=ticket.pk).update(schema=nested)
     html = signed_in(initiator).get(f"/inbox/{ticket.correlation_id}/").content.decode()
     fieldset = html[html.index('<fieldset class="answer-group">') : html.index("</fieldset>")]
-    assert "<legend>owner</legend>" in fieldset
+    assert "<legend>Owner</legend>" in fieldset
     cid = ticket.correlation_id
-    assert f'<label for="q-{cid}-value__owner__name">name' in fieldset
+    assert f'<label for="q-{cid}-value__owner__name">Name' in fieldset
     assert re.search(rf'<input type="checkbox" id="q-{cid}-value__owner__urgent"', fieldset)
 
 

@@ -105,3 +105,23 @@ def test_ui3_a_property_name_that_is_no_html_id_still_gets_a_working_label():
     [control] = controls(schema)
     assert control.label == 'due "date"' and control.name == 'value.due "date"'
     assert control.dom_id == "value__due__date_"
+
+
+def test_ui3_a_control_is_captioned_by_the_schemas_title_else_its_name_made_readable():
+    schema = {
+        "type": "object",
+        "properties": {
+            "severity": {"type": "string", "enum": ["low", "high"]},
+            "due_date": {"type": "string"},
+            "hours": {"type": "integer", "title": "Hours of downtime", "description": "Best guess"},
+            "eta": {"type": "string", "title": "When it is back"},
+        },
+    }
+    shown = by_label(controls(schema))
+    assert shown["severity"].caption == "Severity"
+    assert shown["hours"].caption == "Hours of downtime"
+    assert shown["hours"].description == "Best guess"  # the help under the label
+    # UI-3 finds a control by its property's name: kept when the words do not say it.
+    assert shown["due_date"].caption == "Due date (due_date)"
+    assert shown["eta"].caption == "When it is back (eta)"
+    assert shown["eta"].description == ""  # the title is the caption, not repeated as help
