@@ -10,7 +10,7 @@ from playwright.sync_api import expect
 
 from agentruns.bench.workload import allow_as_shown
 from agentruns.demo import load_demo_data
-from agentruns.models import Run, Ticket
+from agentruns.models import Configuration, Run, Ticket
 from agentruns.runtime.loop import execute_run
 from agentruns.services.resume import run_resume
 from agentruns.services.runs import Submission, run_submit
@@ -119,3 +119,21 @@ def test_hitl9_ui7_on_the_inbox_the_count_and_the_cards_change_together(
     expect(page.locator("[data-ticket]")).to_have_count(0)
     expect(page.locator("#nav-inbox-count")).to_have_text("0")
     assert page.evaluate("window.__disagreed") == []
+
+
+def test_ui7_start_a_run_brings_the_chosen_configurations_example_task(
+    transactional_db, page_as, member
+):
+    """As on the playground: a change of configuration brings its example task over htmx,
+    and a task the member typed stays."""
+    load_demo_data()
+    page = page_as(member)
+    page.goto("/runs/")
+    task = page.get_by_label("Task", exact=True)
+    expect(task).to_be_visible()  # not folded away
+    page.get_by_label("Configuration").first.select_option("approval-demo")
+    approval = Configuration.objects.get(slug="approval-demo").example_task
+    expect(task).to_have_value(approval)
+    task.fill("Check the backups")
+    page.get_by_label("Configuration").first.select_option("helpdesk")
+    expect(task).to_have_value("Check the backups")
