@@ -3,8 +3,8 @@ loop and the store hold it in memory."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, overload
+from dataclasses import dataclass, field
+from typing import Any
 
 from agentruns.events.records import (
     AssistantMessage,
@@ -33,6 +33,7 @@ from agentruns.events.tickets import (
 )
 from agentruns.events.values import Event, RecordItem
 from agentruns.events.vocabulary import EVENT_TYPES, Item
+from agentruns.frozen import quick
 
 RECORDS: dict[str, type[Event]] = {
     record.TYPE: record
@@ -71,31 +72,29 @@ def parse(kind: str, payload: object) -> Event:
     return record.from_payload(data)
 
 
-class _Parsed:
-    """`LogEntry.data`: the payload's record, parsed on first reading and then kept in the
-    entry (a non-data descriptor: the entry's own attribute shadows it from then on)."""
-
-    @overload
-    def __get__(self, entry: None, owner: type[LogEntry]) -> _Parsed: ...
-    @overload
-    def __get__(self, entry: LogEntry, owner: type[LogEntry]) -> Event: ...
-    def __get__(self, entry: LogEntry | None, owner: type[LogEntry]) -> _Parsed | Event:
-        if entry is None:
-            return self
-        data = entry.__dict__["data"] = parse(entry.type, entry.payload)
-        return data
+# A log entry's `data` before it is parsed: never seen outside `LogEntry.__post_init__`.
+_UNPARSED = Other("", {})
 
 
-@dataclass(frozen=True)
+@quick
+@dataclass(frozen=True, slots=True)
 class LogEntry:
-    """One event of a thread's log: `payload` as stored, `data` its record (read once)."""
+    """One event of a thread's log: `payload` as stored, `data` its record. An entry made
+    of a record keeps it (`LogEntry.at`); one read from the store parses its payload once,
+    as it is made. `data` is a slot, not a parse-on-first-read descriptor that kept the
+    record in the instance's dictionary: that dictionary, there for some entries and not
+    others, made the interpreter give up specialising every read of an entry's fields
+    (PERF-1)."""
 
     sequence: int
     type: str
     payload: dict[str, Any]
     run_id: int | None = None
+    data: Event = field(default=_UNPARSED, compare=False, repr=False)
 
-    data = _Parsed()  # not a field: derived from `type` and `payload`
+    def __post_init__(self) -> None:
+        if self.data is _UNPARSED:
+            object.__setattr__(self, "data", parse(self.type, self.payload))
 
     @classmethod
     def of(cls, sequence: int, event: Event, run_id: int | None = None) -> LogEntry:
@@ -105,7 +104,6 @@ class LogEntry:
     def at(cls, sequence: int, item: Item, run_id: int | None = None) -> LogEntry:
         """The entry an item becomes at `sequence`, with its record when it carries one."""
         kind, payload = item
-        entry = cls(sequence, kind, payload, run_id)
         if isinstance(item, RecordItem):
-            entry.__dict__["data"] = item.record  # what `data` would read back
-        return entry
+            return cls(sequence, kind, payload, run_id, item.record)
+        return cls(sequence, kind, payload, run_id)

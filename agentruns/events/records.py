@@ -45,8 +45,10 @@ from agentruns.events.vocabulary import (
     Item,
     Payload,
 )
+from agentruns.frozen import quick
 
 
+@quick
 @dataclass(frozen=True, slots=True)
 class UserMessage(Event):
     """A task or follow-up. A person's is never classified (CG-2); a delegated child's task
@@ -69,6 +71,7 @@ class UserMessage(Event):
         return cls(_str(get("text")), CopiedFrom.parse(get("copied_from")), _opt_dict(get("label")))
 
 
+@quick
 @dataclass(frozen=True, slots=True)
 class AssistantMessage(Event):
     """A model turn. `turn_index` (stored as `"step"`) is its place in its run; `granted`
@@ -127,6 +130,7 @@ class AssistantMessage(Event):
         )
 
 
+@quick
 @dataclass(frozen=True, slots=True)
 class ToolResult(Event):
     """A call's result, whoever wrote it (loop, resume, cancel, a child's end).
@@ -194,6 +198,7 @@ def result_item(
     return ToolResult(call_id, tool, status, content, data_class, names, tool_calls).item()
 
 
+@quick
 @dataclass(frozen=True, slots=True)
 class Failure(Event):
     """A run's failure (`run.failed`) or the gate's refusal (`context.refused`, CG-7/CG-8):
@@ -214,16 +219,19 @@ class Failure(Event):
         return cls(_opt_str(payload.get("code")), _str(payload.get("detail")), rest)
 
 
+@quick
 @dataclass(frozen=True, slots=True)
 class RunFailed(Failure):
     TYPE: ClassVar[str] = RUN_FAILED
 
 
+@quick
 @dataclass(frozen=True, slots=True)
 class ContextRefused(Failure):
     TYPE: ClassVar[str] = CONTEXT_REFUSED
 
 
+@quick
 @dataclass(frozen=True, slots=True)
 class ContextObserved(Event):
     """CG-6: a refusal the observing gate let through."""
@@ -239,6 +247,7 @@ class ContextObserved(Event):
         return cls(_str(payload.get("verdict")))
 
 
+@quick
 @dataclass(frozen=True, slots=True)
 class SourcesDropped(Event):
     """FS-4: forced sources left out ({kind, id, name, reason} each)."""
@@ -254,6 +263,7 @@ class SourcesDropped(Event):
         return cls(_dicts(payload.get("sources")))
 
 
+@quick
 @dataclass(frozen=True, slots=True)
 class SecretRedacted(Event):
     """CG-11: what redaction found in a text (`where`), by kind, never the values."""
@@ -276,6 +286,7 @@ def redacted(where: str, kinds: Mapping[str, int]) -> list[Item]:
     return [SecretRedacted(where, dict(kinds)).item()] if kinds else []
 
 
+@quick
 @dataclass(frozen=True, slots=True)
 class ModeSwitched(Event):
     """DEF-1: the thread's mode from here on (None: the default)."""
@@ -291,6 +302,7 @@ class ModeSwitched(Event):
         return cls(_opt_str(payload.get("mode")))
 
 
+@quick
 @dataclass(frozen=True, slots=True)
 class Compaction(Event):
     """DEF-6: a summary standing for every event before `kept_from`, with the deferred
@@ -342,6 +354,7 @@ class Compaction(Event):
         )
 
 
+@quick
 @dataclass(frozen=True, slots=True)
 class RunCompleted(Event):
     """The run's final reply, with the class it carries (CG-12)."""
@@ -361,6 +374,7 @@ class RunCompleted(Event):
         return cls(_str(payload.get("final_reply")), _opt_dict(payload.get("label")))
 
 
+@quick
 @dataclass(frozen=True, slots=True)
 class RunCancelled(Event):
     """HITL-11: who asked (OPS-5)."""
@@ -376,6 +390,7 @@ class RunCancelled(Event):
         return cls(_opt_str(payload.get("by")))
 
 
+@quick
 @dataclass(frozen=True, slots=True)
 class RunForked(Event):
     """FORK-1: a fork's log opens with its configuration, the sources it carries from its
@@ -410,6 +425,7 @@ class RunForked(Event):
         )
 
 
+@quick
 @dataclass(frozen=True, slots=True)
 class RunDelegated(Event):
     """DEL-1..DEL-5: a child's log opens with its parent run and call, its configuration,
@@ -456,6 +472,7 @@ class RunDelegated(Event):
         )
 
 
+@quick
 @dataclass(frozen=True, slots=True)
 class Recorded:
     """GOV-4: one result of a replay's original, by its call's tool name and the digest
@@ -495,6 +512,7 @@ class Recorded:
         )
 
 
+@quick
 @dataclass(frozen=True, slots=True)
 class RunReplayed(Event):
     """GOV-4: a replay's log opens with its configuration, the sources it carries from its
@@ -539,6 +557,7 @@ class RunReplayed(Event):
         )
 
 
+@quick
 @dataclass(frozen=True, slots=True)
 class Other(Event):
     """An event of a type this code does not know (a newer writer's): its payload as is."""

@@ -27,8 +27,10 @@ from agentruns.events.vocabulary import (
     TICKET_REMINDED,
     Payload,
 )
+from agentruns.frozen import quick
 
 
+@quick
 @dataclass(frozen=True, slots=True)
 class TicketOpened(Event):
     """HITL-1: a run parked on a ticket; a delegation's names its `child` (DEL-1)."""
@@ -66,6 +68,7 @@ class TicketOpened(Event):
         )
 
 
+@quick
 @dataclass(frozen=True, slots=True)
 class TicketDecided(Event):
     """A ticket's decision: a person's (`by`), an expiry's (EXPIRED: with the `deadline`
@@ -126,6 +129,7 @@ class TicketDecided(Event):
         )
 
 
+@quick
 @dataclass(frozen=True, slots=True)
 class TicketApproved(Event):
     """HITL-13: one allow of several a quorum needs (`approvals` of `required` so far)."""
@@ -169,6 +173,7 @@ class TicketApproved(Event):
         )
 
 
+@quick
 @dataclass(frozen=True, slots=True)
 class TicketNudged(Event):
     """HITL-15: an open ticket's approvers reminded, or it escalated to a `group` (which
@@ -202,11 +207,13 @@ class TicketNudged(Event):
         )
 
 
+@quick
 @dataclass(frozen=True, slots=True)
 class TicketReminded(TicketNudged):
     TYPE: ClassVar[str] = TICKET_REMINDED
 
 
+@quick
 @dataclass(frozen=True, slots=True)
 class TicketEscalated(TicketNudged):
     TYPE: ClassVar[str] = TICKET_ESCALATED

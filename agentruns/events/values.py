@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
 from agentruns.events.vocabulary import Item, Payload
+from agentruns.frozen import quick
 
 # A stored payload is JSON: its objects are dicts and its arrays lists (a record built in
 # memory may hold tuples), so these checks are exact and cheap.
@@ -91,6 +92,7 @@ class RecordItem(tuple[str, Payload]):
         return item
 
 
+@quick
 @dataclass(frozen=True, slots=True)
 class CopiedFrom:
     """FORK-1: the original event a fork's copy came from."""
@@ -114,6 +116,7 @@ def _copied(payload: Payload, copied_from: CopiedFrom | None) -> Payload:
     return payload
 
 
+@quick
 @dataclass(frozen=True, slots=True)
 class ProposedCall:
     """One tool call a model turn proposed (`arguments` None: they were no JSON object)."""
@@ -139,6 +142,7 @@ class ProposedCall:
         )
 
 
+@quick
 @dataclass(frozen=True, slots=True)
 class ServedBy:
     """LOOP-3: which link of the chain answered a turn (TZ-5)."""
@@ -160,6 +164,7 @@ class ServedBy:
         )
 
 
+@quick
 @dataclass(frozen=True, slots=True)
 class SentRecord:
     """GOV-2: what a turn was sent under, as it was: the versions of the configuration, the
@@ -201,6 +206,7 @@ class SentRecord:
         )
 
 
+@quick
 @dataclass(frozen=True, slots=True)
 class EditRecord:
     """HITL-12: an approver's edit of a call's arguments: both digests, and who."""

@@ -11,8 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import date
 from enum import StrEnum
-from functools import cached_property
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db import IntegrityError
 
@@ -106,12 +105,29 @@ class Memos:
       never stale (compact.py `_event_tokens`).
     - `call_ids`: (events read, the call ids their model turns proposed), LOOP-7's reuse
       check: never stale, the events after the first ones read are read next (model_turn.py
-      `_earlier_call_ids`)."""
+      `_earlier_call_ids`).
+    - `opening`: what the thread's opening event says (`Opening`): never stale, the log's
+      first event never changes, so it is read once a drive, not once a turn.
+
+    They live here rather than in `RunContext`'s own attributes (no `cached_property`):
+    a context whose instance dictionary appeared midway through a drive made the
+    interpreter give up specialising every `ctx.<attribute>` read (PERF-1)."""
 
     config: tuple[int, RuntimeConfig] | None = None
     view: Viewed | None = None
     tokens: dict[tuple[int, bool, bool], int] = field(default_factory=dict)
     call_ids: tuple[int, set[str]] = field(default_factory=lambda: (0, set()))
+    opening: Opening | None = None
+
+
+class Opening(NamedTuple):
+    """What a thread's opening event says: the run that delegated it (DEL-1), the sources
+    it carries by identity from an original run (FORK-1, DEL-2, GOV-4), and the floor of
+    what a delegating parent had read, as labelled sources (DEL-2)."""
+
+    parent: Parent | None
+    carried: tuple[dict[str, Any], ...]
+    floor: tuple[Source, ...]
 
 
 @dataclass
@@ -184,22 +200,28 @@ class RunContext:
             return limit
         return min(limit, parent.tool_call_budget)
 
-    # What the thread's opening event says (its log's first event, which never changes):
-    # read once a drive, not once a turn.
-    @cached_property
+    @property
     def parent(self) -> Parent | None:
         """DEL-1: the run that delegated this one, if any."""
-        return delegated_by(self.events)
+        return self._opening().parent
 
-    @cached_property
+    @property
     def carried(self) -> tuple[dict[str, Any], ...]:
         """FORK-1, DEL-2, GOV-4: the sources carried by identity from an original run."""
-        return carried_of(self.events)
+        return self._opening().carried
 
-    @cached_property
+    @property
     def floor(self) -> tuple[Source, ...]:
         """DEL-2: the floor of what a delegating parent had read, as a labelled source."""
-        return delegated_floor(self.events)
+        return self._opening().floor
+
+    def _opening(self) -> Opening:
+        opening = self.memos.opening
+        if opening is None:
+            events = self.events
+            opening = Opening(delegated_by(events), carried_of(events), delegated_floor(events))
+            self.memos.opening = opening
+        return opening
 
     @property
     def config(self) -> RuntimeConfig:
