@@ -18,6 +18,7 @@ from django.dispatch import receiver
 
 from agentruns.classes import Enforcement, Zone, parse_enforcement
 from agentruns.errors import ContextRefused
+from agentruns.frozen import quick
 from agentruns.gate.core import (
     ConfigView,
     Decision,
@@ -44,7 +45,8 @@ def _forget(*, setting: str, **kwargs: Any) -> None:
         current_enforcement.cache_clear()
 
 
-@dataclass(frozen=True)
+@quick
+@dataclass(frozen=True, slots=True)
 class Asserted:
     decision: Decision
     enforcement: Enforcement

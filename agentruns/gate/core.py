@@ -8,6 +8,7 @@ from enum import StrEnum
 from typing import Any
 
 from agentruns.classes import DataClass, Zone, least_trusted, parse_class, parse_zone
+from agentruns.frozen import quick
 
 SYSTEM_PROMPT = "system_prompt"
 SNIPPET = "snippet"
@@ -17,7 +18,8 @@ REPLY = "reply"  # CG-12: what the model wrote, labelled with the class of what 
 DELEGATED = "delegation"
 
 
-@dataclass(frozen=True)
+@quick
+@dataclass(frozen=True, slots=True)
 class Source:
     """One piece of context a send carries. `text` is never read by the gate."""
 
@@ -158,7 +160,8 @@ class Verdict(StrEnum):
     REFUSED = "refused"
 
 
-@dataclass(frozen=True)
+@quick
+@dataclass(frozen=True, slots=True)
 class Decision:
     verdict: Verdict
     configuration: str
@@ -223,7 +226,8 @@ TOOL_RESULT = "tool_result"
 SUMMARY = "summary"  # a compaction's summary of earlier results
 
 
-@dataclass(frozen=True)
+@quick
+@dataclass(frozen=True, slots=True)
 class ResultSource:
     """A tool result in the context a send carries (or a summary of some, carrying the
     strictest class of the results it summarised); `tool` names the tool whose class it
@@ -259,7 +263,8 @@ def withheld_note(result: ResultSource, zone: Zone) -> str:
     )
 
 
-@dataclass(frozen=True)
+@quick
+@dataclass(frozen=True, slots=True)
 class Label:
     """CG-12: the class a model reply (or a compaction's summary) carries — the high-water
     mark of the send that produced it — and the source or result that set it. Stored as

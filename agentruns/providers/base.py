@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 from urllib.parse import urlsplit
 
+from agentruns.frozen import quick
 from agentruns.gate.core import Hop
 from agentruns.models import Configuration
 from agentruns.models.catalog import key_env_problem
@@ -71,7 +72,8 @@ def link_for(configuration: Configuration) -> Link:
     )
 
 
-@dataclass(frozen=True)
+@quick
+@dataclass(frozen=True, slots=True)
 class ToolCall:
     id: str
     name: str
@@ -80,18 +82,21 @@ class ToolCall:
     raw_arguments: str | None = None
 
 
-@dataclass(frozen=True)
+@quick
+@dataclass(frozen=True, slots=True)
 class UserMessage:
     text: str
 
 
-@dataclass(frozen=True)
+@quick
+@dataclass(frozen=True, slots=True)
 class AssistantMessage:
     text: str
     tool_calls: tuple[ToolCall, ...] = ()
 
 
-@dataclass(frozen=True)
+@quick
+@dataclass(frozen=True, slots=True)
 class ToolResultMessage:
     call_id: str
     name: str
@@ -102,14 +107,16 @@ class ToolResultMessage:
 Message = UserMessage | AssistantMessage | ToolResultMessage
 
 
-@dataclass(frozen=True)
+@quick
+@dataclass(frozen=True, slots=True)
 class ToolSpec:
     name: str
     description: str
     parameters: dict[str, Any]
 
 
-@dataclass(frozen=True)
+@quick
+@dataclass(frozen=True, slots=True)
 class ProviderRequest:
     model: str
     system: tuple[str, ...]
@@ -127,7 +134,8 @@ class ProviderRequest:
     purpose: str = "turn"
 
 
-@dataclass(frozen=True)
+@quick
+@dataclass(frozen=True, slots=True)
 class Reply:
     text: str
     tool_calls: tuple[ToolCall, ...] = ()

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from agentruns import events as ev
 from agentruns.classes import DataClass, Zone, parse_zone
 from agentruns.events import LogEntry
+from agentruns.frozen import quick
 from agentruns.gate.core import (
     SUMMARY,
     TOOL_RESULT,
@@ -38,7 +39,8 @@ if TYPE_CHECKING:
     from agentruns.runtime.config import RuntimeConfig
 
 
-@dataclass(frozen=True)
+@quick
+@dataclass(frozen=True, slots=True)
 class Composed:
     system: tuple[str, ...]
     # CG-11: what redaction found in the system texts, by kind (recorded once per run).
@@ -174,7 +176,8 @@ def _label(data: ev.Event) -> dict[str, Any] | None:
     return None
 
 
-@dataclass(frozen=True)
+@quick
+@dataclass(frozen=True, slots=True)
 class LogView:
     """What a thread's log says its next send carries, besides the sources: `effective`
     is the context after compaction with every result in `withheld` replaced by a note

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from agentruns import events as ev
 from agentruns.events import LogEntry
+from agentruns.frozen import quick
 from agentruns.gate.core import DELEGATED, REPLY, SKILL, Source
 from agentruns.providers.base import (
     AssistantMessage,
@@ -103,7 +104,8 @@ def project(events: Sequence[LogEntry]) -> list[Message]:
     return messages
 
 
-@dataclass(frozen=True)
+@quick
+@dataclass(frozen=True, slots=True)
 class Projection:
     """`project(events)` kept up as the log grows (a run's loop projects its whole log
     before every turn): `messages`, and what appending in order needs to know. Only a log

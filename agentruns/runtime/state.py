@@ -13,6 +13,7 @@ from typing import Any
 
 from agentruns import events as ev
 from agentruns.events import LogEntry, ProposedCall
+from agentruns.frozen import quick
 
 __all__ = ["ProposedCall"]  # a call as the fold holds it is the one the log records
 
@@ -207,12 +208,14 @@ class Complete:
     text: str
 
 
-@dataclass(frozen=True)
+@quick
+@dataclass(frozen=True, slots=True)
 class AskModel:
     turn_index: int
 
 
-@dataclass(frozen=True)
+@quick
+@dataclass(frozen=True, slots=True)
 class CallTools:
     """REC-2/REC-3: the newest turn's unanswered calls, at the turn they were proposed in."""
 

@@ -8,11 +8,14 @@ turn builds one per call on the hot path, and a tuple is built in C (PERF-1)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
 from uuid import UUID
 
 from django.utils import timezone
+
+from agentruns.frozen import quick
 
 
 def release_columns() -> dict[str, Any]:
@@ -151,11 +154,14 @@ class RunUpdate(NamedTuple):
 COUNTERS = ("turns", "tool_calls_used", "last_sequence")
 
 
-class StepResult(NamedTuple):
+@quick
+@dataclass(frozen=True, slots=True)
+class StepResult:
     """The step statement's row (store/steps.py): whether the fence held (1 or 0), the run's cancel
     flag, the live catalog generation, [[call id, invocation id]] of the step's new
     invocations, the configuration's tokens today (when the step used any and the
-    caller counts them), and whether any webhook is active."""
+    caller counts them), and whether any webhook is active. Its fields are read as
+    slots, quicker than a named tuple's (PERF-1)."""
 
     held: int
     cancel_requested: bool | None

@@ -311,7 +311,7 @@ def step_statement(lease: Lease, step: Step, *, fast: bool, count_today: bool) -
         f"{RELAX_COMMIT if fast else ''}"
     )
     params.extend(used_params)
-    result = StepResult._make(prepared(sql, params)[:6])  # then set_config's, if fast
+    result = StepResult(*prepared(sql, params)[:6])  # then set_config's, if fast
     Subscribers.seen = result.subscribed
     if unsubscribed and result.subscribed and not result.held:
         # A webhook came: the step again, with the outbox.

@@ -14,6 +14,7 @@ from jsonschema import Draft202012Validator
 
 from agentruns.answers import AnswerValidator
 from agentruns.classes import DataClass
+from agentruns.frozen import quick
 from agentruns.tools.arguments import quick_validator, quickly_valid
 from agentruns.tools.names import WIRE_NAME, wire_name
 
@@ -36,7 +37,8 @@ class Human(StrEnum):
     DELEGATION = "delegation"  # agent.delegate: a child run's end is the result (DEL-1)
 
 
-@dataclass(frozen=True)
+@quick
+@dataclass(frozen=True, slots=True)
 class ToolContext:
     run_id: int
     thread_id: int
@@ -50,7 +52,8 @@ class ToolContext:
     timeout_seconds: float = 30.0
 
 
-@dataclass(frozen=True)
+@quick
+@dataclass(frozen=True, slots=True)
 class ToolOutput:
     content: str
     ok: bool = True

@@ -17,6 +17,7 @@ from typing import Any
 from django.conf import settings
 
 from agentruns.classes import Enforcement
+from agentruns.frozen import quick
 from agentruns.gate.audit import current_enforcement, withheld_assert
 from agentruns.gate.core import ResultSource, high_water
 from agentruns.providers.base import Link, ProviderError, ProviderRequest, Reply
@@ -28,7 +29,8 @@ from agentruns.runtime.actions.gating import STABLE_VIEW_WAITS, assert_context, 
 from agentruns.store.connection import connection_given_back
 
 
-@dataclass(frozen=True)
+@quick
+@dataclass(frozen=True, slots=True)
 class Sent:
     """A reply in memory, nothing of it committed yet, and the link that gave it; `label`
     is what the reply's event stores of the class of what the send carried (CG-12)."""

@@ -15,6 +15,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from agentruns import events as ev
+from agentruns.frozen import quick
 from agentruns.models import Checkpoint, ToolInvocation
 from agentruns.runtime import effects, faults
 from agentruns.runtime.actions.base import Invocation, Items, Outcome, RunContext
@@ -157,7 +158,8 @@ def _wait(ctx: RunContext, turn: Turn, waiting: Sequence[ProposedCall]) -> Outco
                 end_span(span, {"agentruns.tool.status": "delegated"})
 
 
-@dataclass(frozen=True)
+@quick
+@dataclass(frozen=True, slots=True)
 class Ready:
     """A call that passed the live gate, with everything needed to run it."""
 
