@@ -27,12 +27,19 @@ def quick(cls: type[T]) -> type[T]:
     params = getattr(cls, "__dataclass_params__", None)
     assert params is not None and params.frozen, f"{cls.__name__}: not a frozen dataclass"
     assert "__slots__" in cls.__dict__, f"{cls.__name__}: not slotted"
-    # The twin's `__setattr__` is object's own, so its slot stores are the plain,
-    # specialised ones; it adds no slots, so an instance may switch between the two.
+    # The twin's `__setattr__` and `__delattr__` are object's own (one slot serves both:
+    # with either left frozen, every store would still call into Python), so its slot
+    # stores are the plain, specialised ones; it adds no slots, so an instance may switch
+    # between the two classes.
     twin = type(
         cls.__name__,
         (cls,),
-        {"__slots__": (), "__setattr__": object.__setattr__, "__module__": cls.__module__},
+        {
+            "__slots__": (),
+            "__setattr__": object.__setattr__,
+            "__delattr__": object.__delattr__,
+            "__module__": cls.__module__,
+        },
     )
     fields = [f for f in dataclasses.fields(cls) if f.init]  # type: ignore[arg-type]
     namespace: dict[str, Any] = {"_new": object.__new__, "_twin": twin}

@@ -72,6 +72,11 @@ def test_perf1_a_quick_record_is_built_as_its_dataclass_would_build_it():
         quick_one, plain_one = Quick(*args, **kwargs), Plain(*args, **kwargs)
         assert [getattr(quick_one, n) for n in "abc"] == [getattr(plain_one, n) for n in "abc"]
     assert Quick(1).c is not Quick(1).c  # a default factory is called once an instance
+    # Its twin stores and deletes as object does: with either of the two frozen, each of
+    # its stores would call into Python and cost what the frozen `__init__` did.
+    twin = Quick.__new__.__globals__["_twin"]
+    assert twin.__setattr__ is object.__setattr__ and twin.__delattr__ is object.__delattr__
+    assert type(Quick(1)) is Quick
     with pytest.raises(TypeError):
         Quick()  # a required field is required
 
