@@ -9,7 +9,7 @@ on any later assignment) and only changes how an instance is born: as its class'
 mutable twin (the same slots, ordinary attribute stores, which the interpreter
 specialises), which then takes the frozen class as its own. Nothing can hold the instance
 before that switch, so no one ever sees it mutable; after it, the instance is exactly one
-the dataclass's own `__init__` would have built (tests/events/test_frozen.py).
+the dataclass's own `__init__` would have built (tests/loop/test_frozen_records.py).
 """
 
 from __future__ import annotations
