@@ -155,6 +155,10 @@ class Flipper(threading.Thread):
         super().__init__(daemon=True)
         self.snippet_id = snippet_id
         self.stop = threading.Event()
+        # Set by the provider on each request: after a burst the writer rests on the public
+        # version until a send went through (or 5 s), so a loaded machine, whose runs take
+        # longer than the pause to compose and send, still leaves windows to send in.
+        self.sent = threading.Event()
         self.saves = 0
         self.error: BaseException | None = None
 
@@ -173,6 +177,8 @@ class Flipper(threading.Thread):
                 if self.saves % 2:
                     continue  # ...that never rests on the secret version
                 self.stop.wait(rng.uniform(0.01, 0.06))  # ...then a pause: load, not timing
+                self.sent.wait(5)
+                self.sent.clear()
         except BaseException as exc:  # surfaced by the test
             self.error = exc
         finally:
@@ -224,6 +230,7 @@ def test_sec6_every_send_under_a_concurrent_editor_was_covered_by_a_permitted_de
     )
 
     def reply(body: dict, path: str) -> dict:
+        flipper.sent.set()
         answered = any(m.get("role") == "tool" for m in body["messages"])
         return {"text": "done"} if answered else CLOCK_TURN
 
@@ -236,6 +243,7 @@ def test_sec6_every_send_under_a_concurrent_editor_was_covered_by_a_permitted_de
         outcomes = drive_in_threads([r.pk for r in runs], threads=4)
     finally:
         flipper.stop.set()
+        flipper.sent.set()
         flipper.join(30)
 
     assert flipper.error is None, flipper.error
