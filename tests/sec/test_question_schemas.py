@@ -140,7 +140,7 @@ def test_sec7_an_answer_to_a_redos_schema_written_earlier_is_refused_at_once():
     started = time.perf_counter()
     errors = answer_errors(REDOS, {"v": "x", "a" * 27 + "!": "x"})
     assert time.perf_counter() - started < 0.5
-    assert "SEC-7" in errors[""][0]
+    assert errors[""] == ["The question's schema is not one agentruns can check."]
 
 
 @pytest.mark.parametrize("name", ["ref-url", "ref-missing-path", "dynamic-ref"])
@@ -242,7 +242,7 @@ def test_hitl6_a_valid_schema_is_asked_in_the_inbox_and_answered_end_to_end(memb
     cid = ticket.correlation_id
     assert re.search(rf'<textarea id="q-{cid}-value__tags" name="value\.tags"', html)
     assert "one per line, each one of: a, b, c" in html
-    assert "<legend>owner</legend>" in html
+    assert "<legend>Owner</legend>" in html
     assert f'id="q-{cid}-value__owner__name"' in html
     data = {
         **identity(ticket),
