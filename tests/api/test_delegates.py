@@ -9,7 +9,12 @@ import pytest
 
 from agentruns.models import Configuration
 from agentruns.selectors import run_readouts
-from tests.support.catalog import make_configuration, make_provider, make_snippet
+from tests.support.catalog import (
+    configuration_admin_post,
+    make_configuration,
+    make_provider,
+    make_snippet,
+)
 from tests.support.runs import submit
 
 pytestmark = pytest.mark.django_db
@@ -51,24 +56,7 @@ def test_the_admin_ticks_delegates_and_refuses_a_cycle_DEL_1_DEL_3(admin_client)
     url = f"/admin/agentruns/configuration/{triage.pk}/change/"
     page = admin_client.get(url).content.decode()
     assert 'type="checkbox" name="delegates"' in page
-    data = {
-        "slug": "triage",
-        "name": "Triage",
-        "model": "",
-        "system_prompt": "",
-        "delegates": [str(lookup.pk)],
-        "max_tool_calls": 10,
-        "tool_timeout_seconds": 30,
-        "approval_timeout_seconds": 60,
-        "context_budget_tokens": 32000,
-        "approvals_required": 1,
-        "input_token_price": 0,
-        "output_token_price": 0,
-        "script": "{}",
-        "active": "on",
-    }
-    for prefix in ("configurationsnippet_set", "configurationskill_set", "fallback_links"):
-        data.update({f"{prefix}-TOTAL_FORMS": 0, f"{prefix}-INITIAL_FORMS": 0})
+    data = configuration_admin_post("triage", "Triage", delegates=[lookup.pk])
     response = admin_client.post(url, data)
     assert response.status_code == 200  # the form again, with the error
     assert "reach itself through delegation" in response.content.decode()

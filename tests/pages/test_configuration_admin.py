@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from tests.support.catalog import make_configuration
+from tests.support.catalog import configuration_admin_post, make_configuration
 
 pytestmark = pytest.mark.django_db
 
@@ -34,24 +34,7 @@ def test_del3_the_delegates_list_does_not_offer_the_configuration_itself(page):
 def test_del3_a_self_delegation_posted_anyway_is_refused(admin_client, page):
     _, triage, _ = page
     url = f"/admin/agentruns/configuration/{triage.pk}/change/"
-    data = {
-        "slug": "triage",
-        "name": "Triage",
-        "model": "",
-        "system_prompt": "",
-        "delegates": [str(triage.pk)],
-        "max_tool_calls": 10,
-        "tool_timeout_seconds": 30,
-        "approval_timeout_seconds": 60,
-        "context_budget_tokens": 32000,
-        "approvals_required": 1,
-        "input_token_price": 0,
-        "output_token_price": 0,
-        "script": "{}",
-        "active": "on",
-    }
-    for prefix in ("configurationsnippet_set", "configurationskill_set", "fallback_links"):
-        data.update({f"{prefix}-TOTAL_FORMS": 0, f"{prefix}-INITIAL_FORMS": 0})
+    data = configuration_admin_post("triage", "Triage", delegates=[triage.pk])
     response = admin_client.post(url, data)
     assert response.status_code == 200  # the form again, with the error
     assert triage.delegates.count() == 0

@@ -138,3 +138,27 @@ def save_audits(rows: list[AuditRow]) -> int:
     """The gate's `save` outside any run: the rows as they are, and the live generation."""
     GateAudit.objects.bulk_create(GateAudit(**row, created_at=timezone.now()) for row in rows)
     return CatalogGeneration.objects.get(pk=1).value
+
+
+def configuration_admin_post(slug: str, name: str, *, delegates: list[int]) -> dict[str, Any]:
+    """The admin change form of a bare configuration as a browser posts it, with the
+    given delegates and empty inlines."""
+    data: dict[str, Any] = {
+        "slug": slug,
+        "name": name,
+        "model": "",
+        "system_prompt": "",
+        "delegates": [str(pk) for pk in delegates],
+        "max_tool_calls": 10,
+        "tool_timeout_seconds": 30,
+        "approval_timeout_seconds": 60,
+        "context_budget_tokens": 32000,
+        "approvals_required": 1,
+        "input_token_price": 0,
+        "output_token_price": 0,
+        "script": "{}",
+        "active": "on",
+    }
+    for prefix in ("configurationsnippet_set", "configurationskill_set", "fallback_links"):
+        data.update({f"{prefix}-TOTAL_FORMS": 0, f"{prefix}-INITIAL_FORMS": 0})
+    return data
