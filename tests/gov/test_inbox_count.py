@@ -49,9 +49,7 @@ def badge(page: str) -> int:
     return int(found.group(1))
 
 
-def test_gov3_a_change_waiting_for_the_viewer_is_counted_wherever_the_badge_shows(
-    approver, held
-):
+def test_gov3_a_change_waiting_for_the_viewer_is_counted_wherever_the_badge_shows(approver, held):
     held("prov")
     client = signed_in(approver)
 
@@ -72,9 +70,7 @@ def test_gov3_the_requesters_own_change_is_shown_but_not_counted(staff, held):
     assert badge(client.get("/inbox/count/").content.decode()) == 0
 
 
-def test_perf8_the_badge_counts_in_statements_that_do_not_grow_with_the_changes(
-    approver, held
-):
+def test_perf8_the_badge_counts_in_statements_that_do_not_grow_with_the_changes(approver, held):
     held("one")
     client = signed_in(approver)
 

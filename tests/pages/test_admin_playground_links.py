@@ -83,9 +83,7 @@ def test_fs5_the_admins_message_says_whether_sources_were_forced(client, staff, 
     assert f"Run #{second.pk} started with the forced sources." in forced
 
 
-def test_ui7_the_admin_forms_run_and_update_readout_are_one_kind_of_button(
-    client, staff, helpdesk
-):
+def test_ui7_the_admin_forms_run_and_update_readout_are_one_kind_of_button(client, staff, helpdesk):
     client.force_login(grant_admin_of_configurations(staff))
     page = client.get(f"/admin/agentruns/configuration/{helpdesk.pk}/run/").content.decode()
     row = page[page.index('<div class="submit-row">') :]
