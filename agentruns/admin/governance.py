@@ -1,6 +1,7 @@
 """The admin's door to change governance (GOV-1, GOV-3): a save, with its inlines, is one
-change through `catalog_save` (a held one says so instead of "changed"); the history page
-lists the versions with their diffs and rolls back to one by making a new version."""
+change through `catalog_save` (a held one says so instead of "changed"), a deletion (one
+or in bulk) one through `catalog_delete`; the history page lists the versions with their
+diffs and rolls back to one by making a new version."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
+from django.db import transaction
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, redirect
@@ -22,6 +24,7 @@ from agentruns.models import ChangeRequest, Replay
 from agentruns.policy import visible_replays
 from agentruns.services.changes import (
     Saved,
+    catalog_delete,
     catalog_history,
     catalog_rollback,
     catalog_save,
@@ -77,6 +80,15 @@ class GovernedAdmin(HeldAdmin):
             kind=self.kind, pk=obj.pk if change else None, user=request.user, save=save
         )
         setattr(request, HELD, saved.change_request)
+
+    def delete_model(self, request: HttpRequest, obj: Any) -> None:
+        catalog_delete(kind=self.kind, pk=obj.pk, user=request.user)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet) -> None:
+        """Each its own last version; all or none, as Django's bulk delete is."""
+        with transaction.atomic():
+            for pk in queryset.values_list("pk", flat=True):
+                catalog_delete(kind=self.kind, pk=pk, user=request.user)
 
     def tell(self, request: HttpRequest, saved: Saved, done: str) -> None:
         if saved.change_request is not None:

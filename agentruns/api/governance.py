@@ -1,11 +1,13 @@
 """Change governance over the API (GOV-1, GOV-3): catalog writes through
-`services.changes.catalog_save` (a held change answers 202 with its change request),
-each record's versions, and `/api/change-requests/`."""
+`services.changes.catalog_save` (a held change answers 202 with its change request) and
+deletions through `catalog_delete`, each record's versions (a deleted one's too), and
+`/api/change-requests/`."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from django.http import Http404
 from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
@@ -17,10 +19,12 @@ from agentruns.models import ChangeRequest
 from agentruns.policy import visible_changes
 from agentruns.services.changes import (
     Saved,
+    catalog_delete,
     catalog_history,
     catalog_save,
     change_request_approve,
     change_request_reject,
+    deleted_history,
 )
 
 
@@ -105,14 +109,28 @@ class Governed(viewsets.ModelViewSet):
     def saving(self, serializer: serializers.BaseSerializer) -> Any:
         return serializer.save()
 
+    def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        """GOV-1: the deletion is kept as the record's last version."""
+        catalog_delete(kind=self.kind, pk=self.get_object().pk, user=request.user)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
     @extend_schema(
         summary="The record's versions, newest first (GOV-1)",
+        description="A deleted record's versions stay readable at the address it had "
+        "(by slug: the one deleted last), the newest marked `deleted`.",
         request=None,
         responses={200: VersionSerializer(many=True)},
     )
     @action(detail=True, methods=["get"], pagination_class=None)
     def versions(self, request: Request, **kwargs: Any) -> Response:
-        return Response(catalog_history(self.get_object()))
+        try:
+            return Response(catalog_history(self.get_object()))
+        except Http404:
+            key = str(kwargs[self.lookup_url_kwarg or self.lookup_field])
+            rows = deleted_history(kind=self.kind, by=self.lookup_field, key=key)
+            if not rows:
+                raise
+            return Response(rows)
 
 
 @extend_schema_view(

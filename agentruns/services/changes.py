@@ -1,9 +1,9 @@
 """Change governance (GOV-1, GOV-3): every door that writes a provider, configuration,
 snippet, skill, MCP server or webhook (the API, the admin, rollback, an approval) goes
-through `catalog_save`. It applies the door's write in a savepoint, compares the record
-before and after in the API's words, and then either keeps it as a new version (recorded
-by django-reversion) or, when it widens and change approval is on, takes it back and holds
-it as a change request."""
+through `catalog_save` (every door that deletes one, through `catalog_delete`). It
+applies the door's write in a savepoint, compares the record before and after in the
+API's words, and then either keeps it as a new version (recorded by django-reversion) or,
+when it widens and change approval is on, takes it back and holds it as a change request."""
 
 from __future__ import annotations
 
@@ -64,6 +64,10 @@ LISTS: dict[str, tuple[type[models.Model], type[models.Model]]] = {
 }
 # GOV-1: text fields longer than this also get a unified diff.
 DIFF_OVER = 200
+# A deletion's version says so in its comment (which `catalog_history` reads it by) and,
+# in its `changes`, under this name beside each field's final value.
+DELETED = "deleted"
+DELETED_BY = "Deleted by "
 
 
 def kind_of(obj: models.Model) -> str:
@@ -93,8 +97,13 @@ def _plain(value: Any) -> Any:
 
 
 def _slugs(model: type[models.Model], ids: Iterable[int]) -> list[str]:
+    """Slugs in order; a deleted record by the slug its last version kept (GOV-1)."""
     ids = list(ids)
     found = dict(model.objects.filter(pk__in=ids).values_list("pk", "slug"))  # type: ignore[attr-defined]
+    gone = [str(pk) for pk in ids if pk not in found]
+    if gone:
+        kept = Version.objects.get_for_model(model).filter(object_id__in=gone).order_by("pk")
+        found |= {int(v.object_id): v.field_dict.get("slug") for v in kept}
     return [found.get(pk, f"#{pk}") for pk in ids]
 
 
@@ -110,8 +119,10 @@ def snapshot(
         value = f.value_from_object(obj)
         if f.is_relation and value is not None:
             related = f.related_model
-            attr = "name" if related is Group else "slug"
-            value = related.objects.filter(pk=value).values_list(attr, flat=True).first()  # type: ignore[union-attr]
+            if related is Group:
+                value = Group.objects.filter(pk=value).values_list("name", flat=True).first()
+            else:
+                value = _slugs(related, [value])[0]  # type: ignore[arg-type]
         data[f.name] = _plain(value)
     if isinstance(obj, Configuration):
         groups = m2m["approver_groups"] if m2m is not None else None
@@ -193,13 +204,73 @@ def catalog_save(
         if current is not None and not changes:
             return Saved(fresh)  # nothing a version holds changed: no new version
         if current is not None:
-            fresh.version = current.version + 1
-            model.objects.filter(pk=fresh.pk).update(version=fresh.version)  # type: ignore[attr-defined]
-        with reversion.create_revision(atomic=False):
-            reversion.set_user(user if getattr(user, "is_authenticated", False) else None)
-            reversion.set_comment(comment)
-            reversion.add_to_revision(fresh)
+            _next_version(fresh, current.version)
+        _keep(fresh, user, comment)
     return Saved(fresh, changes)
+
+
+def _next_version(obj: models.Model, last: int) -> None:
+    obj.version = last + 1  # type: ignore[attr-defined]
+    type(obj).objects.filter(pk=obj.pk).update(version=obj.version)  # type: ignore[attr-defined]
+
+
+def _keep(obj: models.Model, user: Any, comment: str) -> None:
+    """One revision of `obj` (with what its registration follows), as it is stored now."""
+    with reversion.create_revision(atomic=False):
+        reversion.set_user(user if getattr(user, "is_authenticated", False) else None)
+        reversion.set_comment(comment)
+        reversion.add_to_revision(obj)
+
+
+def catalog_delete(*, kind: str, pk: int, user: Any) -> None:
+    """GOV-1: deleting a record is its last version: who, when and its final values (a
+    configuration's lists, an MCP server's tools), commented "Deleted by <user>.", kept
+    before the row goes (django-reversion keeps a version only of a row that exists; it
+    outlives it by `object_id`). Each configuration that loses the record (from its
+    snippets, skills, fallbacks or delegates, or as its provider) gets a version too.
+
+    Never held (GOV-3): a deletion only takes away (a source no longer sent, a provider or
+    fallback no longer sent to, a delegate, a tool or a webhook no longer there), so it
+    neither widens what may leave nor weakens who decides; the same holds for the
+    configurations that lose it, whose versions it records with it. A record still in use
+    (a configuration with runs, schedules or triggers: PROTECT) raises Django's
+    ProtectedError, 409 `conflict` over the API, and nothing is recorded."""
+    model = KINDS[kind]
+    with transaction.atomic():
+        obj = model.objects.select_for_update().filter(pk=pk).first()  # type: ignore[attr-defined]
+        if obj is None:
+            raise NotFound(f"No {kind} {pk}.")
+        # Locked as catalog_save locks the record it versions.
+        losing = list(
+            Configuration.objects.select_for_update()
+            .filter(pk__in=_losing(obj).values("pk"))
+            .order_by("pk")
+        )
+        before = {c.pk: snapshot(c) for c in losing}
+        obj.version += 1  # the row goes: only the version kept carries the number
+        name = user.get_username() if getattr(user, "is_authenticated", False) else "the system"
+        _keep(obj, user, f"{DELETED_BY}{name}.")
+        obj.delete()
+        for configuration in losing:
+            fresh = Configuration.objects.get(pk=configuration.pk)
+            if difference(before[fresh.pk], snapshot(fresh)):
+                _next_version(fresh, configuration.version)
+                _keep(fresh, user, f"{kind.capitalize()} {key_of(obj)} was deleted.")
+
+
+def _losing(obj: models.Model) -> models.QuerySet[Configuration]:
+    """The configurations whose own fields or lists name `obj` (Django unlinks them)."""
+    rows = Configuration.objects.all()
+    if isinstance(obj, Provider):
+        return rows.filter(provider=obj)
+    if isinstance(obj, Snippet):
+        return rows.filter(configurationsnippet__snippet=obj)
+    if isinstance(obj, Skill):
+        return rows.filter(configurationskill__skill=obj)
+    if isinstance(obj, Configuration):
+        named = models.Q(fallback_links__fallback=obj) | models.Q(delegates=obj)
+        return rows.filter(named).exclude(pk=obj.pk)
+    return rows.none()
 
 
 def _held(kind: str, changes: dict[str, list[Any]], approved: bool) -> bool:
@@ -210,12 +281,38 @@ def _held(kind: str, changes: dict[str, list[Any]], approved: bool) -> bool:
 
 def catalog_history(obj: models.Model) -> list[dict[str, Any]]:
     """GOV-1: newest first, each with what it changed against the one before."""
-    versions: list[Version] = catalog_versions(obj)
+    return _history(catalog_versions(obj))
+
+
+def deleted_history(*, kind: str, by: str, key: str) -> list[dict[str, Any]]:
+    """GOV-1: the versions of a deleted record, by the key it was addressed by (`by`:
+    "slug", or "pk") when it was deleted; by slug, the one deleted last. Empty when no
+    such record was deleted."""
+    model = KINDS[kind]
+    gone = Version.objects.get_deleted(model).order_by("-pk")
+    if by == "slug":
+        # The substring narrows the rows to read; each one's slug then decides.
+        named = gone.filter(serialized_data__contains=key)
+        last = next((v for v in named if v.field_dict.get("slug") == key), None)
+    else:
+        last = gone.filter(object_id=key).first()
+    if last is None:
+        return []
+    versions = Version.objects.get_for_object_reference(model, last.object_id)
+    return _history(list(versions.select_related("revision__user")))
+
+
+def _history(versions: list[Version]) -> list[dict[str, Any]]:
     snapshots = [version_snapshot(v) for v in versions]
     rows = []
     for i, version in enumerate(versions):
         before = snapshots[i + 1] if i + 1 < len(snapshots) else {}
-        changes = difference(before, snapshots[i])
+        if version.revision.comment.startswith(DELETED_BY):
+            # Each field's final value, gone; no diff (nothing is left to compare to).
+            changes = {name: [value, None] for name, value in snapshots[i].items()}
+            changes[DELETED] = [False, True]
+        else:
+            changes = difference(before, snapshots[i])
         user = version.revision.user
         rows.append(
             {
