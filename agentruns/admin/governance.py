@@ -30,6 +30,8 @@ from agentruns.services.changes import (
     catalog_save,
     change_request_approve,
     change_request_reject,
+    deleted_history,
+    deleted_records,
 )
 from agentruns.words import sentence
 
@@ -61,6 +63,7 @@ class GovernedAdmin(HeldAdmin):
     inlines are compared and kept (or held) together."""
 
     kind = ""
+    change_list_template = "admin/agentruns/governed_change_list.html"
 
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
         """Deferred to `save_related`: the inlines belong to the same change."""
@@ -103,17 +106,56 @@ class GovernedAdmin(HeldAdmin):
             self.admin_site.admin_view(self.rollback_view),
             name="{}_{}_rollback".format(*info),
         )
-        return [rollback, *super().get_urls()]
+        deleted = path(
+            "deleted/",
+            self.admin_site.admin_view(self.deleted_view),
+            name="{}_{}_deleted".format(*info),
+        )
+        return [rollback, deleted, *super().get_urls()]
+
+    def deleted_view(self, request: HttpRequest) -> HttpResponse:
+        """GOV-1: the records of this kind that were deleted, each linking its history."""
+        if not self.has_view_or_change_permission(request):
+            raise PermissionDenied
+        opts = self.model._meta
+        context = {
+            **self.admin_site.each_context(request),
+            "title": f"Deleted {opts.verbose_name_plural}",
+            "subtitle": None,
+            "opts": opts,
+            "rows": deleted_records(kind=self.kind),
+        }
+        return TemplateResponse(request, "admin/agentruns/deleted.html", context)
+
+    def _deleted_history_view(self, request: HttpRequest, object_id: str) -> HttpResponse | None:
+        """A deleted record's versions (GOV-1), or None when the id names none."""
+        if not object_id.isdigit() or not self.has_view_or_change_permission(request):
+            return None
+        versions = deleted_history(kind=self.kind, by="pk", key=object_id)
+        if not versions:
+            return None
+        key = str(versions[0]["changes"].get("slug", [object_id])[0])
+        context = {
+            **self.admin_site.each_context(request),
+            "title": f"History: {key} (deleted)",
+            "subtitle": None,
+            "deleted": key,
+            "opts": self.model._meta,
+            "versions": versions,
+        }
+        return TemplateResponse(request, "admin/agentruns/history.html", context)
 
     def history_view(
         self, request: HttpRequest, object_id: str, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
         """GOV-1: the versions, newest first, each with what changed and its diffs. An id
         that names no row (a missing one, or "x") is answered as Django's own history view
-        answers it: the admin's "doesn't exist" redirect, never a 500 (SEC-3)."""
+        answers it: the admin's "doesn't exist" redirect, never a 500 (SEC-3); a deleted
+        one's versions are still shown, the last its deletion."""
         obj = self.get_object(request, unquote(object_id))
         if obj is None:
-            return super().history_view(request, object_id, extra_context)
+            gone = self._deleted_history_view(request, unquote(object_id))
+            return gone or super().history_view(request, object_id, extra_context)
         if not self.has_view_or_change_permission(request, obj):
             raise PermissionDenied
         opts = self.model._meta

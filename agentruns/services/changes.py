@@ -302,6 +302,34 @@ def deleted_history(*, kind: str, by: str, key: str) -> list[dict[str, Any]]:
     return _history(list(versions.select_related("revision__user")))
 
 
+# The admin's list of deleted records shows at most this many, newest deletion first.
+DELETED_LISTED = 200
+
+
+def deleted_records(*, kind: str) -> list[dict[str, Any]]:
+    """GOV-1: the records of a kind that are gone, newest first, each with its id, the key
+    its last version kept, and who deleted it when. A row removed without a door (the
+    shell, SQL) has no deletion version: its "when" and "by" are None."""
+    gone = (
+        Version.objects.get_deleted(KINDS[kind])
+        .select_related("revision__user")
+        .order_by("-pk")[:DELETED_LISTED]
+    )
+    rows = []
+    for version in gone:
+        recorded = version.revision.comment.startswith(DELETED_BY)
+        user = version.revision.user
+        rows.append(
+            {
+                "id": int(version.object_id),
+                "key": str(version.field_dict.get("slug") or version.object_id),
+                "deleted_at": version.revision.date_created if recorded else None,
+                "deleted_by": (user.get_username() if user else None) if recorded else None,
+            }
+        )
+    return rows
+
+
 def _history(versions: list[Version]) -> list[dict[str, Any]]:
     snapshots = [version_snapshot(v) for v in versions]
     rows = []

@@ -120,3 +120,37 @@ def test_gov3_a_deletion_is_never_held_and_the_configuration_losing_it_is_versio
     assert newest["changes"] == {"provider": ["p1", None]}
     assert newest["comment"] == "Provider p1 was deleted."
     assert api.get("/api/providers/p1/versions/").json()[0]["changes"]["deleted"] == [False, True]
+
+
+def test_gov1_the_admin_lists_deleted_records_and_shows_each_ones_history(staff):
+    client = Client()
+    client.force_login(staff)
+    gone = make_snippet("gone")
+    client.post(f"/admin/agentruns/snippet/{gone.pk}/delete/", {"post": "yes"})
+
+    changelist = client.get("/admin/agentruns/snippet/").text
+    assert 'href="/admin/agentruns/snippet/deleted/"' in changelist
+    listing = client.get("/admin/agentruns/snippet/deleted/")
+    assert listing.status_code == 200
+    assert f'href="/admin/agentruns/snippet/{gone.pk}/history/">gone</a>' in listing.text
+    assert "staff" in listing.text
+
+    history = client.get(f"/admin/agentruns/snippet/{gone.pk}/history/")
+    assert history.status_code == 200
+    assert "History: gone (deleted)" in history.text and "Deleted by staff." in history.text
+    assert "Roll back" not in history.text and "(in force)" not in history.text
+    # An id that never was still gets the admin's "doesn't exist" redirect (SEC-3).
+    assert client.get("/admin/agentruns/snippet/999999/history/").status_code == 302
+
+
+def test_gov1_deleted_records_are_shown_only_to_who_may_view_them(django_user_model):
+    gone = make_snippet("gone")
+    root = Client()
+    root.force_login(django_user_model.objects.create_superuser("root", "", "pw"))
+    root.post(f"/admin/agentruns/snippet/{gone.pk}/delete/", {"post": "yes"})
+    client = Client()
+    client.force_login(django_user_model.objects.create_user("plain", password="pw", is_staff=True))
+
+    assert client.get("/admin/agentruns/snippet/deleted/").status_code == 403
+    history = client.get(f"/admin/agentruns/snippet/{gone.pk}/history/")
+    assert history.status_code == 302 and "Deleted by" not in history.text
