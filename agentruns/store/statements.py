@@ -15,11 +15,12 @@ from __future__ import annotations
 import itertools
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import date, datetime
 from decimal import Decimal
 from enum import Enum
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Any
 from uuid import UUID
 
@@ -62,22 +63,22 @@ def prepared_rows(sql: str, params: list[Any]) -> list[Row]:
     db.ensure_connection()
     started = time.monotonic()
     with db.wrap_database_errors:
-        try:
-            rows = _execute(db, sql, params)
-        except _Unformattable:
-            # Not prepared by psycopg: a session where psycopg holds prepared statements
-            # gets DEALLOCATE ALL from it after any rollback, which would take ours too.
-            with psycopg.Cursor(db.connection) as cursor:
-                cursor.execute(sql, [_as_text(value) for value in params])
-                rows = cursor.fetchall()
+        rows = _send(db, sql, params)
     if db.queries_logged:
         db.queries_log.append({"sql": sql, "time": f"{time.monotonic() - started:.3f}"})
     return rows
 
 
 def _execute(db: Any, sql: str, params: list[Any]) -> list[Row]:
-    values, oids = _format(params)
     conn: psycopg.Connection = db.connection
+    try:
+        values, oids = _format(params)
+    except _Unformattable:
+        # Not prepared by psycopg: a session where psycopg holds prepared statements
+        # gets DEALLOCATE ALL from it after any rollback, which would take ours too.
+        with psycopg.Cursor(conn) as cursor:
+            cursor.execute(sql, [_as_text(value) for value in params])
+            return cursor.fetchall()
     if conn.prepare_threshold is None:
         # AGENTRUNS_PREPARE=0, behind a transaction-mode pooler: nothing may outlive the
         # statement, so it goes unnamed (parsed and planned each time).
@@ -85,6 +86,28 @@ def _execute(db: Any, sql: str, params: list[Any]) -> list[Row]:
     else:
         result = _run_prepared(conn, sql, values, oids)
     return _rows(_check(result, conn), (sql, oids))
+
+
+Send = Callable[[Any, str, list[Any]], list[Row]]
+# What `prepared_rows` calls: `_execute` itself, or an observer wrapped around it
+# (`observed`). Swapped rather than tested for, so that with no observer the hot path is
+# the same one call it always was.
+_send: Send = _execute
+
+
+@contextmanager
+def observed(observer: Callable[[Send, Any, str, list[Any]], list[Row]]) -> Iterator[None]:
+    """Every statement of this module, in every thread of the process, goes through
+    `observer(send, db, sql, params)`, which returns what `send(db, sql, params)` returns:
+    how a benchmark measures each of the loop's statements (`agentruns/bench/runcost.py`)
+    beside Django's `execute_wrapper`, which these statements never pass through."""
+    global _send
+    unobserved = _send
+    _send = partial(observer, unobserved)
+    try:
+        yield
+    finally:
+        _send = unobserved
 
 
 def _rows(result: pq.abc.PGresult, key: tuple[str, tuple[int, ...]]) -> list[Row]:

@@ -13,6 +13,7 @@ from django.db import DataError, IntegrityError, ProgrammingError, connection, t
 
 from agentruns.bench import workload
 from agentruns.models import Run
+from agentruns.store import statements
 from agentruns.store.statements import prepared, prepared_rows
 from agentruns.store.steps import _invocation_updates
 
@@ -107,6 +108,24 @@ def test_a_server_error_is_djangos_typed_error():
 
 def test_a_value_it_cannot_format_goes_through_the_cursor():
     assert prepared("SELECT %s::bigint[]", [[1, 2]]) == ([1, 2],)
+
+
+def test_an_observer_sees_every_statement_and_without_one_the_call_is_as_it_was_perf6():
+    """`bench_cluster --run-cost` measures each statement through `observed`; with no
+    observer, `prepared_rows` calls `_execute` itself, no test or wrapper between."""
+    seen = []
+
+    def observer(send, db, sql, params):
+        rows = send(db, sql, params)
+        seen.append((sql, rows))
+        return rows
+
+    with statements.observed(observer):
+        assert prepared("SELECT %s::bigint", [7]) == (7,)
+        assert prepared("SELECT %s::bigint[]", [[1, 2]]) == ([1, 2],)  # through the cursor
+    assert seen == [("SELECT %s::bigint", [(7,)]), ("SELECT %s::bigint[]", [([1, 2],)])]
+    assert statements._send is statements._execute
+    assert prepared("SELECT %s::bigint", [8]) == (8,) and len(seen) == 2
 
 
 @pytest.mark.django_db(transaction=True)  # outside a transaction, as the loop's steps run
