@@ -21,7 +21,7 @@ import pytest
 from django.core.management import call_command
 from django.db import connection
 
-from agentruns.bench import harness, loop, workload
+from agentruns.bench import harness, loop, runcost, workload
 from agentruns.bench.sampling import CpuWindow, postgres_pids
 from agentruns.models import ToolInvocation
 from agentruns.runtime.actions.tool_calls import completion
@@ -170,6 +170,7 @@ def test_bench_cluster_runs_end_to_end_at_a_tiny_size_perf9(tmp_path, peer_datab
         "--workers=1",
         "--threads=8",
         "--pool-max=3",
+        "--run-cost=24",
         "--peers=present",
         f"--json={out}",
         f"--plot={tmp_path / 'bench_cluster.png'}",
@@ -178,6 +179,13 @@ def test_bench_cluster_runs_end_to_end_at_a_tiny_size_perf9(tmp_path, peer_datab
     result = json.loads(out.read_text())
     printed = (tmp_path / "stdout.txt").read_text()
     assert result["perf5"]["samples"] == 2
+    # PERF-6, a run alone, before the cluster started: the figures, and the floor beside them.
+    alone = result["run_cost"]
+    assert alone["runs"] == 12 and alone["python_ms"] > 0 and alone["postgres_ms"] > 0
+    assert alone["statements"] > 0 and alone["budget"]["ms"] > 0 and alone["budget"]["ratio"] > 0
+    assert all(row["per_run"] > 0 and row["us_each"] > 0 for row in alone["shapes"])
+    assert alone["floor"]["select_1_us"] > 0 and alone["floor"]["insert_commit_us"] > 0
+    assert "PERF-6 a run alone (12 one after another" in printed and "in flight at 80 %" in printed
     assert [(row["batch"], row["completed"]) for row in result["perf6"]] == [(0, 3), (1, 3)]
     assert all(row["kb_per_in_flight"] is not None for row in result["perf6"])
     # The verdict rests on the median of a size's batches, printed with their range.
@@ -199,6 +207,56 @@ def test_bench_cluster_runs_end_to_end_at_a_tiny_size_perf9(tmp_path, peer_datab
         assert [row["batch"] for row in result["peer_concurrency"]] == [0, 1]
         assert "3" in result["perf6_by_size"]["langgraph_async"]
         assert (tmp_path / "bench_cluster.png").stat().st_size > 0
+
+
+def test_a_runs_statements_are_grouped_by_shape_per_run_perf6():
+    """Shapes are named by their CTEs (the loop's statements) or verb and table (Django's);
+    each says how many a run sends, what one costs and what they cost a run."""
+    step = "WITH fence AS (SELECT 1 FOR SHARE), ev AS (INSERT INTO e SELECT 1) SELECT 1"
+    final = "WITH fence AS (SELECT 1), ev AS (SELECT 1), run AS (UPDATE r SET x = 1) SELECT 1"
+    orm = 'SELECT "agentruns_configuration"."id" FROM "agentruns_configuration" WHERE id = %s'
+    seen = [(step, 400_000), (step, 500_000), (final, 600_000), (step, 450_000), (orm, 80_000)]
+    shapes = runcost.by_shape(seen, runs=2)
+    assert shapes == [
+        {"shape": "fence+ev", "per_run": 1.5, "us_each": 450, "ms_per_run": 0.675},
+        {"shape": "fence+ev+run", "per_run": 0.5, "us_each": 600, "ms_per_run": 0.3},
+        {
+            "shape": "SELECT agentruns_configuration",
+            "per_run": 0.5,
+            "us_each": 80,
+            "ms_per_run": 0.04,
+        },
+    ]
+    # 2000 in flight at 80 % of a 4 s ideal on 2 cores: 10 s of CPU over 2000 runs.
+    assert runcost.budget_ms(cores=2, turns=3, latency_ms=1000) == 5.0
+
+
+def test_a_run_alone_is_measured_beside_the_floor_in_the_same_sitting_perf6(tmp_path):
+    """What `bench_cluster --run-cost` measures, without a cluster: every figure there, the
+    statements by shape adding up to the backend's CPU a run."""
+    config = workload.configuration("bench-run-cost", 3, 1)
+    user = workload.bench_user()
+    printed: list[str] = []
+    result = runcost.measure(
+        lambda n: [workload.submit(config, user) for _ in range(n)],
+        8,
+        turns=3,
+        latency_ms=1000,
+        say=printed.append,
+    )
+    assert (result["warm"], result["runs"]) == (4, 4)
+    assert result["python_ms"] > 0 and result["postgres_ms"] > 0
+    assert result["postgres_ms_whole_runs"] > 0
+    total = sum(row["ms_per_run"] for row in result["shapes"])
+    assert total == pytest.approx(result["postgres_ms"], abs=0.01)
+    assert sum(row["per_run"] for row in result["shapes"]) == pytest.approx(
+        result["statements"], abs=0.05
+    )
+    assert result["floor"]["select_1_us"] > 0 and result["floor"]["insert_commit_us"] > 0
+    assert result["budget"]["ms"] == runcost.budget_ms(os.cpu_count() or 1, 3, 1000)
+    assert printed[0].startswith("PERF-6 a run alone (4 one after another, no provider wait)")
+    assert "floor in this run: SELECT 1" in printed[0]
+    assert len(printed) == 2 + len(result["shapes"]) and "in flight at 80 %" in printed[-1]
 
 
 @pytest.mark.slow

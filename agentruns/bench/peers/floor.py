@@ -15,29 +15,34 @@ import psycopg
 
 from agentruns.bench.peers.common import emit
 
+# The durable floor's table, and its one-row write (also `agentruns/bench/runcost.py`'s).
+TABLE = "bench_floor"
+COLUMNS = "(id bigserial PRIMARY KEY, run uuid, seq int, body jsonb)"
+BODY = '{"k": 1}'
+
+
+def insert(table: str) -> str:
+    return f"INSERT INTO {table} (run, seq, body) VALUES (gen_random_uuid(), %s, %s)"
+
 
 def commits(conn: psycopg.Connection, table: str, rounds: int) -> float:
     started = time.perf_counter()
     for i in range(rounds):
-        conn.execute(
-            f"INSERT INTO {table} (run, seq, body) VALUES (gen_random_uuid(), %s, %s)",
-            (i, '{"k": 1}'),
-        )
+        conn.execute(insert(table), (i, BODY))
         conn.commit()
     return 1000 * (time.perf_counter() - started) / rounds
 
 
 def main() -> None:
     rounds = int(os.environ.get("ROUNDS", 2000))
-    columns = "(id bigserial PRIMARY KEY, run uuid, seq int, body jsonb)"
     with psycopg.connect(os.environ["PEER_DB"]) as conn:
-        conn.execute(f"CREATE TABLE IF NOT EXISTS bench_floor {columns}")
-        conn.execute("TRUNCATE bench_floor")
-        conn.execute(f"CREATE TEMP TABLE floor_events {columns}")
+        conn.execute(f"CREATE TABLE IF NOT EXISTS {TABLE} {COLUMNS}")
+        conn.execute(f"TRUNCATE {TABLE}")
+        conn.execute(f"CREATE TEMP TABLE floor_events {COLUMNS}")
         conn.commit()
-        durable = commits(conn, "bench_floor", rounds)
+        durable = commits(conn, TABLE, rounds)
         no_wal = commits(conn, "floor_events", rounds)
-        conn.execute("TRUNCATE bench_floor")
+        conn.execute(f"TRUNCATE {TABLE}")
         conn.commit()
     emit("floor", rounds=rounds, ms_per_commit=durable, ms_per_commit_no_wal=no_wal)
 

@@ -2,6 +2,8 @@
 started the way the README configures it (PERF-5, PERF-6, PERF-7), beside LangGraph's
 asyncio peer at the same sizes in the same run.
 
+- PERF-6, a run alone (`--run-cost`, before the cluster starts): one run's Python and
+  PostgreSQL CPU, statement by statement, beside the floor (`agentruns/bench/runcost.py`).
 - PERF-5, approval to execution: a run parks on `notes.write` (needs approval); from
   `run_resume` returning to the approved tool starting (the Note row's creation time; the
   tool creates it first thing), median over `--perf5-samples` resumes, one at a time.
@@ -39,7 +41,7 @@ from django.db import connection, connections, transaction
 from django.db.models import Count, Max
 from django.utils import timezone
 
-from agentruns.bench import harness
+from agentruns.bench import harness, runcost
 from agentruns.bench.sampling import Sampler, cpu_figures, cpu_words, pss_kb
 from agentruns.bench.seed import seed_bench_history, vacuum_hot_tables
 from agentruns.cluster.process import ClusterProcess, start_cluster, wait_for
@@ -135,6 +137,7 @@ class Command(BaseCommand):
             help="Use a cluster that is already running instead of starting one.",
         )
         parser.add_argument("--peer-pool", type=int, default=20, help="LangGraph's pool size.")
+        runcost.add_option(parser)
         harness.add_options(parser, "bench_cluster", peers="install")
 
     # ---- orchestration ------------------------------------------------------------------
@@ -154,6 +157,7 @@ class Command(BaseCommand):
             "cluster": shape.describe(),
             "lease_seconds": settings.AGENTRUNS_LEASE_SECONDS,
             "peers": {"versions": harness.peer_versions(self.python), "errors": []},
+            "run_cost": None,
             "perf5": None,
             "batches": opts["batches"],
             "perf6": [],
@@ -181,6 +185,15 @@ class Command(BaseCommand):
 
     def measure(self, shape: Shape, result: dict[str, Any]) -> None:
         opts = self.opts
+        if opts["run_cost"] and not opts["external"]:  # before a cluster would take the runs
+            slug = self.configuration("run-cost", latency_ms=0, turns=opts["turns"])
+            result["run_cost"] = runcost.measure(
+                lambda n: self.submit(slug, n),
+                opts["run_cost"],
+                turns=opts["turns"],
+                latency_ms=opts["latency_ms"],
+                say=self.say,
+            )
         with self.cluster(shape, external=opts["external"]) as cluster:
             if not opts["skip_perf5"]:
                 result["perf5"] = self.perf5(opts["perf5_samples"])
