@@ -31,7 +31,7 @@ from agentruns.services.replays import (
     replay_table,
     replays_of,
 )
-from agentruns.services.usage import Usage, money
+from agentruns.services.usage import Usage
 from agentruns.throttles import SUBMIT, throttle_check
 from agentruns.words import field_errors, sentence
 from playground.runs import start_choices
@@ -118,5 +118,7 @@ def replay(request: HttpRequest, replay_id: int) -> HttpResponse:
             cost=Decimal(row["usage"]["cost"]), has_prices=any(prices)
         ).cost_text
         if row["original_usage"]:
-            row["original_cost"] = money(Decimal(row["original_usage"]["cost"]))
+            row["original_cost"] = Usage(
+                cost=Decimal(row["original_usage"]["cost"]), has_prices=row["original_priced"]
+            ).cost_text
     return render(request, "playground/replay.html", {"replay": table})

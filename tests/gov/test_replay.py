@@ -396,3 +396,21 @@ def test_gov4_starting_a_replay_reads_what_its_originals_carry_in_a_constant_num
     replayed = Run.objects.filter(replay_of=fork).first()  # carries what the fork did (CG-13)
     carried = Event.objects.get(run=replayed, sequence=1).payload["carried"]
     assert {"kind": "skill", "id": manual.pk, "from": earlier_runs[1].pk} in carried
+
+
+def test_gov4_the_page_says_an_unpriced_originals_cost_is_not_priced(ledger, fake, staff):
+    """OPS-1 on the replay page: the original ran on a configuration without prices, so its
+    cost is unknown ("not priced"), not nothing, beside the priced candidate's."""
+    assert not ledger.configuration.input_token_price  # the original's names no price
+    candidate = make_openai_configuration("priced", fake, allowed_tools=["test"])
+    candidate.input_token_price, candidate.output_token_price = 3, 15
+    candidate.save()
+    fake.queue(write("v1"), {"text": "only v1"})
+    body = replay_start(user=staff, runs=[ledger.pk], configuration="priced")
+    drive(body.pk)
+    client = Client()
+    client.force_login(staff)
+
+    table = client.get(f"/replays/{body.pk}/").content.decode()
+
+    assert re.search(r'<td>[\d.]+ USD <span class="muted">\(was not priced\)</span></td>', table)
