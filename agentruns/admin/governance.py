@@ -117,15 +117,21 @@ class GovernedAdmin(HeldAdmin):
         """GOV-1: the records of this kind that were deleted, each linking its history."""
         if not self.has_view_or_change_permission(request):
             raise PermissionDenied
-        opts = self.model._meta
+        title = f"Deleted {self.model._meta.verbose_name_plural}"
+        return self._page(request, "deleted.html", title, rows=deleted_records(kind=self.kind))
+
+    def _page(
+        self, request: HttpRequest, template: str, title: str, **context: Any
+    ) -> HttpResponse:
+        """One of this model's own admin pages (`admin/agentruns/page.html`)."""
         context = {
             **self.admin_site.each_context(request),
-            "title": f"Deleted {opts.verbose_name_plural}",
+            "title": title,
             "subtitle": None,
-            "opts": opts,
-            "rows": deleted_records(kind=self.kind),
+            "opts": self.model._meta,
+            **context,
         }
-        return TemplateResponse(request, "admin/agentruns/deleted.html", context)
+        return TemplateResponse(request, f"admin/agentruns/{template}", context)
 
     def _deleted_history_view(self, request: HttpRequest, object_id: str) -> HttpResponse | None:
         """A deleted record's versions (GOV-1), or None when the id names none."""
@@ -135,15 +141,8 @@ class GovernedAdmin(HeldAdmin):
         if not versions:
             return None
         key = str(versions[0]["changes"].get("slug", [object_id])[0])
-        context = {
-            **self.admin_site.each_context(request),
-            "title": f"History: {key} (deleted)",
-            "subtitle": None,
-            "deleted": key,
-            "opts": self.model._meta,
-            "versions": versions,
-        }
-        return TemplateResponse(request, "admin/agentruns/history.html", context)
+        title = f"History: {key} (deleted)"
+        return self._page(request, "history.html", title, deleted=key, versions=versions)
 
     def history_view(
         self, request: HttpRequest, object_id: str, extra_context: dict[str, Any] | None = None
@@ -159,20 +158,18 @@ class GovernedAdmin(HeldAdmin):
         if not self.has_view_or_change_permission(request, obj):
             raise PermissionDenied
         opts = self.model._meta
-        context = {
-            **self.admin_site.each_context(request),
-            "title": f"History: {obj}",
-            "subtitle": None,
-            "object": obj,
-            "opts": opts,
-            "versions": catalog_history(obj),
-            "may_roll_back": self.has_change_permission(request, obj),
-            "rollback_url": reverse(
+        return self._page(
+            request,
+            "history.html",
+            f"History: {obj}",
+            object=obj,
+            versions=catalog_history(obj),
+            may_roll_back=self.has_change_permission(request, obj),
+            rollback_url=reverse(
                 f"admin:{opts.app_label}_{opts.model_name}_rollback", args=[obj.pk]
             ),
             **(extra_context or {}),
-        }
-        return TemplateResponse(request, "admin/agentruns/history.html", context)
+        )
 
     def rollback_view(self, request: HttpRequest, object_id: int) -> HttpResponse:
         obj = get_object_or_404(self.model, pk=object_id)
