@@ -110,15 +110,13 @@ def replay(request: HttpRequest, replay_id: int) -> HttpResponse:
     except AgentrunsError as error:
         raise Http404(sentence(error)) from error
     table = replay_table(found)
-    candidate = found.configuration
-    prices = candidate.input_token_price, candidate.output_token_price
     for row in table["results"]:
-        # OPS-1: the candidate's cost as people read it ("not priced" without prices).
-        row["cost_text"] = Usage(
-            cost=Decimal(row["usage"]["cost"]), has_prices=any(prices)
-        ).cost_text
+        # OPS-1: each cost as people read it ("not priced" without prices).
+        row["cost_text"] = _cost_text(row["usage"])
         if row["original_usage"]:
-            row["original_cost"] = Usage(
-                cost=Decimal(row["original_usage"]["cost"]), has_prices=row["original_priced"]
-            ).cost_text
+            row["original_cost"] = _cost_text(row["original_usage"])
     return render(request, "playground/replay.html", {"replay": table})
+
+
+def _cost_text(usage: dict[str, Any]) -> str:
+    return Usage(cost=Decimal(usage["cost"]), has_prices=usage["priced"]).cost_text

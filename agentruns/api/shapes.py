@@ -74,6 +74,10 @@ class UsageOut(serializers.Serializer):
     output_tokens = serializers.IntegerField()
     cost = serializers.DecimalField(max_digits=20, decimal_places=6)
     currency = serializers.CharField(help_text="The prices' currency (AGENTRUNS_CURRENCY).")
+    priced = serializers.BooleanField(
+        help_text="False when the configuration names no price: the cost is then unknown, "
+        "not nothing (OPS-1's prices default to 0)."
+    )
 
 
 class ForkedFromOut(serializers.Serializer):

@@ -40,8 +40,8 @@ class UsageView(APIView):
         responses={200: OpenApiTypes.OBJECT},
     )
     def get(self, request: Request) -> Response:
-        """[{configuration, day, input_tokens, output_tokens, cost, currency}], newest day
-        first."""
+        """[{configuration, day, input_tokens, output_tokens, cost, currency, priced}],
+        newest day first."""
         rows = daily_usage(
             start=_day(request, "from"),
             end=_day(request, "to"),

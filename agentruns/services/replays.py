@@ -168,9 +168,6 @@ def replay_table(replay: Replay) -> dict[str, Any]:
                 "original_verdict": _verdict(original, observed) if original else None,
                 "usage": usage[run.pk].as_dict(),
                 "original_usage": usage[original.pk].as_dict() if original else None,
-                # For pages: whether the original's configuration names prices, so its
-                # cost reads "not priced" rather than 0 (the API's shape leaves it out).
-                "original_priced": usage[original.pk].has_prices if original else False,
             }
         )
     done = all(run.is_terminal for run in runs)

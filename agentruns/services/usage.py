@@ -73,6 +73,7 @@ class Usage:
             "output_tokens": self.output_tokens,
             "cost": str(self.cost),
             "currency": self.currency,
+            "priced": self.has_prices,
         }
 
 

@@ -39,7 +39,13 @@ def test_status_shows_waiting_runs_uncertain_calls_spend_and_webhook_failures(st
     snap = snapshot()
     assert [pk for pk, _ in snap.awaiting_longest] == [waiting]
     assert snap.uncertain_calls == [waiting]
-    priced = {"input_tokens": 2000, "output_tokens": 1000, "cost": "0.006000", "currency": "USD"}
+    priced = {
+        "input_tokens": 2000,
+        "output_tokens": 1000,
+        "cost": "0.006000",
+        "currency": "USD",
+        "priced": True,
+    }
     assert snap.spend_today["priced"] == priced
     assert snap.spend_today["wait"]["input_tokens"] > 0  # the parked run's first turn
     assert (snap.webhooks_failed, snap.webhooks_retrying) == (1, 1)

@@ -80,6 +80,11 @@ def test_ops1_usage_api_gives_tokens_and_cost_per_configuration_per_day(staff, m
     ]
     today = api.get("/api/usage/", {"from": DailyUsage.today().isoformat()}).json()["results"]
     assert sorted(r["configuration"] for r in today) == ["other", "priced"]
+    # "other" names no price: its cost is unknown, not nothing.
+    assert {r["configuration"]: (r["cost"], r["priced"]) for r in today} == {
+        "other": ("0.000000", False),
+        "priced": ("0.021000", True),
+    }
     assert api.get("/api/usage/", {"from": "nope"}).status_code == 400
     assert client_for(member).get("/api/usage/").status_code == 403
 
@@ -154,6 +159,7 @@ def test_ops1_usage_and_cost_sum_over_a_multi_turn_run_with_fallback(fake, staff
         "output_tokens": spent_out,
         "cost": str(cost.quantize(Decimal("0.000001"))),
         "currency": "USD",  # AGENTRUNS_CURRENCY's default
+        "priced": True,
     }
     listed = client_for(staff).get("/api/runs/").json()["results"][0]
     assert listed["usage"] == usage

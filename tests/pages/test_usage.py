@@ -56,6 +56,7 @@ def test_ops1_the_run_page_and_the_inspector_show_the_runs_usage_as_the_api_does
     html = client.get(page.format(run.pk)).content.decode()
     api = client_for(staff).get(f"/api/runs/{run.pk}/").json()["usage"]
     shown = figures(html, "Usage and cost")
+    assert api.pop("priced") is True  # the page says so by showing a cost and its currency
     assert shown == {**{k: str(v) for k, v in api.items()}, "cost": money(Decimal(api["cost"]))}
     assert int(shown["input_tokens"]) == sum(u["input_tokens"] for u in turn_usages(run)) > 0
     assert Decimal(shown["cost"]) == Decimal(api["cost"]) > 0
