@@ -21,6 +21,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
 from agentruns.errors import AgentrunsError
+from agentruns.models import Run
 from agentruns.policy import may_use_playground
 from agentruns.selectors import preselected
 from agentruns.services.replays import (
@@ -111,6 +112,7 @@ def replay(request: HttpRequest, replay_id: int) -> HttpResponse:
         raise Http404(sentence(error)) from error
     table = replay_table(found)
     for row in table["results"]:
+        row["ended"] = row["status"] in Run.TERMINAL  # what changed is known only then
         # OPS-1: each cost as people read it ("not priced" without prices).
         row["cost_text"] = _cost_text(row["usage"])
         if row["original_usage"]:

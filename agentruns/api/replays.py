@@ -53,7 +53,10 @@ class ReplayResultOut(serializers.Serializer):
     original_status = serializers.ChoiceField(choices=RUN_STATUSES, allow_null=True)
     final_reply = serializers.CharField(allow_blank=True)
     final_reply_changed = serializers.BooleanField()
-    tool_calls = ToolCallsOut(help_text="Tool names called more (added) or less (removed).")
+    tool_calls = ToolCallsOut(
+        help_text="Tool names called more (added) or less (removed); empty until the replay "
+        "run ended."
+    )
     verdict = serializers.ChoiceField(choices=VERDICTS, allow_null=True)
     original_verdict = serializers.ChoiceField(choices=VERDICTS, allow_null=True)
     usage = UsageOut()

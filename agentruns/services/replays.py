@@ -160,9 +160,10 @@ def replay_table(replay: Replay) -> dict[str, Any]:
                     run.is_terminal
                     and (original is None or run.final_reply != original.final_reply)
                 ),
+                # Only once the replay run has ended: a queued one has removed nothing yet.
                 "tool_calls": {
-                    "added": sorted((made - before).elements()),
-                    "removed": sorted((before - made).elements()),
+                    "added": sorted((made - before).elements()) if run.is_terminal else [],
+                    "removed": sorted((before - made).elements()) if run.is_terminal else [],
                 },
                 "verdict": _verdict(run, observed),
                 "original_verdict": _verdict(original, observed) if original else None,

@@ -414,3 +414,19 @@ def test_gov4_the_page_says_an_unpriced_originals_cost_is_not_priced(ledger, fak
     table = client.get(f"/replays/{body.pk}/").content.decode()
 
     assert re.search(r'<td>[\d.]+ USD <span class="muted">\(was not priced\)</span></td>', table)
+
+
+def test_gov4_a_replay_run_not_yet_ended_claims_no_changed_calls(ledger, fake, staff, api):
+    """Before its run is taken, a replay has removed no call: the API's lists are empty and
+    the page says "—" where it will say what changed."""
+    make_openai_configuration("waiting", fake, allowed_tools=["test"])
+    body = replay(api, [ledger.pk], "waiting").json()
+    (row,) = api.get(f"/api/replays/{body['id']}/").json()["results"]
+    assert row["status"] == "queued" and row["tool_calls"] == {"added": [], "removed": []}
+    client = Client()
+    client.force_login(staff)
+
+    table = client.get(f"/replays/{body['id']}/").content.decode()
+
+    cells = re.search(r'<tr data-original="\d+" data-replay-run="\d+">(.*?)</tr>', table, re.S)
+    assert cells and "removed" not in cells[1] and "same" not in cells[1]
