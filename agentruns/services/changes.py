@@ -8,6 +8,7 @@ when it widens and change approval is on, takes it back and holds it as a change
 from __future__ import annotations
 
 import difflib
+import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -101,8 +102,8 @@ def _slugs(model: type[models.Model], ids: Iterable[int]) -> list[str]:
     ids = list(ids)
     found = dict(model.objects.filter(pk__in=ids).values_list("pk", "slug"))  # type: ignore[attr-defined]
     gone = [str(pk) for pk in ids if pk not in found]
-    if gone:
-        kept = Version.objects.get_for_model(model).filter(object_id__in=gone).order_by("pk")
+    if gone:  # each one's last version only: one row and one deserialisation an id
+        kept = Version.objects.get_deleted(model).filter(object_id__in=gone)
         found |= {int(v.object_id): v.field_dict.get("slug") for v in kept}
     return [found.get(pk, f"#{pk}") for pk in ids]
 
@@ -291,8 +292,8 @@ def deleted_history(*, kind: str, by: str, key: str) -> list[dict[str, Any]]:
     model = KINDS[kind]
     gone = Version.objects.get_deleted(model).order_by("-pk")
     if by == "slug":
-        # The substring narrows the rows to read; each one's slug then decides.
-        named = gone.filter(serialized_data__contains=key)
+        # The serialised field narrows the rows to read; each one's slug then decides.
+        named = gone.filter(serialized_data__contains=f'"slug": {json.dumps(key)}')
         last = next((v for v in named if v.field_dict.get("slug") == key), None)
     else:
         last = gone.filter(object_id=key).first()

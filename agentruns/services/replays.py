@@ -149,6 +149,8 @@ def replay_table(replay: Replay) -> dict[str, Any]:
         original = run.replay_of
         made = calls.get(run.pk, Counter())
         before = calls.get(original.pk, Counter()) if original is not None else Counter()
+        if not run.is_terminal:
+            before = made  # what changed is known once it ended: a queued run removed nothing
         results.append(
             {
                 "run": run.replay_of_id,
@@ -160,10 +162,9 @@ def replay_table(replay: Replay) -> dict[str, Any]:
                     run.is_terminal
                     and (original is None or run.final_reply != original.final_reply)
                 ),
-                # Only once the replay run has ended: a queued one has removed nothing yet.
                 "tool_calls": {
-                    "added": sorted((made - before).elements()) if run.is_terminal else [],
-                    "removed": sorted((before - made).elements()) if run.is_terminal else [],
+                    "added": sorted((made - before).elements()),
+                    "removed": sorted((before - made).elements()),
                 },
                 "verdict": _verdict(run, observed),
                 "original_verdict": _verdict(original, observed) if original else None,
